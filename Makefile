@@ -1,0 +1,49 @@
+# Set-up is automatic: every target below first builds .venv (CPU torch pinned) and installs the project.
+# GPU users: `make test TORCH=system` reuses the torch already installed in the Python that runs make
+# (the venv is then created with --system-site-packages), or pass TORCH_SPEC='torch==X.Y.Z'.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH ?= cpu
+TORCH_SPEC ?= torch==2.13.0
+FULL ?= 0
+ARGS ?=
+
+ifeq ($(TORCH),system)
+VENV_FLAGS := --system-site-packages
+TORCH_INSTALL := @echo "using the torch of $(PYTHON): $$($(PYTHON) -c 'import torch; print(torch.__version__)')"
+else
+VENV_FLAGS :=
+TORCH_INSTALL := $(PY) -m pip install -q "$(TORCH_SPEC)"
+endif
+
+.PHONY: setup test verify calibrate bench sweep report clean-venv
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	$(TORCH_INSTALL)
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $@
+
+test: setup
+	$(PY) -m pytest -m "not slow" -p no:cacheprovider $(ARGS)
+
+verify: setup
+	$(PY) -m harness verify $(if $(filter 1,$(FULL)),--full,) $(ARGS)
+
+calibrate: setup
+	$(PY) -m harness calibrate $(ARGS)
+
+bench: setup
+	$(PY) -m pytest benchmarks -p no:cacheprovider --benchmark-only --benchmark-columns=min,median,max,rounds $(ARGS)
+
+sweep: setup
+	$(PY) -m harness sweep $(ARGS)
+
+report: setup
+	$(PY) -m harness report $(ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Statistics, verification, profiling, sweeps, reports and the command line."""

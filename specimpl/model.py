@@ -1,0 +1,96 @@
+"""The one model interface that toy tables and Hugging Face causal LMs both implement.
+
+A model turns a batch of token sequences into next-token logits.  It keeps per-sequence state
+(an n-gram context buffer, a KV cache) that grows as tokens are fed and can be rolled back, per
+sequence, after a rejection.  Sequences in a batch may have different lengths (ragged prompts,
+ragged accepted lengths).
+
+Protocol used by the samplers
+-----------------------------
+    state = model.prefill(prompts)              # consumes every prompt token but the last
+    logits = model.forward(state, tokens, n)    # tokens (B, T); row b feeds tokens[b, :n[b]]
+    model.rollback(state, lengths)              # keep the first lengths[b] tokens of sequence b
+    state = model.select(state, index)          # keep only the sequences in index (compaction)
+
+``logits[b, t]`` (B, T, V) is the next-token distribution after ``tokens[b, :t+1]`` has been
+appended; entries with ``t >= n[b]`` are undefined.  The last prompt token is held back by
+``prefill`` so that every round of speculative sampling feeds the target the same shape:
+the pending token plus k drafts, k + 1 tokens scored in one call.
+
+``state.lengths`` (B,) counts the tokens consumed so far, prompt included.  Tokens emitted but
+not yet fed (the last prompt token, a resampled or bonus token) are the sampler's business.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+import torch
+
+from specimpl.errors import check_arg
+
+__all__ = ["ModelState", "LanguageModel", "as_prompt_list", "check_same_vocab"]
+
+Prompts = Union[torch.Tensor, Sequence[Sequence[int]]]
+
+
+@dataclass
+class ModelState:
+    """Per-sequence state; subclasses add what their model needs (cache, token buffer)."""
+
+    lengths: torch.Tensor  # (B,) int64 tokens consumed
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.lengths.shape[0])
+
+
+class LanguageModel(ABC):
+    """Batched next-token model with roll-back-able per-sequence state."""
+
+    vocab_size: int
+    device: torch.device = torch.device("cpu")
+    name: str = "model"
+
+    @abstractmethod
+    def prefill(self, prompts: Prompts) -> ModelState:
+        """Validate prompts (see :func:`as_prompt_list`) and consume all their tokens but the last."""
+
+    @abstractmethod
+    def forward(self, state: ModelState, tokens: torch.Tensor,
+                n_new: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Append ``tokens[b, :n_new[b]]`` (default: all T) and return logits (B, T, V)."""
+
+    @abstractmethod
+    def rollback(self, state: ModelState, lengths: torch.Tensor) -> None:
+        """Truncate sequence b to its first ``lengths[b]`` consumed tokens (lengths <= state.lengths)."""
+
+    @abstractmethod
+    def select(self, state: ModelState, index: torch.Tensor) -> ModelState:
+        """A state holding only the sequences ``index`` (in that order)."""
+
+
+def as_prompt_list(prompts: Prompts, vocab_size: int) -> list[list[int]]:
+    """Validate prompts: a (B, P) integer tensor or a list of B non-empty token lists."""
+    if torch.is_tensor(prompts):
+        check_arg(prompts.dim() == 2 and prompts.shape[1] >= 1 and not prompts.is_floating_point(),
+                  "prompts", f"tensor of shape {tuple(prompts.shape)} and dtype {prompts.dtype}",
+                  "an integer tensor of shape (B, P) with P >= 1, or a list of non-empty token lists")
+        out = prompts.tolist()
+    else:
+        check_arg(isinstance(prompts, (list, tuple)) and len(prompts) > 0, "prompts", type(prompts).__name__,
+                  "an integer tensor of shape (B, P) or a non-empty list of token lists")
+        out = [list(map(int, p)) for p in prompts]
+    check_arg(len(out) > 0, "prompts", "empty batch", "at least one prompt")
+    for i, p in enumerate(out):
+        check_arg(len(p) >= 1, f"prompts[{i}]", p, "a non-empty list of token ids")
+        bad = [t for t in p if not 0 <= t < vocab_size]
+        check_arg(not bad, f"prompts[{i}]", bad[:5], f"token ids in [0, {vocab_size})")
+    return out
+
+
+def check_same_vocab(target: LanguageModel, draft: LanguageModel) -> None:
+    if target.vocab_size != draft.vocab_size:
+        raise ValueError(f"`draft` has vocabulary size {draft.vocab_size} but `target` has {target.vocab_size}; "
+                         "speculative sampling needs one shared vocabulary (same tokenizer)")

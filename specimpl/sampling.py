@@ -1,0 +1,129 @@
+"""Sampling controls shared by target and draft, and the categorical draw.
+
+One function, :func:`warp`, turns logits into the distribution a token is drawn from.  The
+speculative sampler applies it to the target *and* to the draft, so the draft's q is exactly the
+distribution its token was drawn from and the warped target p is the reference distribution the
+output must follow.  Exact computations (``specimpl.ngram``) apply the same function to the tables.
+
+Randomness is injected: :func:`sample_categorical` takes its uniforms as an argument, so a test
+can hand it fixed numbers and check the outcome by hand.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from specimpl.errors import check_arg
+
+__all__ = ["SamplingConfig", "warp", "sample_categorical", "uniform", "check_probs"]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling controls, applied in this order: temperature, top-k, top-p.
+
+    temperature : float >= 0. 0 means greedy (same as ``greedy=True``).
+    top_k       : int >= 1 or None (no top-k).
+    top_p       : float in (0, 1]. 1 keeps everything.
+    greedy      : bool. The distribution becomes one-hot on the argmax (lowest index on ties).
+    """
+
+    temperature: float = 1.0
+    top_k: Optional[int] = None
+    top_p: float = 1.0
+    greedy: bool = False
+
+    def __post_init__(self):
+        t = self.temperature
+        check_arg(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0,
+                  "temperature", t, "a finite number >= 0 (0 means greedy)")
+        if self.top_k is not None:
+            check_arg(isinstance(self.top_k, int) and not isinstance(self.top_k, bool) and self.top_k >= 1,
+                      "top_k", self.top_k, "an integer >= 1, or None")
+        p = self.top_p
+        check_arg(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p <= 1,
+                  "top_p", p, "a number in (0, 1]")
+        check_arg(isinstance(self.greedy, bool), "greedy", self.greedy, "True or False")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.greedy or self.temperature == 0
+
+    def describe(self) -> str:
+        if self.is_greedy:
+            return "greedy"
+        parts = [f"T={self.temperature:g}"]
+        if self.top_k is not None:
+            parts.append(f"top_k={self.top_k}")
+        if self.top_p < 1:
+            parts.append(f"top_p={self.top_p:g}")
+        return ",".join(parts)
+
+
+def warp(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Logits (..., V) -> probabilities (..., V) after temperature, top-k, top-p or greedy.
+
+    ``logits`` may hold -inf (tokens of probability 0, e.g. ``log`` of a table).  The result is
+    in the dtype of ``logits`` and sums to 1 over the last axis.
+    """
+    if config.is_greedy:
+        idx = logits.argmax(dim=-1, keepdim=True)  # (..., 1) first maximum on ties
+        return torch.zeros_like(logits).scatter_(-1, idx, 1.0)
+    x = logits / config.temperature if config.temperature != 1 else logits
+    if config.top_k is not None and config.top_k < x.shape[-1]:
+        kth = torch.topk(x, config.top_k, dim=-1).values[..., -1:]  # (..., 1)
+        x = x.masked_fill(x < kth, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    if config.top_p < 1:
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass strictly above each token
+        drop_sorted = before >= config.top_p  # keep the smallest prefix reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample_categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw: probs (..., V) (need not sum to 1), u (...) in [0, 1) -> index (...).
+
+    Returns the smallest i with u * sum(probs) < cdf[i].  A token of probability 0 is never
+    returned (its cdf step is empty); float round-off at the top is clamped to the last token
+    with positive probability.  Rows that are all zero return 0 (callers must not pass them).
+    """
+    cdf = torch.cumsum(probs, dim=-1)  # (..., V)
+    target = (u * cdf[..., -1]).unsqueeze(-1)  # (..., 1)
+    idx = (cdf <= target).sum(dim=-1)  # (...)
+    V = probs.shape[-1]
+    over = idx >= V
+    if bool(over.any()):
+        positive = probs > 0
+        last = V - 1 - positive.flip(-1).to(torch.int8).argmax(dim=-1)
+        idx = torch.where(over, last, idx)
+    return idx
+
+
+def uniform(shape, generator: Optional[torch.Generator], dtype=torch.float64, device=None) -> torch.Tensor:
+    """U[0, 1) draws from an explicit generator (same seed -> same numbers)."""
+    return torch.rand(shape, generator=generator, dtype=dtype, device=device)
+
+
+def check_probs(name: str, probs: torch.Tensor, atol: float = 1e-5) -> None:
+    """Reject NaN, negative or unnormalised probability vectors with an error naming ``name``."""
+    if not torch.is_tensor(probs) or not probs.is_floating_point():
+        raise ValueError(f"`{name}` must be a floating-point tensor of probabilities; got {type(probs).__name__}"
+                         + (f" of dtype {probs.dtype}" if torch.is_tensor(probs) else ""))
+    if bool(torch.isnan(probs).any()):
+        raise ValueError(f"`{name}` contains NaN; probabilities must be finite and >= 0")
+    if bool((probs < 0).any()):
+        raise ValueError(f"`{name}` contains a negative value (min {probs.min().item():.3g}); "
+                         "probabilities must be >= 0")
+    s = probs.sum(dim=-1)
+    bad = (s - 1).abs() > atol
+    if bool(bad.any()):
+        worst = s.flatten()[(s - 1).abs().flatten().argmax()].item()
+        raise ValueError(f"`{name}` is not normalised: a row sums to {worst:.6g}; every row over the "
+                         f"last axis must sum to 1 (tolerance {atol:g})")

@@ -1,0 +1,280 @@
+"""The reference speculative sampler (Leviathan et al. 2023; Chen et al. 2023).
+
+Notation, used throughout this repository
+-----------------------------------------
+    p      target distribution (after the sampling controls), the law the output must follow
+    q      draft distribution (after the *same* controls): exactly what each draft token is drawn from
+    k      draft length: tokens proposed per round
+    x_i    i-th draft token, x_i ~ q_i,           i = 1..k
+    p_i    target's next-token law before x_i;   p_{k+1} the law after x_k (the bonus position)
+    n      accepted drafts in a round, 0..k
+    B, V   batch size, vocabulary size
+
+One round: the draft proposes x_1..x_k; the target scores [pending, x_1..x_k] in one call and
+returns p_1..p_{k+1}.  Position i is accepted iff u_i * q_i(x_i) < p_i(x_i) with a fresh
+u_i ~ U(0,1) (accept with probability min(1, p/q); a token with q_i(x_i) = 0 is rejected).  At
+the first rejection n = i - 1 and the round emits y ~ norm(max(0, p_i - q_i)); if all k pass it
+emits the bonus y ~ p_{k+1}.  The round emits x_1..x_n, y: between 1 and k + 1 tokens.
+
+The accept/resample step, :func:`verify_block`, is a pure function of its inputs (uniforms
+included) so tests can hand it fixed numbers.  :class:`SpeculativeSampler` draws those uniforms
+from an explicit ``torch.Generator``: the same seed gives bit-identical output.  Its methods are
+small so a catalogue of buggy variants can override exactly one step (see ``harness.bugs``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+import torch
+
+from specimpl.errors import check_arg
+from specimpl.model import LanguageModel, Prompts, as_prompt_list, check_same_vocab
+from specimpl.sampling import SamplingConfig, sample_categorical, warp
+
+__all__ = ["verify_block", "SpeculativeSampler", "speculative_generate", "GenerationResult", "SpecStats", "PAD"]
+
+PAD = -1  # fill value of the output after a sequence ends
+
+
+def verify_block(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_accept: torch.Tensor,
+                 u_final: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Modified rejection sampling of one block of k drafts.
+
+    p (B, k+1, V) target laws p_1..p_{k+1};  q (B, k, V) draft laws q_1..q_k;  x (B, k) drafts;
+    u_accept (B, k) acceptance uniforms;  u_final (B,) uniform for the one final draw (residual
+    at the first rejection, or bonus from p_{k+1} when all k are accepted).
+    Returns n (B,) accepted drafts and y (B,) the final token of the round.
+    """
+    B, k, V = q.shape
+    p_x = p[:, :k].gather(-1, x.unsqueeze(-1)).squeeze(-1)  # (B, k) p_i(x_i)
+    q_x = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)  # (B, k) q_i(x_i)
+    accept = (q_x > 0) & (u_accept * q_x < p_x)  # (B, k) u < p/q without dividing
+    n = torch.cumprod(accept.to(torch.int8), dim=1).sum(dim=1)  # (B,) accepted prefix length
+    rows = torch.arange(B, device=p.device)
+    p_n = p[rows, n]  # (B, V) p_{n+1}: the law at the first rejection, or the bonus law
+    q_n = q[rows, n.clamp(max=k - 1)]  # (B, V)
+    rejected = (n < k).unsqueeze(-1)  # (B, 1)
+    residual = torch.where(rejected, (p_n - q_n).clamp(min=0), p_n)  # (B, V) unnormalised
+    # The residual sums to TV(p, q) > 0 whenever a rejection is possible; in float round-off it
+    # can vanish (p == q), and then p itself is the right law.
+    empty = residual.sum(-1, keepdim=True) <= 0
+    residual = torch.where(empty, p_n, residual)
+    y = sample_categorical(residual, u_final)  # (B,) normalised by its sum inside
+    return n, y
+
+
+@dataclass
+class SpecStats:
+    """Per-round instrumentation (rows) of one speculative run; totals via :meth:`totals`."""
+
+    k: int
+    rounds: list = field(default_factory=list)
+    accepted_hist: Optional[np.ndarray] = None  # (k+1,) rounds with n = 0..k accepted (pre-truncation)
+    reached: Optional[np.ndarray] = None  # (k,) rounds in which draft position i was judged
+    accepted_at: Optional[np.ndarray] = None  # (k,) rounds in which draft position i was accepted
+
+    def __post_init__(self):
+        if self.accepted_hist is None:
+            self.accepted_hist = np.zeros(self.k + 1, dtype=np.int64)
+            self.reached = np.zeros(self.k, dtype=np.int64)
+            self.accepted_at = np.zeros(self.k, dtype=np.int64)
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rounds)
+
+    def totals(self) -> dict:
+        f = self.frame()
+        if f.empty:
+            return {}
+        out = {c: f[c].sum() for c in f.columns if c != "round"}
+        out["rounds"] = len(f)
+        out["alpha_per_position"] = (self.accepted_at / np.maximum(self.reached, 1)).tolist()
+        out["acceptance_rate"] = float(out["accepted"] / max(out["drafted"], 1))  # accepted / drafted
+        # vLLM V1's "mean acceptance length": 1 + accepted / rounds (bonus or resample included)
+        out["mean_accepted_length"] = float(1 + out["accepted"] / max(out["sequence_rounds"], 1))
+        # emitted tokens per target call per sequence (after EOS / max_new_tokens truncation)
+        out["tokens_per_target_call"] = float(out["emitted"] / max(out["sequence_rounds"], 1))
+        return out
+
+
+@dataclass
+class GenerationResult:
+    """tokens (B, max_new_tokens) int64, PAD after each sequence's end; lengths (B,); stats."""
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    stats: Optional[SpecStats] = None
+    timings: dict = field(default_factory=dict)
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _check_common(k, max_new_tokens, config, eos_token_id, vocab_size):
+    check_arg(isinstance(max_new_tokens, int) and not isinstance(max_new_tokens, bool) and max_new_tokens >= 1,
+              "max_new_tokens", max_new_tokens, "an integer >= 1")
+    if k is not None:
+        check_arg(isinstance(k, int) and not isinstance(k, bool) and k >= 1, "k", k, "an integer >= 1")
+    check_arg(isinstance(config, SamplingConfig), "config", config, "a specimpl.SamplingConfig")
+    if eos_token_id is not None:
+        check_arg(isinstance(eos_token_id, int) and 0 <= eos_token_id < vocab_size, "eos_token_id", eos_token_id,
+                  f"None or a token id in [0, {vocab_size})")
+
+
+class SpeculativeSampler:
+    """Batched speculative sampling with ragged acceptance, EOS and max_new_tokens.
+
+    Subclass and override one of :meth:`warp_target`, :meth:`warp_draft`, :meth:`draw_draft`,
+    :meth:`uniforms`, :meth:`verify` to build a variant; :meth:`generate` is the round loop.
+    """
+
+    compact_below = 0.5  # drop finished sequences from the batch when fewer than this share are active
+
+    def __init__(self, target: LanguageModel, draft: LanguageModel, k: int, config: SamplingConfig = SamplingConfig()):
+        check_same_vocab(target, draft)
+        _check_common(k, 1, config, None, target.vocab_size)
+        self.target, self.draft, self.k, self.config = target, draft, k, config
+
+    # -- the steps a variant may override ------------------------------------------------------
+    def warp_target(self, logits: torch.Tensor) -> torch.Tensor:
+        return warp(logits, self.config)  # (B, k+1, V)
+
+    def warp_draft(self, logits: torch.Tensor) -> torch.Tensor:
+        return warp(logits, self.config)  # (B, V)
+
+    def draw_draft(self, q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return sample_categorical(q, u)  # (B,)
+
+    def uniforms(self, B: int, generator, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Fresh U(0,1): draft draws (B, k), acceptance (B, k), final draw (B,)."""
+        u = torch.rand(B, 2 * self.k + 1, generator=generator, dtype=dtype, device=device)
+        return u[:, :self.k], u[:, self.k:2 * self.k], u[:, 2 * self.k]
+
+    def verify(self, p, q, x, u_accept, u_final):
+        return verify_block(p, q, x, u_accept, u_final)
+
+    # -- the round loop ------------------------------------------------------------------------
+    def generate(self, prompts: Prompts, max_new_tokens: int, eos_token_id: Optional[int] = None,
+                 generator: Optional[torch.Generator] = None) -> GenerationResult:
+        k, V = self.k, self.target.vocab_size
+        _check_common(k, max_new_tokens, self.config, eos_token_id, V)
+        plist = as_prompt_list(prompts, V)
+        dev = self.target.device
+        t_clock = {"draft": 0.0, "target": 0.0, "sampler": 0.0}
+        tic = time.perf_counter()
+        tstate = self.target.prefill(plist)
+        dstate = self.draft.prefill(plist)
+        _sync(dev)
+        t_clock["prefill"] = time.perf_counter() - tic
+
+        B = len(plist)
+        last = torch.tensor([p[-1] for p in plist], dtype=torch.long, device=dev)
+        d_pending = torch.stack([torch.zeros_like(last), last], 1)  # (B, 2) right-aligned tokens the draft has not fed
+        d_npend = torch.ones(B, dtype=torch.long, device=dev)  # (B,) 1 or 2
+        t_pending = last  # (B,) the target's one unfed token
+        out = torch.full((B, max_new_tokens + k + 1), PAD, dtype=torch.long, device=dev)
+        n_out = torch.zeros(B, dtype=torch.long, device=dev)  # (B,) emitted so far
+        idx = torch.arange(B, device=dev)  # (A,) global ids of the sequences still in the batch
+        alive = torch.ones(B, dtype=torch.bool, device=dev)  # (A,) not finished yet
+        stats = SpecStats(k)
+        j = torch.arange(k + 1, device=dev)  # (k+1,)
+        pos_k = np.arange(k)
+        r = 0
+        while True:
+            A = idx.numel()
+            # ---- draft: k autoregressive proposals x_i ~ q_i ------------------------------------
+            tic = time.perf_counter()
+            u_draft, u_acc, u_fin = self.uniforms(A, generator, self.target_dtype, dev)
+            logits = self.draft.forward(dstate, d_pending, d_npend)  # (A, 2, V)
+            logits = logits[torch.arange(A, device=dev), d_npend - 1]  # (A, V) after the last fed token
+            qs, xs = [], []
+            for i in range(k):
+                q_i = self.warp_draft(logits)  # (A, V)
+                x_i = self.draw_draft(q_i, u_draft[:, i])  # (A,)
+                qs.append(q_i)
+                xs.append(x_i)
+                if i < k - 1:
+                    logits = self.draft.forward(dstate, x_i.unsqueeze(1))[:, 0]  # (A, V)
+            q = torch.stack(qs, 1)  # (A, k, V)
+            x = torch.stack(xs, 1)  # (A, k)
+            _sync(dev)
+            t1 = time.perf_counter()
+            # ---- target: score pending + k drafts in one call ---------------------------------
+            p_logits = self.target.forward(tstate, torch.cat([t_pending.unsqueeze(1), x], 1))  # (A, k+1, V)
+            p = self.warp_target(p_logits)  # (A, k+1, V)
+            _sync(dev)
+            t2 = time.perf_counter()
+            # ---- accept / resample -------------------------------------------------------------
+            n, y = self.verify(p, q, x, u_acc, u_fin)  # (A,), (A,)
+            emit = torch.cat([x, torch.zeros_like(x[:, :1])], 1)  # (A, k+1)
+            emit.scatter_(1, n.unsqueeze(1), y.unsqueeze(1))  # x_1..x_n, y
+            remaining = max_new_tokens - n_out[idx]  # (A,)
+            m = torch.minimum(n + 1, remaining) * alive  # (A,) tokens written this round
+            done = m == remaining
+            if eos_token_id is not None:
+                is_eos = (emit == eos_token_id) & (j < m.unsqueeze(1))  # (A, k+1)
+                has_eos = is_eos.any(1)
+                m = torch.where(has_eos, is_eos.to(torch.int8).argmax(1) + 1, m)
+                done = done | has_eos
+            emit = emit.masked_fill(j >= m.unsqueeze(1), PAD)
+            pos = n_out[idx].unsqueeze(1) + j  # (A, k+1); PADs past m land beyond the sequence's end
+            out[idx.unsqueeze(1), pos] = torch.where(alive.unsqueeze(1), emit, out[idx.unsqueeze(1), pos])
+            n_out[idx] += m
+            # ---- roll back both models to the accepted prefix --------------------------------
+            self.target.rollback(tstate, tstate.lengths - k + n)  # keeps pending + x_1..x_n
+            self.draft.rollback(dstate, dstate.lengths - (k - 1) + torch.clamp(n, max=k - 1))
+            all_in = n == k  # the draft never fed x_k: it becomes pending, with y
+            d_pending = torch.stack([torch.where(all_in, x[:, -1], torch.zeros_like(y)), y], 1)  # (A, 2)
+            d_npend = 1 + all_in.long()
+            t_pending = y
+            # ---- instrumentation (live rows only; acceptance before EOS/length truncation) -------
+            n_np = n[alive].cpu().numpy()
+            stats.accepted_hist += np.bincount(n_np, minlength=k + 1)
+            stats.reached += (pos_k[None, :] <= n_np[:, None]).sum(0)  # x_{i+1} judged iff n >= i
+            stats.accepted_at += (pos_k[None, :] < n_np[:, None]).sum(0)
+            _sync(dev)
+            t3 = time.perf_counter()
+            t_clock["draft"] += t1 - tic
+            t_clock["target"] += t2 - t1
+            t_clock["sampler"] += t3 - t2
+            stats.rounds.append({
+                "round": r, "batch": A, "sequence_rounds": len(n_np), "drafted": len(n_np) * k,
+                "accepted": int(n_np.sum()), "emitted": int(m.sum()), "target_calls": 1, "draft_calls": k,
+                "t_draft": t1 - tic, "t_target": t2 - t1, "t_sampler": t3 - t2,
+            })
+            r += 1
+            # ---- drop finished sequences ------------------------------------------------------
+            alive = alive & ~done
+            n_alive = int(alive.sum())
+            if n_alive == 0:
+                break
+            if n_alive < self.compact_below * A:
+                sel = alive.nonzero().squeeze(1)
+                idx, alive = idx[sel], alive[sel]
+                tstate = self.target.select(tstate, sel)
+                dstate = self.draft.select(dstate, sel)
+                d_pending, d_npend, t_pending = d_pending[sel], d_npend[sel], t_pending[sel]
+        return GenerationResult(tokens=out[:, :max_new_tokens].contiguous(), lengths=n_out, stats=stats,
+                                timings=t_clock)
+
+    @property
+    def target_dtype(self):
+        return getattr(self.target, "dtype", torch.float32)
+
+
+def speculative_generate(target: LanguageModel, draft: LanguageModel, prompts: Prompts, *, k: int,
+                         max_new_tokens: int, config: SamplingConfig = SamplingConfig(),
+                         eos_token_id: Optional[int] = None,
+                         generator: Optional[torch.Generator] = None) -> GenerationResult:
+    """Sample continuations of ``prompts`` from ``target``, using ``draft`` to propose k tokens a round.
+
+    This is the *sampler call signature* the harness verifies: any function with these arguments
+    that returns a :class:`GenerationResult` can be plugged into ``python -m harness verify``.
+    """
+    return SpeculativeSampler(target, draft, k, config).generate(prompts, max_new_tokens, eos_token_id, generator)
