@@ -43,15 +43,17 @@ def git_commit(repo: Path = _REPO) -> dict:
 def versions() -> dict:
     """Versions of Python and the libraries results depend on (None when not installed)."""
     out = {"python": platform.python_version()}
-    for mod in ("torch", "numpy", "scipy", "pandas", "pyarrow", "matplotlib", "transformers"):
-        m = sys.modules.get(mod)
-        if m is None:
-            try:
-                m = __import__(mod)
-            except Exception:  # noqa: BLE001 - absent or broken optional dependency
-                out[mod] = None
-                continue
-        out[mod] = getattr(m, "__version__", None)
+    from importlib import metadata as _md
+    for mod, dist in (("torch", "torch"), ("numpy", "numpy"), ("scipy", "scipy"), ("pandas", "pandas"),
+                      ("pyarrow", "pyarrow"), ("matplotlib", "matplotlib"), ("transformers", "transformers")):
+        m = sys.modules.get(mod)  # the version actually imported, else the installed one (no import)
+        if m is not None and getattr(m, "__version__", None):
+            out[mod] = m.__version__
+            continue
+        try:
+            out[mod] = _md.version(dist)
+        except _md.PackageNotFoundError:
+            out[mod] = None
     return out
 
 
