@@ -33,9 +33,9 @@ import torch
 
 from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, Prompts, as_prompt_list, check_same_vocab
-from specimpl.sampling import SamplingConfig, sample_categorical, warp
+from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
 
-__all__ = ["verify_block", "SpeculativeSampler", "speculative_generate", "GenerationResult", "SpecStats", "PAD"]
+__all__ = ["verify_block", "verify_block_checked", "SpeculativeSampler", "speculative_generate", "GenerationResult", "SpecStats", "PAD"]
 
 PAD = -1  # fill value of the output after a sequence ends
 
@@ -65,6 +65,34 @@ def verify_block(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_accept: to
     residual = torch.where(empty, p_n, residual)
     y = sample_categorical(residual, u_final)  # (B,) normalised by its sum inside
     return n, y
+
+
+def verify_block_checked(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_accept: torch.Tensor,
+                         u_final: torch.Tensor, atol: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`verify_block` after validating every argument (for hand-fed tensors).
+
+    Rejects, with an error naming the argument: wrong shapes, NaN / negative / unnormalised rows of
+    ``p`` or ``q`` (row sums within ``atol`` of 1), draft ids outside [0, V), uniforms outside [0, 1).
+    The sampler's inner loop calls the unchecked function; its models produce normalised laws.
+    """
+    check_arg(torch.is_tensor(p) and p.dim() == 3 and p.shape[1] >= 2, "p",
+              f"shape {tuple(p.shape)}" if torch.is_tensor(p) else type(p).__name__, "a tensor of shape (B, k+1, V), k >= 1")
+    B, k1, V = p.shape
+    k = k1 - 1
+    check_arg(torch.is_tensor(q) and tuple(q.shape) == (B, k, V), "q",
+              f"shape {tuple(q.shape)}" if torch.is_tensor(q) else type(q).__name__, f"a tensor of shape (B, k, V) = {(B, k, V)}")
+    check_probs("p", p, atol)
+    check_probs("q", q, atol)
+    check_arg(torch.is_tensor(x) and tuple(x.shape) == (B, k) and not x.is_floating_point() and x.dtype != torch.bool,
+              "x", f"shape {tuple(x.shape)}, dtype {x.dtype}" if torch.is_tensor(x) else type(x).__name__,
+              f"an integer tensor of shape (B, k) = {(B, k)}")
+    check_arg(bool(((x >= 0) & (x < V)).all()), "x", x[(x < 0) | (x >= V)][:5].tolist(), f"token ids in [0, {V})")
+    for name, u, shape in (("u_accept", u_accept, (B, k)), ("u_final", u_final, (B,))):
+        check_arg(torch.is_tensor(u) and tuple(u.shape) == shape and u.is_floating_point(), name,
+                  f"shape {tuple(u.shape)}, dtype {u.dtype}" if torch.is_tensor(u) else type(u).__name__,
+                  f"a floating-point tensor of shape {shape}")
+        check_arg(bool(((u >= 0) & (u < 1)).all()), name, u[~((u >= 0) & (u < 1))][:5].tolist(), "uniforms in [0, 1)")
+    return verify_block(p, q, x.long(), u_accept, u_final)
 
 
 @dataclass
@@ -175,7 +203,7 @@ class SpeculativeSampler:
 
         B = len(plist)
         last = torch.tensor([p[-1] for p in plist], dtype=torch.long, device=dev)
-        d_pending = torch.stack([torch.zeros_like(last), last], 1)  # (B, 2) right-aligned tokens the draft has not fed
+        d_pending = torch.stack([last, torch.zeros_like(last)], 1)  # (B, 2) left-aligned tokens the draft has not fed
         d_npend = torch.ones(B, dtype=torch.long, device=dev)  # (B,) 1 or 2
         t_pending = last  # (B,) the target's one unfed token
         out = torch.full((B, max_new_tokens + k + 1), PAD, dtype=torch.long, device=dev)
@@ -230,7 +258,7 @@ class SpeculativeSampler:
             self.target.rollback(tstate, tstate.lengths - k + n)  # keeps pending + x_1..x_n
             self.draft.rollback(dstate, dstate.lengths - (k - 1) + torch.clamp(n, max=k - 1))
             all_in = n == k  # the draft never fed x_k: it becomes pending, with y
-            d_pending = torch.stack([torch.where(all_in, x[:, -1], torch.zeros_like(y)), y], 1)  # (A, 2)
+            d_pending = torch.stack([torch.where(all_in, x[:, -1], y), torch.where(all_in, y, 0)], 1)  # (A, 2) x_k, y or y, -
             d_npend = 1 + all_in.long()
             t_pending = y
             # ---- instrumentation (live rows only; acceptance before EOS/length truncation) -------
