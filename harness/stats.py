@@ -566,6 +566,7 @@ def dkw2_n_for_distance(distance: float, alpha: float = DEFAULT_ALPHA, power: fl
     return int(math.ceil(s * s / (2 * distance * distance)))
 
 
+@lru_cache(maxsize=1024)
 def _ad_critical(alpha: float) -> float:
     return float(optimize.brentq(lambda z: anderson_darling_sf(z) - alpha, 0.05, 200.0, xtol=1e-10))
 
