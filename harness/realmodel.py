@@ -1,0 +1,286 @@
+"""The sequential randomized-PIT battery on a real (transformers) target/draft pair.
+
+    from harness.realmodel import real_model_scenario
+    r = real_model_scenario(sampler, n_sequences=1600, max_new_tokens=64, seed=0)   # ~100 k tokens
+    r.lossless, r.pvalue, r.pooled.min_detectable_distance
+
+Under H0 (the sampler's output law equals the target's) each emitted token's randomized PIT
+
+    U_t = F_t(x_t − 1) + V_t · p_t(x_t),   V_t ~ U(0, 1),   p_t = warp(target logits | prompt, x_<t)
+
+is iid U(0, 1) (Brockwell 2007; Czado, Gneiting & Held 2009).  The target's conditionals come from
+scoring each emitted sequence with the target in *one* forward (prompt + x_1..x_{T−1}), which is an
+independent computation from the sampler's incremental KV-cached calls.  Three families of tests
+share the scenario's false-alarm budget ``alpha`` (Bonferroni, a third each):
+
+    pooled     KS of all N·T values against U(0, 1)
+    positions  KS per output position t = 1..T (each at alpha / (3T))
+    pairs      χ² of consecutive pairs (U_t, U_t+1) on an m × m grid (catches coupled bugs)
+
+Each result carries the smallest deviation it detects with probability ``power`` (DKW for KS; the
+noncentral χ² for pairs), so a pass states what it rules out.  EOS is off (every sequence has
+exactly T tokens); no pad handling is needed.
+
+``python -m harness.realmodel`` runs the reference sampler (≥ 100 k tokens), the real-model bug
+catalogue (``specimpl.hf_bugs``), a lossless control and transformers' assisted generation, and
+writes ``results/hf/pit.csv`` (resumable: finished rows are kept).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from harness import stats
+from specimpl.sampling import SamplingConfig, warp
+from specimpl.speculative import PAD, speculative_generate
+
+__all__ = ["RealModelResult", "real_model_scenario", "target_pit", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class RealModelResult:
+    """One sampler on the real pair.  ``pvalue`` is the Bonferroni combination of the three families
+    (reject iff ``pvalue <= alpha``); ``lossless`` = not rejected."""
+
+    name: str
+    statistic: float  # pooled KS distance
+    pvalue: float
+    lossless: bool
+    alpha: float
+    power: float
+    n_sequences: int
+    n_tokens: int
+    T: int
+    k: int
+    config: str
+    pooled: stats.KSResult
+    position_min_pvalue: float  # smallest per-position KS p-value (raw)
+    position_worst: int  # its position (0-based)
+    position_min_detectable: float  # detectable KS distance of one position's test at alpha / (3T)
+    pairs: stats.PairResult
+    kolmogorov_upper: float  # DKW upper bound on the pooled PIT law's Kolmogorov distance, delta = alpha
+    acceptance_rate: Optional[float]
+    wall_sample_s: float
+    wall_score_s: float
+    tokens_per_s: float
+    failed: tuple = field(default_factory=tuple)  # families that rejected
+
+    def summary(self) -> str:
+        verdict = "LOSSLESS (not rejected)" if self.lossless else f"REJECTED by {', '.join(self.failed)}"
+        return (f"{self.name}: {verdict}; p = {self.pvalue:.3g} at alpha {self.alpha:g}; {self.n_tokens} tokens "
+                f"({self.n_sequences} x {self.T}); pooled KS {self.pooled.statistic:.4f} (detects >= "
+                f"{self.pooled.min_detectable_distance:.4f} w.p. {self.power:g}); pairs {self.pairs.bins}x"
+                f"{self.pairs.bins} p {self.pairs.pvalue:.3g} (detects TV >= {self.pairs.min_detectable_tv:.4f}); "
+                f"worst position {self.position_worst} p {self.position_min_pvalue:.3g}")
+
+    def row(self) -> dict:
+        return {
+            "sampler": self.name, "verdict": "lossless" if self.lossless else "rejected",
+            "failed": ";".join(self.failed), "pvalue": self.pvalue, "alpha": self.alpha, "power": self.power,
+            "n_tokens": self.n_tokens, "n_sequences": self.n_sequences, "T": self.T, "k": self.k,
+            "config": self.config, "pooled_ks": self.pooled.statistic, "pooled_p": self.pooled.pvalue,
+            "pooled_min_detectable_ks": self.pooled.min_detectable_distance,
+            "position_min_p": self.position_min_pvalue, "position_worst": self.position_worst,
+            "position_min_detectable_ks": self.position_min_detectable,
+            "pairs_stat": self.pairs.statistic, "pairs_p": self.pairs.pvalue, "pairs_bins": self.pairs.bins,
+            "pairs_min_detectable_tv": self.pairs.min_detectable_tv, "kolmogorov_upper": self.kolmogorov_upper,
+            "acceptance_rate": self.acceptance_rate, "wall_sample_s": self.wall_sample_s,
+            "wall_score_s": self.wall_score_s, "tokens_per_s": self.tokens_per_s,
+        }
+
+
+@torch.no_grad()
+def target_pit(target, prompts: list[list[int]], tokens: torch.Tensor, config: SamplingConfig,
+               generator: torch.Generator, chunk: int = 256) -> np.ndarray:
+    """Randomized PIT (N, T) of emitted ``tokens`` under the target's warped conditionals, each row
+    scored in one forward of prompt + tokens[:-1].  PAD entries (after a sequence's end) get U = V."""
+    N, T = tokens.shape
+    out = []
+    for s in range(0, N, chunk):
+        pr = prompts[s:s + chunk]
+        x = tokens[s:s + chunk].to(target.device)  # (n, T)
+        pad = x == PAD
+        xin = torch.cat([torch.tensor([[p[-1]] for p in pr], device=target.device), x[:, :-1]], 1)  # (n, T)
+        st = target.prefill(pr)
+        logits = target.forward(st, xin.masked_fill(xin == PAD, 0))  # (n, T, V)
+        p = warp(logits.double(), config)  # (n, T, V)
+        out.append(stats.pit_from_probs(p, x.masked_fill(pad, 0), generator=generator,
+                                        pad_mask=pad if bool(pad.any()) else None))
+    return np.concatenate(out, 0)
+
+
+def real_model_scenario(sampler: Callable = speculative_generate, *, target=None, draft=None,
+                        n_sequences: int = 1024, max_new_tokens: int = 64, k: int = 4,
+                        config: SamplingConfig = SamplingConfig(), prompt_lengths: tuple = (8, 48),
+                        batch_size: int = 256, seed: int = 0, alpha: float = 1e-4, power: float = 0.99,
+                        name: Optional[str] = None, progress: bool = True) -> RealModelResult:
+    """Run ``sampler`` (the harness's sampler call signature) on the real pair and test its output
+    with the sequential randomized-PIT battery.
+
+    target, draft   :class:`specimpl.hf.HFModel` (default: the shipped tiny pair, loaded once).
+    n_sequences     prompts (held-out stdlib text, ragged lengths in ``prompt_lengths``); the run
+                    emits ``n_sequences * max_new_tokens`` tokens (EOS off).
+    batch_size      prompts per sampler call (a batch-1 sampler simply loops inside).
+    seed            drives the prompts, the sampler's generator and the PIT's V draws.
+    alpha, power    false-alarm budget of the scenario (split over the three families) and the
+                    power at which detectable deviations are reported.
+    """
+    from tqdm import tqdm
+    from specimpl.hf import load_tiny_pair, tiny_pair_prompts
+    if target is None or draft is None:
+        target, draft = _tiny_pair_cached()
+    lo, hi = prompt_lengths
+    prompts = tiny_pair_prompts(n_sequences, length=hi, min_length=lo, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    toks, acc, drafted = [], 0, 0
+    tic = time.perf_counter()
+    for s in tqdm(range(0, n_sequences, batch_size), desc=f"sample {name or getattr(sampler, '__name__', 'sampler')}",
+                  disable=not progress, file=sys.stderr, leave=False):
+        r = sampler(target, draft, prompts[s:s + batch_size], k=k, max_new_tokens=max_new_tokens, config=config,
+                    eos_token_id=None, generator=gen)
+        toks.append(r.tokens.cpu())
+        if r.stats is not None:
+            t = r.stats.totals()
+            acc += int(t.get("accepted", 0))
+            drafted += int(t.get("drafted", 0))
+    wall_sample = time.perf_counter() - tic
+    tokens = torch.cat(toks)  # (N, T)
+    tic = time.perf_counter()
+    u = target_pit(target, prompts, tokens, config, torch.Generator().manual_seed(seed + 7919))
+    wall_score = time.perf_counter() - tic
+    return _battery(u, name or getattr(sampler, "__name__", "sampler"), k, config, alpha, power,
+                    acc / drafted if drafted else None, wall_sample, wall_score)
+
+
+def _battery(u: np.ndarray, name, k, config, alpha, power, acceptance, wall_sample, wall_score) -> RealModelResult:
+    N, T = u.shape
+    a3 = alpha / 3
+    pooled = stats.pit_uniformity_test(u, alpha=a3, power=power)
+    per = stats.pit_position_tests(u, alpha=a3 / T, power=power)
+    pos_p = np.array([r.pvalue for r in per])
+    worst = int(pos_p.argmin())
+    pairs = stats.pit_pair_test(u, alpha=a3, power=power)
+    fam = {"pooled": pooled.pvalue, "positions": min(1.0, T * float(pos_p.min())), "pairs": pairs.pvalue}
+    p = min(1.0, 3 * min(fam.values()))
+    failed = tuple(f for f, v in fam.items() if v <= a3)
+    kb = stats.kolmogorov_upper_bound(u.ravel(), delta=alpha)
+    return RealModelResult(
+        name=name, statistic=pooled.statistic, pvalue=p, lossless=p > alpha, alpha=alpha, power=power,
+        n_sequences=N, n_tokens=N * T, T=T, k=k, config=config.describe(), pooled=pooled,
+        position_min_pvalue=float(pos_p.min()), position_worst=worst,
+        position_min_detectable=per[0].min_detectable_distance, pairs=pairs, kolmogorov_upper=kb.upper,
+        acceptance_rate=acceptance, wall_sample_s=wall_sample, wall_score_s=wall_score,
+        tokens_per_s=N * T / max(wall_sample, 1e-9), failed=failed)
+
+
+_PAIR = None
+
+
+def _tiny_pair_cached():
+    global _PAIR
+    if _PAIR is None:
+        from specimpl.hf import load_tiny_pair
+        _PAIR = load_tiny_pair()
+    return _PAIR
+
+
+# ------------------------------------------------------------------------------------ command line
+def _resolve(spec: str) -> Callable:
+    mod, _, fn = spec.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def _catalogue(include_hf_peer: bool) -> dict[str, tuple[Callable, str, dict]]:
+    """name -> (sampler, expected verdict, overrides)."""
+    from specimpl import hf_bugs
+    cat = {"reference": (speculative_generate, "lossless", {})}
+    cat.update({n: (f, "lossless", {}) for n, f in hf_bugs.HF_LOSSLESS_CONTROLS.items()})
+    cat.update({n: (f, "rejected", {}) for n, f in hf_bugs.HF_BUGS.items()})
+    if include_hf_peer:
+        from specimpl.hf_assisted import hf_assisted_generate
+        cat["hf_assisted"] = (hf_assisted_generate, "unknown", {})
+    return cat
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--sampler", action="append", default=None,
+                    help="module:function with the sampler call signature (repeatable); default: the catalogue")
+    ap.add_argument("--only", action="append", default=None, help="catalogue names to run")
+    ap.add_argument("--n-sequences", type=int, default=1600, help="sequences per sampler (x T tokens)")
+    ap.add_argument("--bug-sequences", type=int, default=256, help="sequences per negative control")
+    ap.add_argument("--peer-sequences", type=int, default=1600, help="sequences for HF assisted generation")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--alpha", type=float, default=1e-4)
+    ap.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "results" / "hf" / "pit.csv"))
+    ap.add_argument("--fresh", action="store_true", help="ignore finished rows in --out (no resume)")
+
+
+def run(args) -> int:
+    import pandas as pd
+    from harness.provenance import atomic_write_csv, metadata
+    torch.set_num_threads(args.threads)
+    config = SamplingConfig(temperature=args.temperature)
+    if args.sampler:
+        todo = {s: (_resolve(s), "unknown", {}) for s in args.sampler}
+    else:
+        todo = _catalogue(not args.no_peer)
+    if args.only:
+        todo = {n: v for n, v in todo.items() if n in args.only}
+    out = Path(args.out)
+    rows = []
+    if out.exists() and not args.fresh:
+        prev = pd.read_csv(out, comment="#")
+        rows = prev.to_dict("records")
+    key = lambda r: (r["sampler"], r["config"], int(r["T"]), int(r["k"]), int(r.get("seed", -1)))  # noqa: E731
+    done = {key(r) for r in rows}
+    meta_cfg = {k: v for k, v in vars(args).items() if k != "func"}
+    code = 0
+    for name, (fn, expected, _) in todo.items():
+        n = args.n_sequences
+        if expected == "rejected":
+            n = args.bug_sequences
+        elif name == "hf_assisted":
+            n = args.peer_sequences
+        probe = {"sampler": name, "config": config.describe(), "T": args.max_new_tokens, "k": args.k, "seed": args.seed}
+        if key(probe) in done:
+            print(f"{name}: kept from {out}")
+            continue
+        r = real_model_scenario(fn, n_sequences=n, max_new_tokens=args.max_new_tokens, k=args.k, config=config,
+                                seed=args.seed, alpha=args.alpha, name=name,
+                                batch_size=1 if name == "hf_assisted" else 256)
+        row = r.row()
+        row.update(seed=args.seed, expected=expected,
+                   as_expected=(expected == "unknown") or (row["verdict"] == expected))
+        print(r.summary(), flush=True)
+        if not row["as_expected"]:
+            code = 1
+        rows.append(row)
+        atomic_write_csv(out, pd.DataFrame(rows), metadata(meta_cfg, args.seed))
+    return code
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.realmodel", description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,520 @@
+"""Hugging Face causal LMs behind the :class:`specimpl.model.LanguageModel` interface.
+
+    target = HFModel.from_pretrained("Qwen/Qwen2.5-0.5B")          # hub name (needs network) ...
+    draft = HFModel.from_pretrained("/path/to/local/checkpoint")      # ... or a local directory
+    target, draft = load_pair(target_path, draft_path)               # + vocabulary/tokenizer check
+    target, draft = load_tiny_pair()                                 # the pair shipped in specimpl/assets
+
+KV cache layout
+---------------
+One preallocated buffer per attention layer, keys and values (B, H, S, D), where sequence b owns
+slots ``0 .. lengths[b] - 1`` *in order* (slot index == position).  A forward call writes the T
+new tokens of row b at slots ``lengths[b] .. lengths[b] + T - 1`` (a slice copy when every row has
+the same length, a scatter otherwise) and attends with
+
+    mask[b, t, s] = s <= lengths[b] + t        position_ids[b, t] = lengths[b] + t
+
+so rows of a ragged batch never see each other's padding.  Only ``tokens[b, :n_new[b]]`` count:
+``lengths[b] += n_new[b]``; the padded tail was written to slots past the new length, which no
+later query can see and the next call overwrites.  Rolling back is therefore O(1) — set
+``lengths`` — and exactly restores the state of a fresh run on the kept prefix; ``select``
+gathers rows.  The same code serves batch 1 (slice writes, a (1, 1, T, S) mask) and batch B.
+
+The mask is handed to the model as a ready 4D additive mask (0 visible, dtype-min hidden), which
+transformers passes through unchanged; for sliding-window configs the window is applied in the
+mask, and models with mixed layer types get a ``{layer_type: mask}`` mapping.
+
+Loading checks, before any weights are read: the path exists (or looks like a hub name), the
+config is a decoder-only causal LM (not encoder-decoder, not an encoder such as BERT without
+``is_decoder``), and for a pair, equal output vocabularies and identical tokenizers.  After
+loading, a two-input probe checks that logits at a position do not depend on later tokens.
+``trust_remote_code`` is off unless passed.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+
+from specimpl.errors import check_arg
+from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
+
+__all__ = ["HFModel", "HFState", "RaggedKVCache", "load_pair", "load_tiny_pair", "check_pair", "TINY_PAIR_DIR",
+           "tiny_pair_prompts", "NonCausalModelError", "VocabularyMismatchError"]
+
+TINY_PAIR_DIR = Path(__file__).resolve().parent / "assets" / "tiny_pair"
+
+# encoder families that transformers also registers as "causal LM" heads; they are causal only
+# when configured with is_decoder=True
+_ENCODER_FAMILIES = {
+    "bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "electra", "ernie", "roformer",
+    "data2vec-text", "xmod", "rembert", "megatron-bert", "big_bird", "bert-generation", "qdqbert", "nezha",
+    "roberta-prelayernorm", "mra",
+}
+
+
+class NonCausalModelError(ValueError):
+    """The model is not a decoder-only causal LM (encoder, encoder-decoder, or fails the causality probe)."""
+
+
+class VocabularyMismatchError(ValueError):
+    """Target and draft do not share one vocabulary / tokenizer."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache
+# ---------------------------------------------------------------------------------------------
+def _cache_base():
+    from transformers.cache_utils import Cache, CacheLayerMixin
+    return Cache, CacheLayerMixin
+
+
+def _make_cache_classes():
+    Cache, CacheLayerMixin = _cache_base()
+
+    class RaggedLayer(CacheLayerMixin):
+        """Keys/values of one attention layer, (B, H, S, D) with per-row lengths held by the parent."""
+
+        is_sliding = False
+        is_croppable = False
+        is_compileable = False
+        supports_early_init = False
+
+        def __init__(self, parent):
+            super().__init__()
+            self.parent = parent
+            self.keys = self.values = None
+
+        def lazy_initialization(self, key_states, value_states):
+            self.is_initialized = True
+
+        def _ensure(self, key_states: torch.Tensor, value_states: torch.Tensor, need: int) -> None:
+            B, H, _, D = key_states.shape
+            Dv = value_states.shape[-1]
+            if self.keys is None:
+                cap = max(need, self.parent.initial_capacity)
+                self.keys = key_states.new_zeros(B, H, cap, D)  # (B, H, S, D)
+                self.values = value_states.new_zeros(B, H, cap, Dv)
+                self.is_initialized = True
+            elif self.keys.shape[2] < need:
+                cap = max(need, 2 * self.keys.shape[2])
+                grow = cap - self.keys.shape[2]
+                self.keys = torch.cat([self.keys, self.keys.new_zeros(B, H, grow, D)], 2)
+                self.values = torch.cat([self.values, self.values.new_zeros(B, H, grow, Dv)], 2)
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            """key_states (B, H, T, D): write at the parent's slots, return (B, H, kv_len, D) views."""
+            p = self.parent
+            T = key_states.shape[2]
+            self._ensure(key_states, value_states, p.kv_len)
+            if p.offset is not None:  # every row at the same length: one slice copy
+                self.keys[:, :, p.offset:p.offset + T] = key_states
+                self.values[:, :, p.offset:p.offset + T] = value_states
+            else:
+                B, H, _, D = key_states.shape
+                idx = p.write_index.view(B, 1, T, 1)  # (B, 1, T, 1) slot of each new token
+                self.keys.scatter_(2, idx.expand(B, H, T, D), key_states)
+                self.values.scatter_(2, idx.expand(B, H, T, value_states.shape[-1]), value_states)
+            return self.keys[:, :, :p.kv_len], self.values[:, :, :p.kv_len]
+
+        def get_seq_length(self) -> int:
+            return self.parent.seq_length
+
+        def get_max_length(self) -> int:
+            return -1
+
+        def get_mask_sizes(self, query_length: int):
+            return self.parent.seq_length + query_length, 0
+
+        def reset(self) -> None:
+            self.keys = self.values = None
+            self.is_initialized = False
+
+        def select(self, index: torch.Tensor) -> None:
+            if self.keys is not None:
+                self.keys = self.keys.index_select(0, index)
+                self.values = self.values.index_select(0, index)
+
+    class RaggedKVCache(Cache):
+        """transformers ``Cache`` whose rows have their own lengths; driven by :class:`HFModel`."""
+
+        def __init__(self, num_layers: int, initial_capacity: int = 256):
+            super().__init__(layers=[RaggedLayer(self) for _ in range(num_layers)])
+            self.initial_capacity = initial_capacity
+            self.offset: Optional[int] = None  # shared write offset when all rows are at one length
+            self.write_index: Optional[torch.Tensor] = None  # (B, T) slots otherwise
+            self.kv_len = 0  # slots handed to attention in the current call
+            self.seq_length = 0  # longest row before the current call
+
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            return self.layers[layer_idx].update(key_states, value_states)
+
+        def select(self, index: torch.Tensor) -> None:
+            for layer in self.layers:
+                layer.select(index)
+
+    return RaggedLayer, RaggedKVCache
+
+
+_CLASSES = None
+
+
+def _classes():
+    global _CLASSES
+    if _CLASSES is None:
+        _CLASSES = _make_cache_classes()
+    return _CLASSES
+
+
+def RaggedKVCache(num_layers: int, initial_capacity: int = 256):  # noqa: N802  (factory, class built lazily)
+    """A fresh :class:`RaggedKVCache` (the class is created on first use so importing is cheap)."""
+    return _classes()[1](num_layers, initial_capacity)
+
+
+@dataclass
+class HFState(ModelState):
+    """lengths (B,) tokens consumed per row; cache holds their keys/values at slots 0..lengths-1."""
+
+    cache: object = None
+    max_len: int = 0  # host copy of int(lengths.max()) (no device sync in the hot path)
+    uniform: bool = True  # host flag: every row has the same length
+
+
+# ---------------------------------------------------------------------------------------------
+# The model wrapper
+# ---------------------------------------------------------------------------------------------
+class HFModel(LanguageModel):
+    """A transformers causal LM (any ``AutoModelForCausalLM``) as a :class:`LanguageModel`.
+
+    ``model`` is a loaded ``PreTrainedModel``; ``tokenizer`` (optional) is kept for text prompts
+    and for the pair check.  Logits come back in ``logits_dtype`` (float32 by default, also for
+    half-precision models).
+    """
+
+    def __init__(self, model, tokenizer=None, name: Optional[str] = None, logits_dtype=torch.float32,
+                 probe: bool = True):
+        _check_config_causal(model.config, name or type(model).__name__)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+        out = model.get_output_embeddings()
+        self.vocab_size = int(out.weight.shape[0]) if out is not None else int(model.config.vocab_size)
+        self.device = next(model.parameters()).device
+        self.dtype = logits_dtype
+        self.num_layers = _num_cache_layers(model.config)
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.max_positions = _max_positions(model.config)
+        self._mask_kind = _mask_kind(model.config)
+        self._min = torch.finfo(next(model.parameters()).dtype).min
+        if probe:
+            _probe_causal(self)
+
+    # -- loading ------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, name_or_path: Union[str, os.PathLike], *, dtype=torch.float32, device="cpu",
+                        trust_remote_code: bool = False, attn_implementation: Optional[str] = "sdpa",
+                        revision: Optional[str] = None, local_files_only: Optional[bool] = None,
+                        load_tokenizer: bool = True, **model_kwargs) -> "HFModel":
+        """Load a causal LM by hub name or local path (safetensors only; no remote code unless asked).
+
+        Configuration and tokenizer are read and checked first; weights are loaded only when the
+        config describes a decoder-only causal LM.
+        """
+        config, tok = _load_config_and_tokenizer(name_or_path, trust_remote_code, revision, local_files_only,
+                                                 load_tokenizer)
+        _check_config_causal(config, str(name_or_path))
+        return cls._load_weights(name_or_path, config, tok, dtype=dtype, device=device,
+                                 trust_remote_code=trust_remote_code, attn_implementation=attn_implementation,
+                                 revision=revision, local_files_only=local_files_only, **model_kwargs)
+
+    @classmethod
+    def _load_weights(cls, name_or_path, config, tok, *, dtype, device, trust_remote_code, attn_implementation,
+                      revision, local_files_only, **model_kwargs) -> "HFModel":
+        from transformers import AutoModelForCausalLM
+        kw = dict(config=config, trust_remote_code=trust_remote_code, use_safetensors=True, revision=revision,
+                  **model_kwargs)
+        if local_files_only is not None:
+            kw["local_files_only"] = local_files_only
+        if attn_implementation is not None:
+            kw["attn_implementation"] = attn_implementation
+        try:
+            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **kw)
+        except TypeError:  # transformers < 4.56 spells it torch_dtype
+            model = AutoModelForCausalLM.from_pretrained(name_or_path, torch_dtype=dtype, **kw)
+        model.to(device)
+        return cls(model, tok, name=str(name_or_path))
+
+    # -- the interface --------------------------------------------------------------------------
+    def prefill(self, prompts: Prompts) -> HFState:
+        plist = as_prompt_list(prompts, self.vocab_size)
+        B = len(plist)
+        n = [len(p) - 1 for p in plist]  # every prompt token but the last
+        state = HFState(lengths=torch.zeros(B, dtype=torch.long, device=self.device),
+                        cache=RaggedKVCache(self.num_layers, initial_capacity=_round_up(max(n) + 64, 64)),
+                        max_len=0, uniform=True)
+        T = max(n)
+        if T == 0:
+            return state
+        tokens = torch.zeros(B, T, dtype=torch.long)
+        for b, p in enumerate(plist):
+            tokens[b, :n[b]] = torch.tensor(p[:-1], dtype=torch.long)
+        self.forward(state, tokens.to(self.device), torch.tensor(n, dtype=torch.long, device=self.device),
+                     _logits=False)
+        return state
+
+    @torch.inference_mode()
+    def forward(self, state: HFState, tokens: torch.Tensor, n_new: Optional[torch.Tensor] = None,
+                _logits: bool = True) -> torch.Tensor:
+        B, T = tokens.shape  # (B, T)
+        L = state.lengths  # (B,)
+        need = state.max_len + T
+        if self.max_positions is not None and need > self.max_positions:
+            raise ValueError(f"sequence length {need} exceeds the model's maximum of {self.max_positions} "
+                             f"positions (`max_position_embeddings` of {self.name}); shorten the prompt or "
+                             "max_new_tokens")
+        cache = state.cache
+        cache.seq_length = state.max_len
+        cache.kv_len = need
+        ar = torch.arange(T, device=self.device)
+        if state.uniform:
+            off = state.max_len
+            cache.offset, cache.write_index = off, None
+            pos = (ar + off).unsqueeze(0).expand(B, T)  # (B, T)
+        else:
+            cache.offset = None
+            pos = L.unsqueeze(1) + ar  # (B, T)
+            cache.write_index = pos
+        mask = self._mask(pos, need)
+        kwargs = {self._cache_kw: cache}
+        out = self.model(input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=True,
+                         logits_to_keep=0 if _logits else 1, **kwargs)
+        if n_new is None:
+            state.lengths = L + T
+            state.max_len += T
+        else:
+            state.lengths = L + n_new
+            self._sync_host(state)
+        return out.logits.to(self.dtype) if _logits else None  # (B, T, V)
+
+    def rollback(self, state: HFState, lengths: torch.Tensor) -> None:
+        lengths = torch.as_tensor(lengths, dtype=torch.long, device=self.device)
+        check_arg(lengths.shape == state.lengths.shape, "lengths", tuple(lengths.shape),
+                  f"a tensor of shape {tuple(state.lengths.shape)}")
+        check_arg(bool(((lengths >= 0) & (lengths <= state.lengths)).all()), "lengths", lengths.tolist(),
+                  f"between 0 and the current lengths {state.lengths.tolist()}")
+        state.lengths = lengths  # slots past a row's length are invisible and get overwritten
+        self._sync_host(state)
+
+    def select(self, state: HFState, index: torch.Tensor) -> HFState:
+        index = torch.as_tensor(index, dtype=torch.long, device=self.device)
+        state.cache.select(index)
+        new = HFState(lengths=state.lengths[index], cache=state.cache)
+        self._sync_host(new)
+        return new
+
+    # -- helpers --------------------------------------------------------------------------------
+    @staticmethod
+    def _sync_host(state: HFState) -> None:
+        lo, hi = torch.aminmax(state.lengths)
+        lo, hi = int(lo), int(hi)
+        state.max_len, state.uniform = hi, lo == hi
+
+    def _mask(self, pos: torch.Tensor, kv_len: int):
+        """4D additive mask (B, 1, T, kv_len): slot s visible to query (b, t) iff s <= pos[b, t]."""
+        s = torch.arange(kv_len, device=self.device)  # (S,)
+        q = pos.unsqueeze(-1)  # (B, T, 1)
+        visible = s <= q  # (B, T, S)
+        full = self._additive(visible)
+        kind = self._mask_kind
+        if kind is None:
+            return full
+        window, per_type = kind
+        windowed = self._additive(visible & (s > q - window))
+        if not per_type:
+            return windowed
+        return {"full_attention": full, "sliding_attention": windowed, "chunked_attention": full}
+
+    def _additive(self, visible: torch.Tensor) -> torch.Tensor:
+        m = torch.zeros(visible.shape, dtype=self.model.dtype, device=self.device)
+        return m.masked_fill_(~visible, self._min).unsqueeze(1)  # (B, 1, T, S)
+
+    def encode(self, texts, add_bos: bool = True) -> list[list[int]]:
+        """Token lists for text prompts (needs the tokenizer)."""
+        if self.tokenizer is None:
+            raise ValueError(f"{self.name} was loaded without a tokenizer; pass token ids instead")
+        out = []
+        for t in texts:
+            ids = self.tokenizer(t, add_special_tokens=False)["input_ids"]
+            bos = self.tokenizer.bos_token_id
+            out.append(([bos] if add_bos and bos is not None else []) + list(ids))
+        return out
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in ids if int(i) >= 0]
+        return self.tokenizer.decode(ids) if self.tokenizer is not None else repr(ids)
+
+    @property
+    def eos_token_id(self) -> Optional[int]:
+        e = getattr(self.config, "eos_token_id", None)
+        return e[0] if isinstance(e, (list, tuple)) else e
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def _num_cache_layers(config) -> int:
+    tc = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for attr in ("num_hidden_layers", "n_layer", "num_layers"):
+        v = getattr(tc, attr, None)
+        if isinstance(v, int):
+            return v
+    raise NonCausalModelError(f"cannot tell the number of layers of {type(config).__name__}")
+
+
+def _max_positions(config) -> Optional[int]:
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        v = getattr(config, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def _mask_kind(config):
+    """None for full attention; (window, per_layer_type) when a sliding window is in use."""
+    window = getattr(config, "sliding_window", None)
+    if not isinstance(window, int) or window <= 0 or getattr(config, "use_sliding_window", True) is False:
+        return None
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        if "sliding_attention" not in types:
+            return None
+        return window, True
+    return window, False
+
+
+def _check_config_causal(config, name: str) -> None:
+    """Decoder-only causal LM, or a NonCausalModelError naming what it is."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    mt = getattr(config, "model_type", None)
+    if getattr(config, "is_encoder_decoder", False):
+        raise NonCausalModelError(f"`{name}` is an encoder-decoder model (model_type {mt!r}); "
+                                  "speculative sampling here needs a decoder-only causal LM")
+    if mt not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise NonCausalModelError(f"`{name}` has model_type {mt!r}, which transformers does not provide as "
+                                  "AutoModelForCausalLM; a decoder-only causal LM is needed")
+    if mt in _ENCODER_FAMILIES and not getattr(config, "is_decoder", False):
+        raise NonCausalModelError(f"`{name}` is a bidirectional encoder (model_type {mt!r}, is_decoder=False); "
+                                  "a causal LM is needed (an encoder used as a decoder needs is_decoder=True)")
+
+
+@torch.inference_mode()
+def _probe_causal(m: HFModel) -> None:
+    """Two 8-token inputs equal in their first 4 tokens must give equal logits there."""
+    g = torch.Generator().manual_seed(0)
+    V = m.vocab_size
+    a = torch.randint(0, V, (1, 8), generator=g)
+    b = a.clone()
+    b[0, 4:] = (a[0, 4:] + 1 + torch.randint(0, V - 1, (4,), generator=g)) % V
+    x = torch.cat([a, b]).to(m.device)  # (2, 8)
+    logits = m.model(input_ids=x, use_cache=False).logits.float()  # (2, 8, V)
+    la = logits[:, :4]  # (2, 4, V) the shared prefix
+    scale = float(logits.abs().max()) + 1e-12
+    rel = 1e-5 if next(m.model.parameters()).dtype == torch.float32 else 1e-3
+    diff = float((la[0] - la[1]).abs().max())
+    if diff > rel * scale:
+        raise NonCausalModelError(f"`{m.name}` is not causal: its logits at a position change with later "
+                                  f"tokens (max difference {diff:.3g}, logit scale {scale:.3g})")
+
+
+def _load_config_and_tokenizer(name_or_path, trust_remote_code, revision, local_files_only, load_tokenizer):
+    from transformers import AutoConfig, AutoTokenizer
+    s = str(name_or_path)
+    looks_local = os.path.isabs(s) or s.startswith((".", "~")) or os.path.exists(s) or s.count("/") > 1
+    if looks_local and not os.path.isdir(os.path.expanduser(s)):
+        raise FileNotFoundError(f"`name_or_path` must be an existing model directory or a hub name; got {s!r} "
+                                "(no such directory)")
+    kw = dict(trust_remote_code=trust_remote_code, revision=revision)
+    if local_files_only is not None:
+        kw["local_files_only"] = local_files_only
+    try:
+        config = AutoConfig.from_pretrained(s, **kw)
+    except OSError as e:
+        raise FileNotFoundError(f"`name_or_path` {s!r}: cannot read a model config ({e})") from e
+    tok = None
+    if load_tokenizer:
+        try:
+            tok = AutoTokenizer.from_pretrained(s, **kw)
+        except (OSError, ValueError, TypeError):
+            tok = None
+    return config, tok
+
+
+# ---------------------------------------------------------------------------------------------
+# Pairs
+# ---------------------------------------------------------------------------------------------
+def check_pair(target_config, draft_config, target_tok=None, draft_tok=None, target_name="target",
+               draft_name="draft") -> None:
+    """Same output vocabulary size and, when both tokenizers are known, the same token -> id map."""
+    vt, vd = target_config.vocab_size, draft_config.vocab_size
+    if vt != vd:
+        raise VocabularyMismatchError(f"`draft` ({draft_name}) has vocabulary size {vd} but `target` "
+                                      f"({target_name}) has {vt}; target and draft must share one vocabulary")
+    if target_tok is not None and draft_tok is not None:
+        a, b = target_tok.get_vocab(), draft_tok.get_vocab()
+        if a != b:
+            diff = sorted(set(a.items()) ^ set(b.items()))[:3]
+            raise VocabularyMismatchError(f"`draft` ({draft_name}) and `target` ({target_name}) have different "
+                                          f"tokenizers ({len(a)} vs {len(b)} tokens; e.g. {diff}); "
+                                          "they must share one tokenizer")
+        for attr in ("bos_token_id", "eos_token_id"):
+            if getattr(target_tok, attr, None) != getattr(draft_tok, attr, None):
+                raise VocabularyMismatchError(f"`draft` ({draft_name}) and `target` ({target_name}) disagree on "
+                                              f"{attr}: {getattr(draft_tok, attr)} vs {getattr(target_tok, attr)}")
+
+
+def load_pair(target: Union[str, os.PathLike], draft: Union[str, os.PathLike], **kwargs) -> tuple[HFModel, HFModel]:
+    """Load target and draft, checking both configs and tokenizers before reading any weights."""
+    trc = kwargs.get("trust_remote_code", False)
+    rev, lfo = kwargs.get("revision"), kwargs.get("local_files_only")
+    ct, tt = _load_config_and_tokenizer(target, trc, rev, lfo, True)
+    cd, td = _load_config_and_tokenizer(draft, trc, None, lfo, True)
+    _check_config_causal(ct, str(target))
+    _check_config_causal(cd, str(draft))
+    check_pair(ct, cd, tt, td, str(target), str(draft))
+    kw = dict(dtype=kwargs.get("dtype", torch.float32), device=kwargs.get("device", "cpu"), trust_remote_code=trc,
+              attn_implementation=kwargs.get("attn_implementation", "sdpa"), revision=rev, local_files_only=lfo)
+    return HFModel._load_weights(target, ct, tt, **kw), HFModel._load_weights(draft, cd, td, **kw)
+
+
+def load_tiny_pair(device="cpu", dtype=torch.float32) -> tuple[HFModel, HFModel]:
+    """The shipped byte-level target (4 layers, width 256) and draft (1 layer, width 128)."""
+    if not (TINY_PAIR_DIR / "target" / "model.safetensors").exists():
+        raise FileNotFoundError(f"the tiny pair is missing from {TINY_PAIR_DIR}; "
+                                "run `python experiments/train_tiny_pair.py` to rebuild it")
+    return load_pair(TINY_PAIR_DIR / "target", TINY_PAIR_DIR / "draft", device=device, dtype=dtype,
+                     local_files_only=True)
+
+
+def tiny_pair_prompts(n: int, length: int = 32, seed: int = 0, min_length: Optional[int] = None) -> list[list[int]]:
+    """``n`` byte prompts: <bos> + a slice of a held-out stdlib module (the training script's validation
+    split), starting at line starts; ragged lengths in [min_length, length] when min_length is given."""
+    import random
+    import sysconfig
+    files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    valid = [f for i, f in enumerate(files) if i % 20 == 19] or files
+    rng = random.Random(seed)
+    out = []
+    text = b"".join(f.read_bytes() for f in valid)
+    starts = [i + 1 for i in range(len(text) - 1) if text[i] == 10]
+    for _ in range(n):
+        L = length if min_length is None else rng.randint(min_length, length)
+        s = rng.choice(starts[: max(1, len(starts) - L)])
+        out.append([256] + list(text[s:s + L - 1]))
+    return out
