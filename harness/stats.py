@@ -37,7 +37,7 @@ Contents
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
@@ -298,6 +298,7 @@ def chi2_noncentrality(df: int, alpha: float, power: float = DEFAULT_POWER) -> f
     check_arg(isinstance(df, (int, np.integer)) and df >= 1, "df", df, "an integer >= 1")
     _check_level("alpha", alpha)
     _check_level("power", power)
+    check_arg(power > alpha, "power", power, f"a number > alpha = {alpha!r}")
     crit = stats.chi2.isf(alpha, df)
     f = lambda lam: stats.ncx2.sf(crit, df, lam) - power  # noqa: E731
     hi = max(1.0, crit)

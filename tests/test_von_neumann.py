@@ -4,7 +4,6 @@ the target — and the battery catches broken samplers (the tests can fail).
 Stated levels: each verdict uses a family-wise alpha of 1e-4 (``ALPHA``) split by Holm over KS, AD and
 the binomial acceptance test; power 0.99 for the printed detectable distances.  Fixed seeds.
 """
-import math
 
 import numpy as np
 import pytest
