@@ -1,0 +1,417 @@
+"""The verification battery on one (sampler, scenario) run: sufficient statistics and the tests.
+
+Drawing and testing are split.  :class:`Accumulator` folds each sampler call's output into small
+sufficient statistics (counts per position, consecutive pairs and the first-J joint; a histogram of
+the randomized PIT per position and non-overlapping PIT pair grids; per-sequence target
+log-probabilities; the acceptance instrumentation of each call).  :func:`plan_tests` then lists every
+test of the run as a :class:`TestSpec` whose ``evaluate(alpha)`` returns one report row: the runner
+first counts all tests of the whole ``make verify`` run, splits the family-wise budget over them, and
+only then evaluates each at its Bonferroni level (for the planners) and adjusts all p-values by Holm.
+
+Families of tests (row field ``family``; ``loss`` marks the tests whose rejection means *lossy*):
+
+* ``gof``         one-sample χ² against the exact law: each position (bonus positions included), each
+                  consecutive pair of positions, the joint of the first J positions.  Cells pooled from
+                  the target alone (expected counts ≥ 100; a draw in a zero-probability cell is
+                  impossible under H0 and rejects outright).
+* ``two_sample``  χ² homogeneity against target-only sampling (``autoregressive_generate``, same budget)
+                  on each position and the joint; KS and Anderson–Darling on each sequence's target
+                  log-probability.
+* ``pit``         randomized PIT under the target's exact conditionals: pooled, per position (KS on a
+                  fine grid), consecutive pairs (χ² on an m × m grid, even and odd offsets).
+* ``acceptance``  per draft position i, accepted − α_i · judged against the exact α_i of the reference
+                  process; the accepted-length histogram against its exact expectation.  Rounds are not
+                  independent, so both use the between-call variance (t / Hotelling T² over the
+                  sampler calls of the run).  Not loss tests: a lossless sampler that accepts less
+                  than allowed is reported *inefficient*.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+from scipy import stats as sps
+
+from harness import stats
+from harness.exact import ExactLaw
+
+__all__ = ["Accumulator", "TestSpec", "plan_tests", "ks_uniform_binned", "chunk_t_test", "hotelling_test",
+           "chunk_t_min_detectable", "chunk_t_n_for_deviation", "plan_chunks", "tv_interval"]
+
+LOGPROB_FLOOR = -1e9  # log-probability given to sequences the target cannot produce (finite for KS/AD)
+
+
+# ----------------------------------------------------------------------------- small statistics
+@dataclass(frozen=True)
+class BinnedKSResult:
+    """KS of PIT values against U(0, 1) computed on a grid of ``bins`` equal cells.
+
+    The grid statistic is ≤ the exact one, so the p-value (exact Kolmogorov null, scipy ``kstwo``) is
+    conservative; ``min_detectable_distance`` is the DKW figure for the grid CDF."""
+
+    statistic: float
+    pvalue: float
+    n: int
+    bins: int
+    min_detectable_distance: float
+    alpha: float
+    power: float
+    method: str
+
+
+def ks_uniform_binned(hist, *, alpha: float, power: float) -> BinnedKSResult:
+    h = np.asarray(hist, dtype=np.float64)
+    n = int(h.sum())
+    if n == 0:
+        return BinnedKSResult(0.0, 1.0, 0, h.size, math.inf, alpha, power, "ks on grid, no values")
+    cdf = np.cumsum(h) / n
+    edges = np.arange(1, h.size + 1) / h.size
+    d = float(np.abs(cdf - edges).max())
+    p = float(sps.kstwo.sf(d, n)) if n <= 1_000_000 else float(sps.kstwobign.sf(d * math.sqrt(n)))
+    return BinnedKSResult(d, min(1.0, p), n, h.size, stats.dkw_min_detectable_distance(n, alpha, power),
+                          alpha, power, f"kolmogorov-smirnov vs U(0,1) on a {h.size}-cell grid (conservative)")
+
+
+@dataclass(frozen=True)
+class ChunkTResult:
+    """t test that E[e_c] = 0 over C independent sampler calls (e_c a call's total deviation).
+
+    ``deviation`` is the estimated rate deviation (e.g. measured − exact acceptance); ``min_detectable``
+    the rate deviation detected with probability ``power`` at ``alpha`` given the observed spread."""
+
+    statistic: float
+    pvalue: float
+    n_chunks: int
+    deviation: float
+    min_detectable: float
+    alpha: float
+    power: float
+    method: str
+
+
+def chunk_t_min_detectable(n_chunks: int, sd: float, scale: float, alpha: float, power: float) -> float:
+    """Rate deviation a two-sided chunk t test detects with probability ``power`` at level ``alpha``:
+    (t_{1-α/2} + t_{power}) · sd / √C / scale (normal-shift approximation of the noncentral t), where
+    ``sd`` is the spread of one chunk's deviation total and ``scale`` the mean count it is a rate of."""
+    if n_chunks < 2 or scale <= 0:
+        return math.inf
+    df = n_chunks - 1
+    return float((sps.t.isf(alpha / 2, df) + sps.t.isf(1 - power, df)) * sd / math.sqrt(n_chunks) / scale)
+
+
+def chunk_t_n_for_deviation(deviation: float, sd: float, scale: float, alpha: float, power: float) -> int:
+    """Chunks needed to detect ``deviation`` (inverse of :func:`chunk_t_min_detectable`)."""
+    c = 2
+    while chunk_t_min_detectable(c, sd, scale, alpha, power) > deviation:
+        c = c * 2 if c < 1 << 20 else c + (1 << 20)
+        if c > 1 << 30:
+            return c
+    lo, hi = c // 2, c
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if chunk_t_min_detectable(mid, sd, scale, alpha, power) > deviation:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def chunk_t_test(e, scale, *, alpha: float, power: float) -> ChunkTResult:
+    """e (C,) per-call deviations with mean 0 under H0; scale (C,) the counts they are rates of."""
+    e = np.asarray(e, dtype=np.float64)
+    scale = np.asarray(scale, dtype=np.float64)
+    C = e.size
+    s_mean = float(scale.mean()) if C else 0.0
+    dev = float(e.sum() / scale.sum()) if C and scale.sum() > 0 else 0.0
+    if C < 2:
+        return ChunkTResult(0.0, 1.0, C, dev, math.inf, alpha, power, "t over calls (too few calls)")
+    sd = float(e.std(ddof=1))
+    tol = 1e-9 * max(1.0, s_mean)
+    if sd <= tol:  # deterministic count (alpha = 0 or 1 exactly): any deviation is impossible under H0
+        bad = bool(np.abs(e).max() > tol)
+        return ChunkTResult(math.inf if bad else 0.0, 0.0 if bad else 1.0, C, dev, 0.0 if not bad else math.inf,
+                            alpha, power, "deterministic under H0 (zero spread): exact check")
+    t = float(e.mean() / (sd / math.sqrt(C)))
+    p = float(2 * sps.t.sf(abs(t), C - 1))
+    return ChunkTResult(t, p, C, dev, chunk_t_min_detectable(C, sd, s_mean, alpha, power), alpha, power,
+                        f"t over {C} sampler calls (df {C - 1})")
+
+
+def hotelling_test(D, *, alpha: float, power: float) -> ChunkTResult:
+    """Hotelling T² that the mean of rows of D (C, d) is 0 (dimensions of zero spread are checked
+    exactly); F(d, C - d) null.  ``deviation`` is the largest |mean| per call."""
+    D = np.asarray(D, dtype=np.float64)
+    C, d = D.shape
+    scale = max(1.0, float(np.abs(D).max()))
+    sd = D.std(0, ddof=1) if C > 1 else np.zeros(d)
+    live = sd > 1e-9 * scale
+    dead_bad = bool(np.abs(D[:, ~live]).max() > 1e-9 * scale) if (~live).any() else False
+    dev = float(np.abs(D.mean(0)).max()) if C else 0.0
+    if dead_bad:
+        return ChunkTResult(math.inf, 0.0, C, dev, math.inf, alpha, power, "deterministic component deviates")
+    X = D[:, live]
+    d = X.shape[1]
+    if d == 0:
+        return ChunkTResult(0.0, 1.0, C, dev, 0.0, alpha, power, "deterministic under H0: exact check")
+    if C - d < 1:
+        return ChunkTResult(0.0, 1.0, C, dev, math.inf, alpha, power, f"Hotelling T² needs more than {d} calls")
+    m = X.mean(0)
+    S = np.cov(X, rowvar=False).reshape(d, d)
+    try:
+        t2 = float(C * m @ np.linalg.solve(S, m))
+    except np.linalg.LinAlgError:
+        t2 = float(C * m @ np.linalg.pinv(S) @ m)
+    f = (C - d) / (d * (C - 1)) * t2
+    p = float(sps.f.sf(f, d, C - d))
+    # detectable: noncentrality of F giving `power` at `alpha`, as a Mahalanobis distance per call
+    crit = sps.f.isf(alpha, d, C - d)
+    lo, hi = 0.0, 1.0
+    while sps.ncf.sf(crit, d, C - d, hi) < power:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sps.ncf.sf(crit, d, C - d, mid) < power else (lo, mid)
+    mde = math.sqrt(hi / C)  # Mahalanobis distance of the mean shift (in per-call sd units)
+    return ChunkTResult(t2, p, C, dev, mde, alpha, power, f"Hotelling T² over {C} sampler calls (d={d})")
+
+
+def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
+    """(tv_hat, lower, upper, method) for TV(Q, P) from counts of Q: simultaneous 1 − δ (finite-sample
+    bound of stats.tv_upper_bound at δ/2; the asymptotic noncentral-χ² inversion at δ/2 when every cell's
+    expected count is ≥ 100, the smaller upper bound kept)."""
+    fs = stats.tv_upper_bound(counts, probs, delta=delta / 2)
+    eps = fs.upper - fs.tv_hat if fs.upper < 1 else math.inf
+    lower = max(0.0, fs.tv_hat - eps)
+    upper, method = fs.upper, fs.method
+    try:
+        nc = stats.tv_upper_bound_ncx2(counts, probs, delta=delta / 2)
+        if nc.upper < upper:
+            upper, method = nc.upper, nc.method
+    except ValueError:
+        pass
+    return fs.tv_hat, lower, upper, method
+
+
+def plan_chunks(draws: int, min_chunks: int, max_chunk: int, min_chunk: int = 500) -> list[int]:
+    """Split ``draws`` sequences into calls of at most ``max_chunk`` each, at least ``min_chunks`` of them
+    unless that would make a call smaller than ``min_chunk`` (equal sizes up to one)."""
+    c = max(min(min_chunks, draws // max(min_chunk, 1)), math.ceil(draws / max_chunk), 1)
+    c = min(c, draws)
+    base, extra = divmod(draws, c)
+    return [base + (1 if i < extra else 0) for i in range(c)]
+
+
+# ------------------------------------------------------------------------------------ accumulator
+@dataclass
+class Accumulator:
+    """Sufficient statistics of one run (one sampler on one scenario with an exact law)."""
+
+    law: ExactLaw
+    joint_tokens: int
+    pit_bins: int
+    pair_bins: int
+    logprob_max: int
+    rng: np.random.Generator
+    with_pit: bool = True
+    n: int = 0
+    counts: np.ndarray = field(init=False)
+    pairs: np.ndarray = field(init=False)
+    joint: np.ndarray = field(init=False)
+    pit_hist: np.ndarray = field(init=False)
+    pit_pairs: np.ndarray = field(init=False)
+    logprob: list = field(init=False)
+    n_logprob: int = 0
+    chunks: list = field(init=False)  # (B, reached (k,), accepted (k,), hist (k+1,)) per call with stats
+    calls_without_stats: int = 0
+
+    def __post_init__(self):
+        N, W = self.law.N, self.law.n_symbols
+        self.counts = np.zeros((N, W), np.int64)
+        self.pairs = np.zeros((N - 1, W * W), np.int64)
+        self.joint = np.zeros(W ** self.joint_tokens if self.joint_tokens >= 2 else 0, np.int64)
+        self.pit_hist = np.zeros((N, self.pit_bins), np.int64)
+        self.pit_pairs = np.zeros((2, self.pair_bins ** 2), np.int64)
+        self.logprob = []
+        self.chunks = []
+
+    def add(self, tokens, stats_obj=None) -> None:
+        law = self.law
+        sym = law.symbols(tokens)  # (B, N)
+        B, N = sym.shape
+        W = law.n_symbols
+        self.n += B
+        off = np.arange(N) * W
+        self.counts += np.bincount((sym + off).ravel(), minlength=N * W).reshape(N, W)
+        pair = sym[:, :-1] * W + sym[:, 1:]  # (B, N-1)
+        self.pairs += np.bincount((pair + np.arange(N - 1) * W * W).ravel(),
+                                  minlength=(N - 1) * W * W).reshape(N - 1, W * W)
+        J = self.joint_tokens
+        if J >= 2:
+            idx = np.zeros(B, np.int64)
+            for t in range(J):
+                idx = idx * W + sym[:, t]
+            self.joint += np.bincount(idx, minlength=W ** J)
+        st = law.states(sym)  # (B, N)
+        if self.n_logprob < self.logprob_max:
+            take = min(B, self.logprob_max - self.n_logprob)
+            lp = law.logprob(sym[:take], st[:take])
+            self.logprob.append(np.where(np.isfinite(lp), lp, LOGPROB_FLOOR).astype(np.float64))
+            self.n_logprob += take
+        if self.with_pit:
+            u = law.pit(sym, st, self.rng.random(sym.shape))  # (B, N)
+            b = np.minimum((u * self.pit_bins).astype(np.int64), self.pit_bins - 1)
+            self.pit_hist += np.bincount((b + np.arange(N) * self.pit_bins).ravel(),
+                                         minlength=N * self.pit_bins).reshape(N, self.pit_bins)
+            m = self.pair_bins
+            g = np.minimum((u * m).astype(np.int64), m - 1)  # (B, N)
+            for start in (0, 1):
+                ts = np.arange(start, N - 1, 2)
+                if ts.size:
+                    self.pit_pairs[start] += np.bincount((g[:, ts] * m + g[:, ts + 1]).ravel(), minlength=m * m)
+        if stats_obj is not None and getattr(stats_obj, "reached", None) is not None:
+            self.chunks.append((B, np.asarray(stats_obj.reached, np.float64).copy(),
+                                np.asarray(stats_obj.accepted_at, np.float64).copy(),
+                                np.asarray(stats_obj.accepted_hist, np.float64).copy()))
+        else:
+            self.calls_without_stats += 1
+
+    def logprobs(self) -> np.ndarray:
+        return np.concatenate(self.logprob) if self.logprob else np.zeros(0)
+
+
+# -------------------------------------------------------------------------------------- the tests
+@dataclass
+class TestSpec:
+    """One test of a run; ``evaluate(alpha, power, delta)`` -> row dict (alpha: its Bonferroni level,
+    delta: the confidence budget of its TV bound)."""
+
+    family: str
+    test: str
+    position: Optional[int]
+    loss: bool
+    evaluate: Callable[[float, float, float], dict]
+    wants_tv_bound: bool = False
+
+
+def _row(statistic, pvalue, mde, mde_unit, method, **extra) -> dict:
+    return {"statistic": float(statistic), "pvalue": float(pvalue), "min_detectable": float(mde),
+            "min_detectable_unit": mde_unit, "method": method, **extra}
+
+
+def _gof(counts, probs, label_cells: str):
+    def ev(alpha, power, delta):
+        r = stats.chi2_gof(counts, probs, alpha=alpha, power=power)
+        tv_hat, lo, up, how = tv_interval(counts, probs, delta)
+        return _row(r.statistic, r.pvalue, r.min_detectable_tv, f"TV ({label_cells})", r.method, df=r.df,
+                    n=r.n, cells=r.n_cells, tv_hat=tv_hat, tv_lower=lo, tv_upper=up, tv_method=how)
+    return ev
+
+
+def _homog(a, b, probs):
+    def ev(alpha, power, delta):
+        r = stats.chi2_homogeneity(a, b, probs, alpha=alpha, power=power)
+        return _row(r.statistic, r.pvalue, r.min_detectable_tv, "TV between the two samples", r.method, df=r.df,
+                    n=r.n_a, cells=r.n_cells, tv_hat=r.tv_hat)
+    return ev
+
+
+def _ks2(x, y):
+    def ev(alpha, power, delta):
+        r = stats.ks_2samp(x, y, alpha=alpha, power=power)
+        return _row(r.statistic, r.pvalue, r.min_detectable_distance, "Kolmogorov distance", r.method, n=len(x))
+    return ev
+
+
+def _ad2(x, y):
+    def ev(alpha, power, delta):
+        r = stats.ad_2samp(x, y, alpha=alpha, power=power)
+        return _row(r.statistic, r.pvalue, r.min_detectable_distance, "Kolmogorov distance (AD bound)", r.method,
+                    n=len(x))
+    return ev
+
+
+def _ks_pit(hist):
+    def ev(alpha, power, delta):
+        r = ks_uniform_binned(hist, alpha=alpha, power=power)
+        return _row(r.statistic, r.pvalue, r.min_detectable_distance, "Kolmogorov distance of PIT", r.method, n=r.n)
+    return ev
+
+
+def _pit_pairs(table, m):
+    def ev(alpha, power, delta):
+        K = m * m
+        r = stats.chi2_gof(table, np.full(K, 1.0 / K), alpha=alpha, power=power)
+        return _row(r.statistic, r.pvalue, r.min_detectable_tv, f"TV on the {m}x{m} PIT pair grid", r.method,
+                    df=r.df, n=r.n, cells=r.n_cells, tv_hat=r.tv_hat)
+    return ev
+
+
+def _acc_position(e, scale, exact_alpha, i):
+    def ev(alpha, power, delta):
+        r = chunk_t_test(e, scale, alpha=alpha, power=power)
+        measured = exact_alpha + r.deviation
+        return _row(r.statistic, r.pvalue, r.min_detectable, "acceptance rate", r.method, n=int(np.sum(scale)),
+                    expected=float(exact_alpha), observed=float(measured), direction=float(np.sign(r.deviation)))
+    return ev
+
+
+def _acc_lengths(D, expected, observed):
+    def ev(alpha, power, delta):
+        r = hotelling_test(D, alpha=alpha, power=power)
+        low = float(np.dot(np.arange(len(observed)), observed) - np.dot(np.arange(len(expected)), expected))
+        return _row(r.statistic, r.pvalue, r.min_detectable, "Mahalanobis shift per call", r.method,
+                    expected=float(np.dot(np.arange(len(expected)), expected)),
+                    observed=float(np.dot(np.arange(len(observed)), observed)), direction=float(np.sign(low)))
+    return ev
+
+
+def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> list[TestSpec]:
+    """Every test of one run.  ``baseline`` is the target-only accumulator of the same scenario (None:
+    no two-sample tests); acceptance tests only when the sampler returned SpecStats with k positions."""
+    law = acc.law
+    N, W = law.N, law.n_symbols
+    specs: list[TestSpec] = []
+    marg = law.marginals()
+    pairm = law.pair_marginals()
+    J = acc.joint_tokens
+    joint = law.joint(J) if J >= 2 else None
+    for t in range(N):
+        specs.append(TestSpec("gof", "position", t, True, _gof(acc.counts[t], marg[t], f"{W} symbols"), True))
+    for t in range(N - 1):
+        specs.append(TestSpec("gof", "pair", t, True, _gof(acc.pairs[t], pairm[t], f"{W * W} pairs")))
+    if joint is not None:
+        specs.append(TestSpec("gof", f"joint[0:{J}]", None, True, _gof(acc.joint, joint, f"{W ** J} sequences"), True))
+    if baseline is not None and baseline.n > 0:
+        for t in range(N):
+            specs.append(TestSpec("two_sample", "position", t, True, _homog(acc.counts[t], baseline.counts[t], marg[t])))
+        if joint is not None:
+            specs.append(TestSpec("two_sample", f"joint[0:{J}]", None, True, _homog(acc.joint, baseline.joint, joint)))
+        x, y = acc.logprobs(), baseline.logprobs()
+        if x.size and y.size:
+            specs.append(TestSpec("two_sample", "logprob_ks", None, True, _ks2(x, y)))
+            specs.append(TestSpec("two_sample", "logprob_ad", None, True, _ad2(x, y)))
+    if acc.with_pit:
+        specs.append(TestSpec("pit", "pooled", None, True, _ks_pit(acc.pit_hist.sum(0))))
+        for t in range(N):
+            specs.append(TestSpec("pit", "position", t, True, _ks_pit(acc.pit_hist[t])))
+        for start, name in ((0, "pairs_even"), (1, "pairs_odd")):
+            if acc.pit_pairs[start].sum() > 0:
+                specs.append(TestSpec("pit", name, None, True, _pit_pairs(acc.pit_pairs[start], acc.pair_bins)))
+    usable = [c for c in acc.chunks if c[1].shape == (k,)]
+    if usable and acc.calls_without_stats == 0 and law.Q is not None:
+        exact = law.acceptance_law(k)
+        Bc = np.array([c[0] for c in usable], np.float64)
+        reached = np.stack([c[1] for c in usable])  # (C, k)
+        accepted = np.stack([c[2] for c in usable])  # (C, k)
+        hist = np.stack([c[3] for c in usable])  # (C, k+1)
+        for i in range(k):
+            e = accepted[:, i] - exact.alpha[i] * reached[:, i]
+            specs.append(TestSpec("acceptance", "position", i, False,
+                                  _acc_position(e, reached[:, i], exact.alpha[i], i)))
+        D = hist - Bc[:, None] * exact.hist[None, :]  # (C, k+1)
+        specs.append(TestSpec("acceptance", "lengths", None, False,
+                              _acc_lengths(D, exact.hist / max(exact.rounds, 1e-300),
+                                           hist.sum(0) / max(hist.sum(), 1.0))))
+    return specs

@@ -1,0 +1,305 @@
+"""The report of a verification run: tables, markdown summary and figures (drawn from the tables).
+
+Files written to the report folder (all atomically, all carrying the run's provenance):
+
+    tests.parquet, tests.csv        one row per test: scenario, run, test, statistic, p-value, Holm-adjusted
+                                    p-value, minimum detectable effect (and its unit), TV estimate and
+                                    bounds, verdict
+    runs.csv                        one row per (sampler, scenario): verdict, tests that caught it, TV
+    distributions.parquet           observed and expected counts per position and symbol, every run
+    pit_hist.parquet                PIT histograms (64 cells) per position, every run
+    summary.md                      the short human summary (budget, power, TV bounds, detection table)
+    meta.json                       provenance (config, seed, commit, versions, machine) and timing
+    figures/*.png                   drawn by :func:`draw_figures` from the parquet files alone
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from harness.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
+                                atomic_write_text, metadata, metadata_text)
+
+__all__ = ["build", "draw_figures", "TABLE_COLUMNS"]
+
+TABLE_COLUMNS = ["scenario", "run", "role", "family", "test", "position", "loss_test", "statistic", "pvalue",
+                 "p_adjusted", "alpha_bonferroni", "min_detectable", "min_detectable_unit", "tv_hat", "tv_lower",
+                 "tv_upper", "tv_method", "expected", "observed", "verdict", "n", "df", "cells", "method"]
+PIT_COARSE = 64
+
+
+def _fmt(x, digits=3):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    if isinstance(x, (int, np.integer)):
+        return f"{x:,}"
+    if x == 0:
+        return "0"
+    if abs(x) < 1e-3 or abs(x) >= 1e5:
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}"
+
+
+def _distributions(runs, baselines, laws) -> tuple[pd.DataFrame, pd.DataFrame]:
+    dist, pit = [], []
+    for r in list(runs) + list(baselines.values()):
+        if r.acc is None or r.acc.n == 0:
+            continue
+        law = laws[r.scenario.name]
+        marg = law.marginals()
+        N, W = marg.shape
+        n = r.acc.n
+        pos, sym = np.meshgrid(np.arange(N), np.arange(W), indexing="ij")
+        dist.append(pd.DataFrame({"run": r.label, "role": r.role, "scenario": r.scenario.name,
+                                  "position": pos.ravel(), "symbol": sym.ravel(),
+                                  "observed": r.acc.counts.ravel(), "expected": (n * marg).ravel(), "n": n}))
+        if r.acc.with_pit:
+            h = r.acc.pit_hist.reshape(N, PIT_COARSE, -1).sum(-1)  # (N, 64)
+            p2, b2 = np.meshgrid(np.arange(N), np.arange(PIT_COARSE), indexing="ij")
+            pit.append(pd.DataFrame({"run": r.label, "role": r.role, "scenario": r.scenario.name,
+                                     "position": p2.ravel(), "bin": b2.ravel(), "count": h.ravel()}))
+    return (pd.concat(dist, ignore_index=True) if dist else pd.DataFrame(),
+            pd.concat(pit, ignore_index=True) if pit else pd.DataFrame())
+
+
+def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passed, out: Optional[Path],
+          figures: bool) -> dict:
+    meta = metadata(config, seed)
+    meta["timing"] = timing
+    meta["passed"] = passed
+    summary = _summary(table, verdicts, runs, laws, config, meta, timing, passed)
+    console = _console(verdicts, config, timing, passed, out)
+    if out is not None:
+        out = Path(out)
+        cols = [c for c in TABLE_COLUMNS if c in table.columns] + [c for c in table.columns if c not in TABLE_COLUMNS]
+        t = table[cols] if len(table) else table
+        atomic_write_parquet(out / "tests.parquet", t, meta)
+        atomic_write_csv(out / "tests.csv", t, meta)
+        atomic_write_csv(out / "runs.csv", verdicts, meta)
+        dist, pit = _distributions(runs, baselines, laws)
+        atomic_write_parquet(out / "distributions.parquet", dist, meta)
+        atomic_write_parquet(out / "pit_hist.parquet", pit, meta)
+        atomic_write_json(out / "meta.json", meta)
+        atomic_write_text(out / "summary.md", summary)
+        if figures:
+            draw_figures(out)
+    return {"summary": summary, "console": console, "meta": meta}
+
+
+# ------------------------------------------------------------------------------------ summary
+def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
+    L = []
+    m = config["n_tests"]
+    L.append(f"# Verification report: {config['sampler']}")
+    L.append("")
+    L.append(f"**Result: {'PASS' if passed else 'FAIL'}** — "
+             + ("every scenario lossless, every buggy control caught, every lossless control passed"
+                if passed and config["sampler"] == "reference" else
+                ("lossless on every scenario" if passed else "see the failing rows below")))
+    L.append("")
+    mach = meta["machine"]
+    L.append(f"commit `{(meta.get('commit') or 'unknown')[:12]}`{' (dirty tree)' if meta.get('dirty') else ''}, "
+             f"seed {meta['seed']}, torch {meta['versions'].get('torch')}, numpy {meta['versions'].get('numpy')}, "
+             f"scipy {meta['versions'].get('scipy')}; {mach.get('cpu')}, {mach.get('cpus_available')} cores, "
+             f"load average at start {mach.get('loadavg_1_5_15')}; {meta['created_utc']}; "
+             f"`{meta.get('command')}`")
+    L.append("")
+    L.append("## Error budget and effort")
+    L.append(f"- One family: **{m} tests** (every scenario, control and the von Neumann sampler). Family-wise "
+             f"false-alarm budget **{config['family_alpha']:g}**, split by Holm; the planners use the Bonferroni "
+             f"level {config['family_alpha']:g}/{m} = **{config['alpha_bonferroni']:.3g}** per test and power "
+             f"**{config['power']:g}**.")
+    L.append(f"- TV upper bounds hold simultaneously with confidence {config['tv_confidence']:g} "
+             f"(δ = {config['tv_delta_each']:.2g} per bound).")
+    tot = timing["tokens_total"]
+    L.append(f"- Drew **{tot:,} tokens** ({timing['tokens_sampler']:,} from the sampler under test, "
+             f"{timing['tokens_target_only']:,} target-only, {timing['tokens_controls']:,} from controls) "
+             f"+ {timing['von_neumann_proposals']:,} von Neumann proposals, in **{timing['wall_total_s']:.0f} s** "
+             f"(drawing {timing['wall_draw_s']:.0f} s = {tot / max(timing['wall_draw_s'], 1e-9) / 1e6:.2f} M "
+             f"tokens/s incl. statistics; tests {timing['wall_tests_s']:.0f} s).")
+    L.append("")
+    is_vn = verdicts.scenario.str.startswith("von_neumann")
+    main = verdicts[verdicts.role.isin(["reference", "sampler"]) & ~is_vn]
+    if len(main):
+        L.append("## Scenarios")
+        L.append("Detectable TV: the smallest TV(sampler, target) at one position that the per-position χ² "
+                 "detects with the stated power at its level (noncentral χ², ½√(λ*/n)). TV bound: upper "
+                 "confidence bound on TV(sampler, target) per position (max over positions) and on the joint "
+                 "of the first J tokens, method named in tests.csv (`tv_method`).")
+        L.append("")
+        L.append("| scenario | controls | exact α per draft position | sequences | verdict | min adj. p | "
+                 "detectable TV / position | TV bound / position (max) | TV bound, joint | PIT: detectable KS "
+                 "(pooled / position) |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|")
+        for _, v in main.iterrows():
+            sc = next(r.scenario for r in runs if r.label == v.run and r.scenario.name == v.scenario)
+            law = laws[v.scenario]
+            alpha = law.acceptance_law(sc.k).alpha
+            sub = table[(table.run == v.run) & (table.scenario == v.scenario)]
+            pit_pool = sub[(sub.family == "pit") & (sub.test == "pooled")]
+            pit_pos = sub[(sub.family == "pit") & (sub.test == "position")]
+            J = sc.joint_tokens
+            L.append(f"| {v.scenario} | {sc.describe()} | {', '.join(f'{a:.3f}' for a in alpha)} | "
+                     f"{int(v.sequences):,} | {v.verdict} | {_fmt(v.min_p_adjusted)} | {_fmt(v.mde_position_tv)} | "
+                     f"{_fmt(v.tv_position_upper_max)} | {_fmt(v.tv_joint_upper)} (J={J}) | "
+                     f"{_fmt(float(pit_pool.min_detectable.iloc[0]) if len(pit_pool) else float('nan'))} / "
+                     f"{_fmt(float(pit_pos.min_detectable.max()) if len(pit_pos) else float('nan'))} |")
+        L.append("")
+    ctrl = verdicts[~verdicts.role.isin(["reference", "sampler"]) & ~verdicts.scenario.str.startswith("von_neumann")]
+    if len(ctrl):
+        from harness.bugs import CATALOGUE
+        cat = {c.name: c for c in CATALOGUE}
+        L.append("## Controls (detection table)")
+        L.append("Buggy samplers must be caught (a loss test rejects after Holm); lossless ones must pass. "
+                 "Measured TV: plug-in TV(empirical, exact target) at the worst position and on the joint of the "
+                 "first J tokens, with its simultaneous confidence interval.")
+        L.append("")
+        L.append("| control | kind | scenario (why) | outcome | tests that caught it | min adj. p | "
+                 "measured TV, worst position [CI] | measured TV, joint [CI] | acceptance |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
+        for _, v in ctrl.iterrows():
+            c = cat.get(v.run)
+            must = v.role in ("lossy", "lossy-by-design")
+            outcome = ("caught" if v.passed else "**MISSED**") if must else ("passed" if v.passed else "**FALSE ALARM**")
+            why = f"{v.scenario} ({c.shows_when})" if c and must else v.scenario
+            tvp = (f"{_fmt(v.tv_position_max)} at t={int(v.tv_position_max_at)} "
+                   f"[{_fmt(v.tv_position_lower)}, {_fmt(v.tv_position_upper_max if not must else float('nan'))}]"
+                   if must else f"≤ {_fmt(v.tv_position_upper_max)} (bound)")
+            tvj = (f"{_fmt(v.tv_joint)} [{_fmt(v.tv_joint_lower)}, {_fmt(v.tv_joint_upper)}]" if must
+                   else f"≤ {_fmt(v.tv_joint_upper)} (bound)")
+            L.append(f"| {v.run} | {v.role} | {why} | {outcome} | {v.caught_by or '—'} | {_fmt(v.min_p_adjusted)} | "
+                     f"{tvp} | {tvj} | {v.efficiency} |")
+        L.append("")
+    vn = verdicts[verdicts.scenario.str.startswith("von_neumann")]
+    if len(vn):
+        L.append("## von Neumann sampler (KS, AD against the target CDF; exact binomial acceptance against 1/M)")
+        L.append("")
+        L.append("| sampler | envelope | proposals | accepted | acceptance (1/M) | verdict | outcome | min adj. p |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        for _, v in vn.iterrows():
+            outcome = ("caught" if v.passed else "**MISSED**") if v.role == "lossy" else (
+                "passed" if v.passed else "**FALSE ALARM**")
+            L.append(f"| {v.run} | {v.scenario.replace('von_neumann_', '')} | {int(v.sequences):,} | {int(v.tokens):,} | "
+                     f"{v.acceptance:.4f} ({v.expected_acceptance:.4f}) | {v.verdict} | {outcome} | "
+                     f"{_fmt(v.min_p_adjusted)} |")
+        L.append("")
+    bad = verdicts[~verdicts.passed]
+    if len(bad):
+        L.append("## Failures")
+        for _, v in bad.iterrows():
+            L.append(f"- **{v.run}** on `{v.scenario}`: {v.verdict}" + (f"; rejected by {v.caught_by}"
+                                                                          if v.caught_by else ""))
+        L.append("")
+    L.append("## Method")
+    L.append("- `gof`: Pearson χ² against the exact target law — each position (bonus positions included), each "
+             "consecutive pair, the joint of the first J tokens — cells pooled from the target alone to expected "
+             "counts ≥ 100; a draw the target gives probability 0 rejects outright.")
+    L.append("- `two_sample`: χ² homogeneity against target-only sampling at the same budget (positions, joint); "
+             "KS and Anderson–Darling on each sequence's target log-probability.")
+    L.append("- `pit`: randomized PIT under the target's conditional given the emitted prefix (PAD absorbing after "
+             "EOS): iid U(0,1) under H0; KS pooled and per position on a 65,536-cell grid (conservative), χ² of "
+             "non-overlapping consecutive pairs on an m×m grid.")
+    L.append("- `acceptance`: per draft position, accepted − α_i·judged against the exact α_i of the reference "
+             "process (propagated exactly; α_i is not iid across positions), and the accepted-length histogram; "
+             "variance from the spread between sampler calls (t, Hotelling T²). A rejection here alone means "
+             "*inefficient* (or over-accepting), not lossy.")
+    L.append("- `von_neumann`: KS and AD of accepted points against the exact CDF; exact binomial test of the "
+             "accepted count against 1/M.")
+    return "\n".join(L) + "\n"
+
+
+def _console(verdicts, config, timing, passed, out) -> str:
+    lines = [f"verify {config['sampler']}: {'PASS' if passed else 'FAIL'} ({config['n_tests']} tests, family-wise "
+             f"alpha {config['family_alpha']:g}; {timing['tokens_total']:,} tokens in {timing['wall_total_s']:.0f} s)"]
+    for _, v in verdicts.iterrows():
+        mark = "ok  " if v.passed else "FAIL"
+        extra = f" <- {v.caught_by}" if isinstance(v.caught_by, str) and v.caught_by else ""
+        lines.append(f"  {mark} {v.role:15s} {v.run:32s} {v.scenario:20s} {v.verdict}{extra}")
+    if out is not None:
+        lines.append(f"report: {out}/summary.md")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ figures
+def draw_figures(out: Path) -> list[Path]:
+    """Figures from the stored tables of a report folder (``distributions.parquet``, ``pit_hist.parquet``)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    meta = json.loads((out / "meta.json").read_text())
+    dist = pd.read_parquet(out / "distributions.parquet")
+    pit = pd.read_parquet(out / "pit_hist.parquet")
+    figdir = out / "figures"
+    written = []
+    main_roles = ["reference", "sampler"]
+    z = 4.0  # reference band of the standardized residual plots
+
+    def residual_panel(ax, d, title):
+        d = d[d.expected > 0]
+        zs = (d.observed - d.expected) / np.sqrt(d.expected)
+        x = d.position + (d.symbol / (d.symbol.max() + 1)) * 0.8
+        ax.scatter(x, zs, s=6, c=d.symbol, cmap="tab10", vmin=0, vmax=9)
+        ax.axhline(z, color="0.6", lw=0.6, ls="--")
+        ax.axhline(-z, color="0.6", lw=0.6, ls="--")
+        ax.axhline(0, color="0.3", lw=0.6)
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("position (symbols within)", fontsize=7)
+        ax.set_ylabel("(obs − exp)/√exp", fontsize=7)
+        ax.tick_params(labelsize=6)
+
+    # 1. observed vs expected per position, sampler under test
+    for roles, name, title in ((main_roles, "positions.png", "observed vs exact expected count per position "
+                                "and symbol (standardized)"),
+                               (["lossy", "lossy-by-design", "lossless"], "positions_controls.png",
+                                "controls: observed vs exact expected per position and symbol")):
+        d = dist[dist.role.isin(roles)]
+        if d.empty:
+            continue
+        groups = list(d.groupby(["run", "scenario"], sort=False))
+        cols = 4
+        rows = math.ceil(len(groups) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows + 0.4), squeeze=False)
+        for ax, ((run, scen), g) in zip(axes.ravel(), groups):
+            residual_panel(ax, g, f"{run} / {scen}" if run not in ("reference",) else scen)
+        for ax in axes.ravel()[len(groups):]:
+            ax.axis("off")
+        fig.suptitle(title + f"; dashed: ±{z:g}", fontsize=9)
+        fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+        written.append(atomic_savefig(fig, figdir / name, meta, dpi=110))
+        plt.close(fig)
+
+    # 2. PIT histograms (pooled over positions), with a ±4 sd band for the bin counts under H0
+    for roles, name in ((main_roles, "pit.png"), (["lossy", "lossy-by-design", "lossless"], "pit_controls.png")):
+        d = pit[pit.role.isin(roles)]
+        if d.empty:
+            continue
+        groups = list(d.groupby(["run", "scenario"], sort=False))
+        cols = 4
+        rows = math.ceil(len(groups) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.2 * rows + 0.4), squeeze=False)
+        for ax, ((run, scen), g) in zip(axes.ravel(), groups):
+            h = g.groupby("bin")["count"].sum().sort_index().to_numpy()
+            n = h.sum()
+            dens = h / n * len(h)
+            sd = math.sqrt((1 / len(h)) * (1 - 1 / len(h)) / n) * len(h)
+            ax.bar(np.arange(len(h)) / len(h), dens, width=1 / len(h), align="edge", color="C0")
+            ax.axhspan(1 - z * sd, 1 + z * sd, color="0.85", zorder=0)
+            ax.axhline(1, color="k", lw=0.6)
+            ax.set_ylim(min(0.9, dens.min() * 0.98), max(1.1, dens.max() * 1.02))
+            ax.set_title(f"{run} / {scen}" if run != "reference" else scen, fontsize=8)
+            ax.tick_params(labelsize=6)
+        for ax in axes.ravel()[len(groups):]:
+            ax.axis("off")
+        fig.suptitle(f"randomized PIT density (64 cells, pooled over positions); grey: ±{z:g} sd under H0",
+                     fontsize=9)
+        fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+        written.append(atomic_savefig(fig, figdir / name, meta, dpi=110))
+        plt.close(fig)
+    return written
