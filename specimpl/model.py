@@ -30,7 +30,7 @@ import torch
 
 from specimpl.errors import check_arg
 
-__all__ = ["ModelState", "LanguageModel", "as_prompt_list", "check_same_vocab"]
+__all__ = ["ModelState", "LanguageModel", "as_prompt_list", "check_prompt_tensor", "check_same_vocab"]
 
 Prompts = Union[torch.Tensor, Sequence[Sequence[int]]]
 
@@ -88,6 +88,19 @@ def as_prompt_list(prompts: Prompts, vocab_size: int) -> list[list[int]]:
         bad = [t for t in p if not 0 <= t < vocab_size]
         check_arg(not bad, f"prompts[{i}]", bad[:5], f"token ids in [0, {vocab_size})")
     return out
+
+
+def check_prompt_tensor(prompts: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Vectorised :func:`as_prompt_list` for a (B, P) tensor (no Python loop over B): returns int64 (B, P)."""
+    check_arg(prompts.dim() == 2 and prompts.shape[0] >= 1 and prompts.shape[1] >= 1
+              and not prompts.is_floating_point() and prompts.dtype != torch.bool and not prompts.is_complex(),
+              "prompts", f"tensor of shape {tuple(prompts.shape)} and dtype {prompts.dtype}",
+              "an integer tensor of shape (B, P) with B, P >= 1, or a list of non-empty token lists")
+    bad = (prompts < 0) | (prompts >= vocab_size)
+    if bool(bad.any()):
+        i = int(bad.any(1).nonzero()[0, 0])
+        check_arg(False, f"prompts[{i}]", prompts[i][bad[i]][:5].tolist(), f"token ids in [0, {vocab_size})")
+    return prompts.long()
 
 
 def check_same_vocab(target: LanguageModel, draft: LanguageModel) -> None:

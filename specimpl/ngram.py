@@ -19,13 +19,13 @@ import numpy as np
 import torch
 
 from specimpl.errors import check_arg
-from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
-from specimpl.sampling import SamplingConfig, warp
+from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list, check_prompt_tensor
+from specimpl.sampling import SamplingConfig, TableSampler, warp
 
 __all__ = [
     "NGramModel", "NGramState", "random_ngram", "noisy_draft", "tempered_draft", "disjoint_draft",
     "warped_table", "context_of", "exact_joint", "exact_marginals", "exact_acceptance",
-    "context_distributions",
+    "context_distributions", "PairTables", "pair_tables", "start_contexts",
 ]
 
 
@@ -62,10 +62,18 @@ class NGramModel(LanguageModel):
 
     # -- the model interface -------------------------------------------------------------------
     def prefill(self, prompts: Prompts) -> NGramState:
-        plist = as_prompt_list(prompts, self.vocab_size)
-        B, pad = len(plist), self.order - 1
+        V, pad = self.vocab_size, self.order - 1
+        tok_dtype = torch.int16 if V <= 32767 else torch.int32
+        if torch.is_tensor(prompts):  # (B, P): vectorised, no Python loop over B
+            pt = check_prompt_tensor(prompts, V)
+            B, P = pt.shape
+            buf = torch.zeros(B, pad + P + 64, dtype=tok_dtype)
+            buf[:, pad:pad + P - 1] = pt[:, :-1].to(tok_dtype)
+            lengths = torch.full((B,), P - 1, dtype=torch.long)
+            return NGramState(lengths=lengths, buffer=buf)
+        plist = as_prompt_list(prompts, V)
+        B = len(plist)
         L = max(len(p) for p in plist)
-        tok_dtype = torch.int16 if self.vocab_size <= 32767 else torch.int32
         buf = torch.zeros(B, pad + L + 64, dtype=tok_dtype)
         for i, p in enumerate(plist):
             buf[i, pad:pad + len(p) - 1] = torch.tensor(p[:-1], dtype=tok_dtype)
@@ -75,20 +83,19 @@ class NGramModel(LanguageModel):
     def forward(self, state: NGramState, tokens: torch.Tensor, n_new: Optional[torch.Tensor] = None) -> torch.Tensor:
         B, T = tokens.shape
         pad = self.order - 1
-        need = pad + int(state.lengths.max()) + T
-        if need > state.buffer.shape[1]:
-            check_arg(need <= pad + self.max_length, "tokens", f"sequence length {need - pad}",
-                      f"at most max_length={self.max_length} tokens per sequence")
-            grow = max(need - state.buffer.shape[1], state.buffer.shape[1])
+        need = int(state.lengths.max()) + T
+        check_arg(need <= self.max_length, "tokens", f"{T} more tokens on a sequence of length {need - T}",
+                  f"at most max_length={self.max_length} tokens per sequence")
+        if pad + need > state.buffer.shape[1]:
+            grow = max(pad + need - state.buffer.shape[1], state.buffer.shape[1])
             state.buffer = torch.cat([state.buffer, state.buffer.new_zeros(B, grow)], dim=1)
-        rows = torch.arange(B).unsqueeze(1)  # (B, 1)
         pos = pad + state.lengths.unsqueeze(1) + torch.arange(T)  # (B, T) buffer slot of each new token
         # Entries past n_new are written too; they lie beyond the new length, so they are never read
         # as context and are overwritten by the next forward.
-        state.buffer[rows, pos] = tokens.to(state.buffer.dtype)
+        state.buffer.scatter_(1, pos, tokens.to(state.buffer.dtype))
         ctx = self._contexts(state.buffer, pos)  # (B, T)
         state.lengths = state.lengths + (T if n_new is None else n_new)
-        return self.logtable[ctx]  # (B, T, V)
+        return self.logtable.index_select(0, ctx.view(-1)).view(B, T, self.vocab_size)  # (B, T, V)
 
     def rollback(self, state: NGramState, lengths: torch.Tensor) -> None:
         state.lengths = torch.minimum(state.lengths, lengths)
@@ -100,10 +107,9 @@ class NGramModel(LanguageModel):
         """Context id after the token at buffer slot ``pos`` (B, T)."""
         if self.order == 1:
             return torch.zeros_like(pos)
-        rows = torch.arange(buffer.shape[0]).unsqueeze(1)
         ctx = torch.zeros_like(pos)
         for j in range(self.order - 1):  # token at pos - (n-2) + j has weight V^(n-2-j)
-            ctx += buffer[rows, pos - (self.order - 2) + j].long() * self._pow[j]
+            ctx += buffer.gather(1, pos - (self.order - 2) + j).long() * int(self._pow[j])
         return ctx
 
     # -- conveniences --------------------------------------------------------------------------
@@ -127,6 +133,7 @@ def random_ngram(vocab_size: int, order: int, concentration: float = 0.5, suppor
     Small concentration gives peaked rows; ``support < V`` leaves tokens of probability 0.
     """
     check_arg(isinstance(vocab_size, int) and vocab_size >= 2, "vocab_size", vocab_size, "an integer >= 2")
+    check_arg(isinstance(order, int) and order >= 1, "order", order, "an integer >= 1")
     check_arg(concentration > 0, "concentration", concentration, "a number > 0")
     support = vocab_size if support is None else support
     check_arg(1 <= support <= vocab_size, "support", support, f"an integer in [1, {vocab_size}]")
@@ -251,3 +258,101 @@ def exact_acceptance(target: NGramModel, draft: NGramModel, prompt, n_tokens: in
     beta = np.minimum(P, Q).sum(1)  # (C,)
     D = context_distributions(t, prompt, n_tokens, config, table=P)  # (N, C)
     return D @ beta
+
+
+# -- tables for the tabular fast path of the speculative sampler ------------------------------------
+@dataclass
+class PairTables:
+    """A (target, draft, config) triple as lookup tables over joint contexts J (``C`` = V^(m-1) of them).
+
+    m = max(target.order, draft.order); J is the context id at order m, so the target's context is
+    J mod V^(order_t - 1) and the draft's J mod V^(order_d - 1).  Appending token x: J -> (J V + x) mod C.
+    Every table is computed from the same ``warp`` of the models' ``logtable`` rows that the
+    generic sampler applies to gathered logits, so lookups reproduce it bit for bit:
+
+    p, q        (C, V) warped target / draft laws
+    accept_thr  (C * V,) accept draft x in context J iff u < accept_thr[J V + x]; this is the exact
+                float threshold of the rule u * q(x) < p(x) (0 where q(x) = 0)
+    draft       TableSampler over q
+    final       TableSampler over 2C rows: row J the residual norm(max(0, p - q)) (p where that is
+                empty), row C + J the bonus law p
+    """
+
+    V: int
+    C: int
+    p: torch.Tensor
+    q: torch.Tensor
+    accept_thr: torch.Tensor
+    draft: TableSampler
+    final: TableSampler
+
+
+def _accept_threshold(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """Smallest float u >= 0 (dtype of the inputs) with not (q_x > 0 and u * q_x < p_x); 1 if none below 1.
+
+    fl(u * q) is nondecreasing in u, so the accepting u form a prefix of the floats in [0, 1): a
+    bisection over their bit patterns (ordered like the values for floats >= 0) finds its end.
+    """
+    dt = p_x.dtype
+    it = {torch.float32: torch.int32, torch.float64: torch.int64}[dt]
+    one = torch.ones((), dtype=dt)
+
+    def accept(bits):
+        u = bits.view(dt)
+        return (q_x > 0) & (u * q_x < p_x)
+
+    lo = torch.zeros_like(p_x).view(it)  # bit pattern of 0.0
+    hi = one.expand_as(p_x).contiguous().view(it).clone()  # bit pattern of 1.0: u < 1 always holds
+    ok0 = accept(lo)
+    lo = torch.where(ok0, lo, lo)  # invariant: accept(lo) where ok0; answer in (lo, hi]
+    for _ in range(64):
+        mid = lo + (hi - lo) // 2
+        a = accept(mid)
+        lo = torch.where(a, mid, lo)
+        hi = torch.where(a, hi, mid)
+        if bool((hi - lo <= 1).all()):
+            break
+    thr = torch.where(ok0, hi, torch.zeros_like(hi)).view(dt)
+    return thr
+
+
+def pair_tables(target: NGramModel, draft: NGramModel, config: SamplingConfig) -> PairTables:
+    """Lookup tables for the tabular speculative path (see :class:`PairTables`)."""
+    if target.vocab_size != draft.vocab_size:
+        raise ValueError(f"`draft` has vocabulary size {draft.vocab_size} but `target` has {target.vocab_size}")
+    check_arg(target.dtype == draft.dtype, "draft", f"dtype {draft.dtype}", f"the target's dtype {target.dtype}")
+    V = target.vocab_size
+    m = max(target.order, draft.order)
+    C = V ** (m - 1)
+    J = torch.arange(C)
+    p = warp(target.logtable, config)[J % target.n_contexts].contiguous()  # (C, V)
+    q = warp(draft.logtable, config)[J % draft.n_contexts].contiguous()  # (C, V)
+    thr = _accept_threshold(p.reshape(-1), q.reshape(-1))  # (C * V,)
+    r = (p - q).clamp(min=0)  # (C, V) the generic sampler's residual, row by row
+    empty = r.sum(-1, keepdim=True) <= 0
+    r = torch.where(empty, p, r)
+    return PairTables(V=V, C=C, p=p, q=q, accept_thr=thr, draft=TableSampler(q),
+                      final=TableSampler(torch.cat([r, p], 0)))
+
+
+def start_contexts(prompts, vocab_size: int, n_contexts: int) -> torch.Tensor:
+    """(B,) int64 context id (out of ``n_contexts`` = V^(m-1)) after every token of each prompt."""
+    V, C = vocab_size, n_contexts
+    if torch.is_tensor(prompts):
+        pt = check_prompt_tensor(prompts, V)
+        J = torch.zeros(pt.shape[0], dtype=torch.long)
+        w = 1
+        for j in range(1, pt.shape[1] + 1):  # most recent token is the lowest digit
+            if w >= C:
+                break
+            J += pt[:, -j] * w
+            w *= V
+        return J
+    plist = as_prompt_list(prompts, V)
+    ctx = []
+    for p in plist:
+        c = 0
+        for t in p[-(len(p)):]:
+            c = (c * V + t) % C if C > 1 else 0
+        ctx.append(c)
+    return torch.tensor(ctx, dtype=torch.long)

@@ -18,7 +18,7 @@ import torch
 
 from specimpl.errors import check_arg
 
-__all__ = ["SamplingConfig", "warp", "sample_categorical", "uniform", "check_probs"]
+__all__ = ["SamplingConfig", "warp", "sample_categorical", "TableSampler", "uniform", "check_probs"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,56 @@ def sample_categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         last = V - 1 - positive.flip(-1).to(torch.int8).argmax(dim=-1)
         idx = torch.where(over, last, idx)
     return idx
+
+
+class TableSampler:
+    """:func:`sample_categorical` for rows of a fixed table, in O(1) per draw instead of O(V).
+
+    ``draw(rows, u)`` returns exactly ``sample_categorical(probs[rows], u)`` (bit for bit) without
+    gathering (n, V) rows.  The unit interval is cut into M = 2^m buckets per table row; a bucket
+    whose lowest and highest uniform give the same token stores that token (the draw is
+    nondecreasing in u, so every u in the bucket gives it).  Draws in the at most V - 1 buckets per
+    row that contain a CDF step fall back to :func:`sample_categorical` on their rows.
+
+    probs : (R, V) table (rows need not sum to 1, none all-zero).  Draws use uniforms of its dtype.
+    """
+
+    def __init__(self, probs: torch.Tensor, max_entries: int = 2 ** 18, max_buckets: int = 2 ** 13):
+        check_arg(torch.is_tensor(probs) and probs.dim() == 2 and probs.is_floating_point(), "probs",
+                  f"{type(probs).__name__} {tuple(probs.shape) if torch.is_tensor(probs) else ''}",
+                  "a floating-point tensor of shape (R, V)")
+        R, V = probs.shape
+        check_arg(V <= 32767, "probs", f"table with V = {V}", "at most 32767 columns")
+        self.probs = probs.contiguous()
+        M = 1
+        while M * 2 <= max_buckets and R * M * 2 <= max_entries:
+            M *= 2
+        self.M = M
+        dt = probs.dtype
+        j = torch.arange(M, dtype=torch.float64)
+        u_lo = (j / M).to(dt)  # (M,) exact: multiples of a power of 2
+        u_hi = torch.nextafter(((j + 1) / M).to(dt), torch.zeros((), dtype=dt))  # (M,) largest u in the bucket
+        # sample_categorical's own arithmetic, row by row: the same cumsum, the same product u * total,
+        # and count(cdf <= t) == searchsorted(cdf, t, right=True) on a nondecreasing cdf
+        cdf = torch.cumsum(self.probs, dim=-1)  # (R, V)
+        last = V - 1 - (self.probs > 0).flip(-1).to(torch.int8).argmax(dim=-1, keepdim=True)  # (R, 1)
+
+        def inv(u):  # (M,) -> (R, M)
+            t = u * cdf[:, -1:]  # (R, M)
+            idx = torch.searchsorted(cdf, t, right=True)
+            return torch.where(idx >= V, last, idx)
+
+        lo, hi = inv(u_lo), inv(u_hi)
+        self.lut = torch.where(lo == hi, lo, -1).to(torch.int16).view(-1)  # (R * M,) token, or -1: a CDF step
+
+    def draw(self, rows: torch.Tensor, u: torch.Tensor, dtype=torch.int64) -> torch.Tensor:
+        """rows (n,) int32/int64 table rows, u (n,) uniforms in [0, 1) of the table's dtype -> tokens (n,)."""
+        b = (u * self.M).to(rows.dtype)  # (n,) bucket: u * 2^m is exact, truncation is floor for u >= 0
+        x = self.lut.index_select(0, rows * self.M + b)  # (n,) int16
+        amb = (x < 0).nonzero().squeeze(1)  # (a,) draws in a bucket that holds a CDF step
+        if amb.numel():
+            x[amb] = sample_categorical(self.probs[rows[amb]], u[amb]).to(x.dtype)
+        return x.to(dtype)
 
 
 def uniform(shape, generator: Optional[torch.Generator], dtype=torch.float64, device=None) -> torch.Tensor:

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from specimpl.errors import check_arg
-from specimpl.model import LanguageModel, Prompts, as_prompt_list, check_same_vocab
+from specimpl.model import LanguageModel, Prompts, as_prompt_list, check_prompt_tensor, check_same_vocab
 from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
 
 __all__ = ["verify_block", "verify_block_checked", "SpeculativeSampler", "speculative_generate", "GenerationResult", "SpecStats", "PAD"]
@@ -151,8 +151,42 @@ def _check_common(k, max_new_tokens, config, eos_token_id, vocab_size):
         check_arg(isinstance(k, int) and not isinstance(k, bool) and k >= 1, "k", k, "an integer >= 1")
     check_arg(isinstance(config, SamplingConfig), "config", config, "a specimpl.SamplingConfig")
     if eos_token_id is not None:
-        check_arg(isinstance(eos_token_id, int) and 0 <= eos_token_id < vocab_size, "eos_token_id", eos_token_id,
+        check_arg(isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool)
+                  and 0 <= eos_token_id < vocab_size, "eos_token_id", eos_token_id,
                   f"None or a token id in [0, {vocab_size})")
+
+
+def _prompt_batch(prompts: Prompts, vocab_size: int, device):
+    """Validated prompts for ``prefill`` and the last token of each (B,) int64.
+
+    A (B, P) tensor stays a tensor (vectorised checks, no Python loop over a million prompts);
+    a list of token lists may be ragged.
+    """
+    if torch.is_tensor(prompts):
+        pt = check_prompt_tensor(prompts, vocab_size)
+        return pt, pt[:, -1].to(device)
+    plist = as_prompt_list(prompts, vocab_size)
+    return plist, torch.tensor([p[-1] for p in plist], dtype=torch.long, device=device)
+
+
+def _emit_round(x, n, y, remaining, alive, eos_token_id, j):
+    """Tokens a round writes: x_1..x_n, y, cut at max_new_tokens and just after an EOS.
+
+    x (A, k), n (A,), y (A,), remaining (A,) tokens still allowed, alive (A,) bool, j = arange(k+1).
+    Returns emit (A, k+1) with PAD from position m on, m (A,) tokens written (0 for finished
+    sequences) and done (A,) bool (the sequence ends in this round).
+    """
+    emit = torch.cat([x, torch.zeros_like(x[:, :1])], 1)  # (A, k+1)
+    emit.scatter_(1, n.unsqueeze(1), y.unsqueeze(1).to(emit.dtype))  # x_1..x_n, y
+    m = torch.minimum(n + 1, remaining) * alive  # (A,) tokens written this round
+    done = m == remaining
+    if eos_token_id is not None:
+        is_eos = (emit == eos_token_id) & (j < m.unsqueeze(1))  # (A, k+1)
+        has_eos = is_eos.any(1)
+        m = torch.where(has_eos, is_eos.to(torch.int8).argmax(1).to(m.dtype) + 1, m)
+        done = done | has_eos
+    emit.masked_fill_(j >= m.unsqueeze(1), PAD)
+    return emit, m, done
 
 
 class SpeculativeSampler:
@@ -160,14 +194,34 @@ class SpeculativeSampler:
 
     Subclass and override one of :meth:`warp_target`, :meth:`warp_draft`, :meth:`draw_draft`,
     :meth:`uniforms`, :meth:`verify` to build a variant; :meth:`generate` is the round loop.
+
+    Two implementations of the same round loop:
+
+    * the generic path works with any :class:`LanguageModel` through ``forward`` / ``rollback`` /
+      ``select`` and calls the five methods above;
+    * the tabular path runs when both models are plain :class:`specimpl.ngram.NGramModel` of one
+      dtype and none of the five methods is overridden (``tabular=True``, the default).  It
+      replaces model calls by lookups in tables built with the same ``warp`` (see
+      :func:`specimpl.ngram.pair_tables`), draws categorical tokens in O(1) with
+      :class:`specimpl.sampling.TableSampler`, and processes the batch in cache-sized chunks.  It
+      consumes the generator's uniforms in the same order and reproduces the generic path's
+      output bit for bit (tested); it exists because a million sequences per second is the scale
+      the statistical checks need.
+
+    ``validate=True`` checks p and q with :func:`specimpl.sampling.check_probs` every round (generic
+    path; costs a few passes over the batch).
     """
 
     compact_below = 0.5  # drop finished sequences from the batch when fewer than this share are active
+    chunk_size = 32000  # tabular path: sequences per chunk (intermediates stay in cache)
 
-    def __init__(self, target: LanguageModel, draft: LanguageModel, k: int, config: SamplingConfig = SamplingConfig()):
+    def __init__(self, target: LanguageModel, draft: LanguageModel, k: int, config: SamplingConfig = SamplingConfig(),
+                 *, validate: bool = False, tabular: bool = True):
         check_same_vocab(target, draft)
         _check_common(k, 1, config, None, target.vocab_size)
         self.target, self.draft, self.k, self.config = target, draft, k, config
+        self.validate, self.tabular = bool(validate), bool(tabular)
+        self._tables = None
 
     # -- the steps a variant may override ------------------------------------------------------
     def warp_target(self, logits: torch.Tensor) -> torch.Tensor:
@@ -190,19 +244,34 @@ class SpeculativeSampler:
     # -- the round loop ------------------------------------------------------------------------
     def generate(self, prompts: Prompts, max_new_tokens: int, eos_token_id: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> GenerationResult:
+        _check_common(self.k, max_new_tokens, self.config, eos_token_id, self.target.vocab_size)
+        if self.uses_tabular_path:
+            return self._generate_tabular(prompts, max_new_tokens, eos_token_id, generator)
+        return self._generate_generic(prompts, max_new_tokens, eos_token_id, generator)
+
+    @property
+    def uses_tabular_path(self) -> bool:
+        from specimpl.ngram import NGramModel
+        base = SpeculativeSampler
+        return (self.tabular and not self.validate
+                and type(self.target) is NGramModel and type(self.draft) is NGramModel
+                and self.target.dtype == self.draft.dtype
+                and all(getattr(type(self), name) is getattr(base, name)
+                        for name in ("warp_target", "warp_draft", "draw_draft", "uniforms", "verify",
+                                     "_generate_generic", "_generate_tabular")))
+
+    def _generate_generic(self, prompts, max_new_tokens, eos_token_id, generator) -> GenerationResult:
         k, V = self.k, self.target.vocab_size
-        _check_common(k, max_new_tokens, self.config, eos_token_id, V)
-        plist = as_prompt_list(prompts, V)
         dev = self.target.device
         t_clock = {"draft": 0.0, "target": 0.0, "sampler": 0.0}
         tic = time.perf_counter()
-        tstate = self.target.prefill(plist)
-        dstate = self.draft.prefill(plist)
+        batch, last = _prompt_batch(prompts, V, dev)
+        tstate = self.target.prefill(batch)
+        dstate = self.draft.prefill(batch)
         _sync(dev)
         t_clock["prefill"] = time.perf_counter() - tic
 
-        B = len(plist)
-        last = torch.tensor([p[-1] for p in plist], dtype=torch.long, device=dev)
+        B = last.shape[0]
         d_pending = torch.stack([last, torch.zeros_like(last)], 1)  # (B, 2) left-aligned tokens the draft has not fed
         d_npend = torch.ones(B, dtype=torch.long, device=dev)  # (B,) 1 or 2
         t_pending = last  # (B,) the target's one unfed token
@@ -212,7 +281,6 @@ class SpeculativeSampler:
         alive = torch.ones(B, dtype=torch.bool, device=dev)  # (A,) not finished yet
         stats = SpecStats(k)
         j = torch.arange(k + 1, device=dev)  # (k+1,)
-        pos_k = np.arange(k)
         r = 0
         while True:
             A = idx.numel()
@@ -239,43 +307,28 @@ class SpeculativeSampler:
             _sync(dev)
             t2 = time.perf_counter()
             # ---- accept / resample -------------------------------------------------------------
+            if self.validate:
+                check_probs("p", p)
+                check_probs("q", q)
             n, y = self.verify(p, q, x, u_acc, u_fin)  # (A,), (A,)
-            emit = torch.cat([x, torch.zeros_like(x[:, :1])], 1)  # (A, k+1)
-            emit.scatter_(1, n.unsqueeze(1), y.unsqueeze(1))  # x_1..x_n, y
             remaining = max_new_tokens - n_out[idx]  # (A,)
-            m = torch.minimum(n + 1, remaining) * alive  # (A,) tokens written this round
-            done = m == remaining
-            if eos_token_id is not None:
-                is_eos = (emit == eos_token_id) & (j < m.unsqueeze(1))  # (A, k+1)
-                has_eos = is_eos.any(1)
-                m = torch.where(has_eos, is_eos.to(torch.int8).argmax(1) + 1, m)
-                done = done | has_eos
-            emit = emit.masked_fill(j >= m.unsqueeze(1), PAD)
-            pos = n_out[idx].unsqueeze(1) + j  # (A, k+1); PADs past m land beyond the sequence's end
-            out[idx.unsqueeze(1), pos] = torch.where(alive.unsqueeze(1), emit, out[idx.unsqueeze(1), pos])
+            emit, m, done = _emit_round(x, n, y, remaining, alive, eos_token_id, j)
+            # positions >= n_out hold PAD for every sequence, so finished rows (m = 0, all PAD) may write too
+            out[idx.unsqueeze(1), n_out[idx].unsqueeze(1) + j] = emit
             n_out[idx] += m
             # ---- roll back both models to the accepted prefix --------------------------------
             self.target.rollback(tstate, tstate.lengths - k + n)  # keeps pending + x_1..x_n
             self.draft.rollback(dstate, dstate.lengths - (k - 1) + torch.clamp(n, max=k - 1))
             all_in = n == k  # the draft never fed x_k: it becomes pending, with y
-            d_pending = torch.stack([torch.where(all_in, x[:, -1], y), torch.where(all_in, y, 0)], 1)  # (A, 2) x_k, y or y, -
+            d_pending = torch.stack([torch.where(all_in, x[:, -1], y), torch.where(all_in, y, 0)], 1)  # (A, 2)
             d_npend = 1 + all_in.long()
             t_pending = y
             # ---- instrumentation (live rows only; acceptance before EOS/length truncation) -------
-            n_np = n[alive].cpu().numpy()
-            stats.accepted_hist += np.bincount(n_np, minlength=k + 1)
-            stats.reached += (pos_k[None, :] <= n_np[:, None]).sum(0)  # x_{i+1} judged iff n >= i
-            stats.accepted_at += (pos_k[None, :] < n_np[:, None]).sum(0)
+            hist = torch.bincount(torch.where(alive, n, k + 1), minlength=k + 2)[:k + 1].cpu().numpy()
+            emitted = int(m.sum())
             _sync(dev)
             t3 = time.perf_counter()
-            t_clock["draft"] += t1 - tic
-            t_clock["target"] += t2 - t1
-            t_clock["sampler"] += t3 - t2
-            stats.rounds.append({
-                "round": r, "batch": A, "sequence_rounds": len(n_np), "drafted": len(n_np) * k,
-                "accepted": int(n_np.sum()), "emitted": int(m.sum()), "target_calls": 1, "draft_calls": k,
-                "t_draft": t1 - tic, "t_target": t2 - t1, "t_sampler": t3 - t2,
-            })
+            self._record(stats, r, A, hist, emitted, tic, t1, t2, t3, t_clock)
             r += 1
             # ---- drop finished sequences ------------------------------------------------------
             alive = alive & ~done
@@ -290,6 +343,130 @@ class SpeculativeSampler:
                 d_pending, d_npend, t_pending = d_pending[sel], d_npend[sel], t_pending[sel]
         return GenerationResult(tokens=out[:, :max_new_tokens].contiguous(), lengths=n_out, stats=stats,
                                 timings=t_clock)
+
+    def _record(self, stats, r, A, hist, emitted, tic, t1, t2, t3, t_clock):
+        """Add one round to ``stats``: hist (k+1,) counts of n over the live sequences."""
+        k = self.k
+        stats.accepted_hist += hist
+        tail = np.cumsum(hist[::-1])[::-1]  # tail[i] = rounds with n >= i
+        stats.reached += tail[:k]  # x_{i+1} judged iff n >= i
+        stats.accepted_at += tail[1:]  # x_{i+1} accepted iff n >= i + 1
+        live = int(hist.sum())
+        t_clock["draft"] += t1 - tic
+        t_clock["target"] += t2 - t1
+        t_clock["sampler"] += t3 - t2
+        stats.rounds.append({
+            "round": r, "batch": A, "sequence_rounds": live, "drafted": live * k,
+            "accepted": int((hist * np.arange(k + 1)).sum()), "emitted": emitted, "target_calls": 1, "draft_calls": k,
+            "t_draft": t1 - tic, "t_target": t2 - t1, "t_sampler": t3 - t2,
+        })
+
+    def _generate_tabular(self, prompts, max_new_tokens, eos_token_id, generator) -> GenerationResult:
+        """The generic round loop on lookup tables (see the class docstring); same output, bit for bit.
+
+        Per sequence it keeps the joint context J of the tokens emitted so far.  A round, per chunk:
+        x_i = draft.draw(J_{i-1}, u_i), J_i = (J_{i-1} V + x_i) mod C; accept x_i iff
+        u'_i < accept_thr[J_{i-1} V + x_i]; n = accepted prefix; y = final.draw(J_n + C [n = k], u'').
+        Only 1-D operations on contiguous chunk columns: reductions along the short k axis are slow.
+        """
+        from specimpl.ngram import pair_tables, start_contexts
+
+        k, V = self.k, self.target.vocab_size
+        dt = self.target_dtype
+        t_clock = {"draft": 0.0, "target": 0.0, "sampler": 0.0}
+        tic = time.perf_counter()
+        if self._tables is None:
+            self._tables = pair_tables(self.target, self.draft, self.config)
+        tab = self._tables
+        C = tab.C
+        J = start_contexts(prompts, V, C)  # (A,) int64 joint context after each prompt
+        B = J.shape[0]
+        W = max_new_tokens
+        out_flat = torch.full((B * W + 1,), PAD, dtype=torch.long)  # one spare cell takes the writes past the end
+        dummy = B * W
+        t_clock["prefill"] = time.perf_counter() - tic
+
+        def advance(f):  # J V + x -> the context after x
+            if C == 1:
+                return torch.zeros_like(f)
+            return f & (C - 1) if C & (C - 1) == 0 else f % C
+
+        base = torch.arange(B, dtype=torch.long) * W  # (A,) first output cell of each sequence
+        idx = torch.arange(B)  # (A,) global ids
+        n_out = torch.zeros(B, dtype=torch.long)  # (A,)
+        lengths = torch.zeros(B, dtype=torch.long)  # (B,) filled when sequences leave the batch
+        alive = torch.ones(B, dtype=torch.bool)  # (A,)
+        thr = tab.accept_thr
+        stats = SpecStats(k)
+        r = 0
+        while True:
+            A = idx.numel()
+            done_all = torch.empty(A, dtype=torch.bool)
+            hist = torch.zeros(k + 2, dtype=torch.long)
+            emitted = torch.zeros((), dtype=torch.long)
+            td = tt = ts = 0.0
+            for c0 in range(0, A, self.chunk_size):
+                c1 = min(A, c0 + self.chunk_size)
+                t0 = time.perf_counter()
+                u = torch.rand(c1 - c0, 2 * k + 1, generator=generator, dtype=dt)  # (a, 2k+1) as uniforms()
+                Jc = J[c0:c1]  # (a,)
+                Js, xs, fs = [Jc], [], []
+                for i in range(k):  # ---- draft: x_i ~ q(. | J_{i-1})
+                    x = tab.draft.draw(Jc, u[:, i])  # (a,)
+                    f = Jc * V + x  # (a,) flat table cell of (J_{i-1}, x_i)
+                    Jc = advance(f)
+                    xs.append(x)
+                    fs.append(f)
+                    Js.append(Jc)
+                t1 = time.perf_counter()
+                # ---- target: accept x_i iff u'_i q_i(x_i) < p_i(x_i), i.e. u'_i < thr; n = accepted prefix
+                still = u[:, k] < thr.index_select(0, fs[0])  # (a,) all of x_1..x_i accepted
+                n = still.long()
+                Jn = torch.where(still, Js[1], Js[0])  # (a,) J_n
+                for i in range(1, k):
+                    still &= u[:, k + i] < thr.index_select(0, fs[i])
+                    n += still
+                    Jn = torch.where(still, Js[i + 1], Jn)
+                t2 = time.perf_counter()
+                # ---- resample at the first rejection, or the bonus from p_{k+1} (rows C..2C-1)
+                y = tab.final.draw(Jn + still * C, u[:, 2 * k])  # (a,)
+                nc, al = n_out[c0:c1], alive[c0:c1]
+                remaining = W - nc
+                m = torch.minimum(n + 1, remaining) * al  # (a,) tokens written this round
+                done = m == remaining
+                if eos_token_id is not None:
+                    toks = [torch.where(n == j, y, xs[j]) for j in range(k)] + [y]  # x_1..x_n, y (then junk)
+                    first = torch.full_like(m, k + 1)
+                    for jj in range(k, -1, -1):
+                        first = torch.where((toks[jj] == eos_token_id) & (m > jj), jj, first)
+                    has_eos = first <= k
+                    m = torch.where(has_eos, first + 1, m)
+                    done |= has_eos
+                # write x_j at cell j < m (x_n too, a placeholder), then y over cell n when n < m
+                start = base[c0:c1] + nc
+                for jj in range(k):
+                    out_flat.scatter_(0, torch.where(m > jj, start + jj, dummy), xs[jj])
+                out_flat.scatter_(0, torch.where(m > n, start + n, dummy), y)
+                n_out[c0:c1] = nc + m
+                done_all[c0:c1] = done
+                J[c0:c1] = advance(Jn * V + y)
+                hist += torch.bincount(torch.where(al, n, k + 1), minlength=k + 2)
+                emitted += m.sum()
+                t3 = time.perf_counter()
+                td, tt, ts = td + t1 - t0, tt + t2 - t1, ts + t3 - t2
+            self._record(stats, r, A, hist[:k + 1].numpy(), int(emitted), 0.0, td, td + tt, td + tt + ts, t_clock)
+            r += 1
+            # ---- drop finished sequences (the generic path's rule, so the uniforms line up) ----
+            alive = alive & ~done_all
+            n_alive = int(alive.sum())
+            if n_alive == 0:
+                break
+            if n_alive < self.compact_below * A:
+                lengths[idx] = n_out
+                sel = alive.nonzero().squeeze(1)
+                idx, alive, J, base, n_out = idx[sel], alive[sel], J[sel], base[sel], n_out[sel]
+        lengths[idx] = n_out
+        return GenerationResult(tokens=out_flat[:dummy].view(B, W), lengths=lengths, stats=stats, timings=t_clock)
 
     @property
     def target_dtype(self):
