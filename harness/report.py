@@ -1,0 +1,364 @@
+"""`python -m harness report`: figures and tables of a sweep, drawn from its stored results only.
+
+Reads ``results/sweep/<name>/{grid.parquet, measured.csv, profiles.csv, meta.json}`` (written by
+``python -m harness sweep``) and writes, under ``<results>/figures/`` (PNG and PDF, provenance in
+the footer and in the PNG's metadata):
+
+    speedup_vs_alpha   analytic S(alpha) for several k at fixed c, measured points overlaid
+    speedup_heatmap    S over (alpha, c) at the best k and at a fixed k, S = 1 contour marked,
+                       measured cells overlaid (filled: measured S > 1, crosses: S < 1)
+    optimal_k          the best k over (alpha, c); grey where no k gains
+    pred_vs_meas       predicted against measured speedup, analytic and measured models, y = x
+    tokens_per_call    tokens per target call against k, measured and E(alpha, k)
+    cost_curves        per-call forward time against tokens scored and batch size (profile suite)
+
+and the tables ``measured_table.tex`` (real-model runs, booktabs), ``synthetic_table.tex``,
+``fidelity.md`` (median and worst |predicted - measured| / measured) and ``summary.md`` (the
+negative-speedup cells, machine load).  Curves of the analytic model are evaluated from
+:mod:`harness.costmodel` at stored values (alpha_hat, c); nothing is run or timed here.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness import costmodel as cm
+from harness.provenance import atomic_savefig, atomic_write_text
+
+__all__ = ["add_arguments", "run", "make_report"]
+
+REPO = Path(__file__).resolve().parent.parent
+K_SHOWN = (1, 2, 4, 8)
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"font.size": 8, "axes.titlesize": 9, "legend.fontsize": 7, "figure.dpi": 150})
+    return plt
+
+
+def _save(fig, out: Path, name: str, meta: dict, formats) -> list[str]:
+    paths = []
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    for fmt in formats:
+        paths.append(str(atomic_savefig(fig, out / f"{name}.{fmt}", meta)))
+    return paths
+
+
+def _read_csv(path: Path):
+    return pd.read_csv(path, comment="#") if path.exists() else None
+
+
+def _k_colors(plt):
+    cmap = plt.get_cmap("viridis")
+    return {k: cmap(i / max(len(K_SHOWN) - 1, 1) * 0.9) for i, k in enumerate(K_SHOWN)}
+
+
+# -- figures --------------------------------------------------------------------------------------
+def fig_speedup_vs_alpha(plt, grid, measured, out, meta, formats):
+    syn = measured[measured.suite == "synthetic"] if measured is not None else pd.DataFrame()
+    real = measured[measured.suite == "real"] if measured is not None else pd.DataFrame()
+    cs = sorted(syn["c_set"].unique()) if len(syn) else [0.1]
+    panels = [("synthetic", c) for c in cs] + ([("real", float(real["c_profiled"].median()))] if len(real) else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.0), squeeze=False)
+    col = _k_colors(plt)
+    for ax, (suite, c) in zip(axes[0], panels):
+        if grid is not None:  # the stored grid at the c nearest to this panel's
+            cg = grid["c"].unique()
+            c_near = float(cg[np.argmin(np.abs(np.log(cg) - np.log(c)))])
+            for k in K_SHOWN:
+                g = grid[(grid.c == c_near) & (grid.k == k)].sort_values("alpha")
+                ax.plot(g.alpha, g.speedup, color=col[k], lw=1.2, label=f"model k={k}")
+            title_c = c_near
+        else:
+            title_c = c
+        pts = syn[np.isclose(syn.c_set, c)] if suite == "synthetic" else real
+        for k in K_SHOWN:
+            m = pts[pts.k == k]
+            if len(m):
+                ax.scatter(m.alpha_hat, m.speedup_measured, color=col[k], s=18, edgecolor="k", lw=0.4, zorder=3,
+                           marker="o" if suite == "synthetic" else "s", label=f"measured k={k}")
+        ax.axhline(1.0, color="0.3", ls="--", lw=0.8)
+        ax.axvline(title_c, color="0.6", ls=":", lw=0.8)
+        ax.set_xlabel(r"acceptance $\alpha$ (measured $\hat\alpha$ for points)")
+        ax.set_ylabel("speedup S over target-only")
+        ax.set_title(f"{'synthetic' if suite == 'synthetic' else 'tiny HF pair'}: c = {title_c:.3g}"
+                     + ("" if suite == "synthetic" else " (median profiled)"))
+        ax.set_xlim(0, 1)
+    axes[0][0].legend(ncol=2, loc="upper left")
+    return _save(fig, out, "speedup_vs_alpha", meta, formats)
+
+
+def _grid_matrix(grid, k=None):
+    g = grid if k is None else grid[grid.k == k]
+    if k is None:
+        g = g.loc[g.groupby(["alpha", "c"])["speedup"].idxmax()]
+    piv_s = g.pivot(index="c", columns="alpha", values="speedup")
+    piv_k = g.pivot(index="c", columns="alpha", values="k")
+    return piv_s.columns.values, piv_s.index.values, piv_s.values, piv_k.values
+
+
+def fig_heatmap(plt, grid, measured, out, meta, formats, k_fixed=4):
+    from matplotlib.colors import TwoSlopeNorm
+    fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.2))
+    for ax, k in zip(axes, (None, k_fixed)):
+        a, c, S, _ = _grid_matrix(grid, k)
+        norm = TwoSlopeNorm(vmin=float(S.min()), vcenter=1.0, vmax=max(float(S.max()), 1.01))
+        im = ax.pcolormesh(a, c, S, cmap="RdBu", norm=norm, shading="auto")
+        cs = ax.contour(a, c, S, levels=[1.0], colors="k", linewidths=1.2)
+        ax.clabel(cs, fmt={1.0: "S = 1"}, fontsize=7)
+        ax.contour(a, c, S, levels=[1.5, 2, 3, 5], colors="0.3", linewidths=0.5, linestyles=":")
+        ax.set_yscale("log")
+        ax.set_xlabel(r"acceptance $\alpha$")
+        ax.set_ylabel(r"cost ratio $c = T_{draft}/T_{target}$")
+        ax.set_title("S at the best k (1..%d)" % int(grid.k.max()) if k is None else f"S at k = {k}")
+        fig.colorbar(im, ax=ax, label="speedup S")
+        if measured is not None and k is not None:
+            m = measured[(measured.k == k)]
+            for suite, mk in (("synthetic", "o"), ("real", "s")):
+                mm = m[m.suite == suite]
+                if not len(mm):
+                    continue
+                cx = mm.c_set.where(mm.c_set.notna(), mm.c_profiled)
+                up = mm.speedup_measured >= 1
+                ax.scatter(mm.alpha_hat[up], cx[up], marker=mk, facecolor="w", edgecolor="k", s=16, lw=0.6,
+                           label=f"{suite}: measured S ≥ 1")
+                ax.scatter(mm.alpha_hat[~up], cx[~up], marker="x", color="k", s=16, lw=0.8,
+                           label=f"{suite}: measured S < 1")
+            ax.legend(loc="lower right", fontsize=6)
+    return _save(fig, out, "speedup_heatmap", meta, formats)
+
+
+def fig_optimal_k(plt, grid, out, meta, formats):
+    from matplotlib.colors import BoundaryNorm
+    a, c, S, K = _grid_matrix(grid)
+    kmax = int(grid.k.max())
+    Km = np.ma.masked_where(S < 1.0, K)
+    fig, ax = plt.subplots(figsize=(4.4, 3.3))
+    ax.pcolormesh(a, c, np.where(S < 1.0, 1.0, np.nan), cmap="Greys", vmin=0, vmax=4, shading="auto")
+    bounds = np.arange(0.5, kmax + 1.5)
+    im = ax.pcolormesh(a, c, Km, cmap="viridis", norm=BoundaryNorm(bounds, 256), shading="auto")
+    ax.contour(a, c, S, levels=[1.0], colors="k", linewidths=1.0)
+    ax.plot([0, 1], [0.01, 1], alpha=0)  # keep limits
+    ax.set_yscale("log")
+    ax.set_xlabel(r"acceptance $\alpha$")
+    ax.set_ylabel(r"cost ratio $c$")
+    ax.set_title("best k (grey: no k gains, S < 1)")
+    fig.colorbar(im, ax=ax, label="optimal k", ticks=[1, 2, 4, 8, 12, 16][: 6 if kmax >= 16 else 4])
+    return _save(fig, out, "optimal_k", meta, formats)
+
+
+def fig_pred_vs_meas(plt, measured, out, meta, formats):
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    lo = float(min(measured.speedup_measured.min(), measured.speedup_analytic.min(),
+                   measured.speedup_measured_model.min())) * 0.9
+    hi = float(max(measured.speedup_measured.max(), measured.speedup_analytic.max(),
+                   measured.speedup_measured_model.max())) * 1.1
+    ax.plot([lo, hi], [lo, hi], color="k", lw=0.8, label="y = x")
+    ax.axhline(1, color="0.6", ls=":", lw=0.7)
+    ax.axvline(1, color="0.6", ls=":", lw=0.7)
+    for suite, color in (("synthetic", "tab:blue"), ("real", "tab:red")):
+        m = measured[measured.suite == suite]
+        if not len(m):
+            continue
+        ax.scatter(m.speedup_measured, m.speedup_analytic, marker="^", facecolor="none", edgecolor=color, s=18,
+                   lw=0.7, label=f"{suite}: analytic (median err {m.err_analytic.median():.1%})")
+        ax.scatter(m.speedup_measured, m.speedup_measured_model, marker="o", color=color, s=12,
+                   label=f"{suite}: measured model (median err {m.err_measured_model.median():.1%})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured speedup (tokens/s ratio)")
+    ax.set_ylabel("predicted speedup")
+    ax.set_title("predicted vs measured")
+    ax.legend(loc="upper left", fontsize=6)
+    return _save(fig, out, "pred_vs_meas", meta, formats)
+
+
+def fig_tokens_per_call(plt, measured, out, meta, formats):
+    suites = [s for s in ("synthetic", "real") if (measured.suite == s).any()]
+    fig, axes = plt.subplots(1, len(suites), figsize=(3.8 * len(suites), 3.0), squeeze=False)
+    for ax, suite in zip(axes[0], suites):
+        m = measured[measured.suite == suite]
+        key = "alpha_set" if suite == "synthetic" else "draft"
+        groups = list(m.groupby(key))
+        cmap = plt.get_cmap("plasma")
+        for i, (name, g) in enumerate(groups):
+            col = cmap(i / max(len(groups), 1) * 0.9)
+            g = g.groupby("k", as_index=False).agg(tpc=("tokens_per_target_call", "mean"),
+                                                   alpha=("alpha_hat", "mean"))
+            ax.scatter(g.k, g.tpc, color=col, s=16, zorder=3)
+            ks = np.arange(1, int(g.k.max()) + 1)
+            a = float(name) if suite == "synthetic" else float(g.alpha.mean())
+            ax.plot(ks, cm.expected_tokens(min(a, 1.0), ks), color=col, lw=1,
+                    label=(rf"$\alpha$={a:g}" if suite == "synthetic" else f"{name} ($\\hat\\alpha$={a:.2f})"))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(m.k.unique()))
+        ax.set_xticklabels([str(k) for k in sorted(m.k.unique())])
+        ax.set_xlabel("draft length k")
+        ax.set_ylabel("tokens per target call")
+        ax.set_title(f"{suite}: points measured, lines E(alpha, k)")
+        ax.legend(fontsize=6)
+    return _save(fig, out, "tokens_per_call", meta, formats)
+
+
+def fig_cost_curves(plt, profiles, out, meta, formats):
+    f = profiles[(profiles.suite == "profile") & (profiles.op.str.endswith(".forward"))]
+    if not len(f):
+        return []
+    models = list(f.model.unique())
+    fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.0))
+    cmap = plt.get_cmap("tab10")
+    for i, mname in enumerate(models):
+        g = f[f.model == mname]
+        for B, gb in g.groupby("batch"):
+            gb = gb.sort_values("n")
+            axes[0].plot(gb.n, gb.median_s * 1e3, color=cmap(i), lw=0.8, alpha=0.3 + 0.7 * (B == g.batch.min()),
+                         marker=".", label=f"{mname}, B={B}" if B in (g.batch.min(), g.batch.max()) else None)
+        g1 = g[g.n == g.n.min()].sort_values("batch")
+        axes[1].errorbar(g1.batch, g1.median_s * 1e3, yerr=[(g1.median_s - g1.q25_s) * 1e3, (g1.q75_s - g1.median_s) * 1e3],
+                         color=cmap(i), marker="o", ms=3, lw=1, label=f"{mname} (n={int(g.n.min())})")
+    axes[0].set_xlabel("tokens scored per call n")
+    axes[0].set_ylabel("forward time [ms] (median)")
+    axes[0].set_title("T(n, B): tokens scored")
+    axes[0].legend(fontsize=6)
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_xlabel("batch size B")
+    axes[1].set_ylabel("forward time [ms] (median, IQR)")
+    dev = ", ".join(sorted(f.device.unique()))
+    axes[1].set_title(f"T(1, B): batch size ({dev})")
+    axes[1].legend(fontsize=6)
+    return _save(fig, out, "cost_curves", meta, formats)
+
+
+# -- tables ---------------------------------------------------------------------------------------
+def _tex_escape(s) -> str:
+    return str(s).replace("_", r"\_").replace("%", r"\%").replace("+", "+")
+
+
+def latex_table(m: pd.DataFrame, caption: str, label: str) -> str:
+    cols = [("draft", "draft"), ("k", "$k$"), ("alpha_hat", r"$\hat\alpha$"), ("acceptance_rate", "acc./drafted"),
+            ("mean_acceptance_length", "mean acc. len."), ("c_profiled", "$c$"),
+            ("tokens_per_s_ar", "tok/s target"), ("tokens_per_s_spec", "tok/s spec."),
+            ("speedup_measured", "$S$ meas."), ("speedup_analytic", "$S$ analytic"),
+            ("speedup_measured_model", "$S$ model")]
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{l" + "r" * (len(cols) - 1) + "}",
+             r"\toprule", " & ".join(h for _, h in cols) + r" \\", r"\midrule"]
+    for r in m.sort_values(["draft", "k"]).itertuples():
+        vals = []
+        for c, _ in cols:
+            v = getattr(r, c)
+            if c == "draft":
+                vals.append(_tex_escape(v))
+            elif c == "k":
+                vals.append(str(int(v)))
+            elif c.startswith("tokens_per_s"):
+                vals.append(f"{v:.0f}")
+            elif c.startswith("speedup"):
+                vals.append((r"\textbf{%.2f}" if (c == "speedup_measured" and v < 1) else "%.2f") % v)
+            else:
+                vals.append(f"{v:.3f}" if c == "c_profiled" else f"{v:.2f}")
+        lines.append(" & ".join(vals) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", rf"\label{{{label}}}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+def fidelity_md(measured: pd.DataFrame) -> str:
+    lines = ["| runs | cells | analytic median | analytic worst | measured model median | measured model worst "
+             "| accounting median | accounting worst |", "|---|---|---|---|---|---|---|---|"]
+    for name, g in [("all", measured)] + list(measured.groupby("suite")):
+        lines.append(f"| {name} | {len(g)} | {g.err_analytic.median():.1%} | {g.err_analytic.max():.1%} | "
+                     f"{g.err_measured_model.median():.1%} | {g.err_measured_model.max():.1%} | "
+                     f"{g.err_accounting.median():.1%} | {g.err_accounting.max():.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_md(measured: pd.DataFrame, meta: dict) -> str:
+    sw = meta.get("sweep", {})
+    la = sw.get("loadavg_1min", {})
+    m = meta.get("machine", {})
+    out = [f"# Sweep `{meta.get('config', {}).get('name', '?')}`", "",
+           f"- commit {meta.get('commit')} (dirty: {meta.get('dirty')}), created {meta.get('created_utc')}",
+           f"- machine: {m.get('cpu')}, {m.get('cpus_available')} cores, torch {meta.get('versions', {}).get('torch')}"
+           + (f", GPU {m['gpu']}" if m.get("gpu") else ", no GPU"),
+           f"- cells stored {sw.get('cells_stored')} of {sw.get('cells_planned')}, compute time "
+           f"{sw.get('cell_seconds_total', 0) / 60:.1f} min",
+           f"- machine load during the cells (1-min load average, {m.get('cpus_available')} cores): median "
+           f"{la.get('median')}, max {la.get('max')}", "", "## Fidelity: |predicted - measured| / measured", "",
+           fidelity_md(measured), "## Negative-speedup cells (measured S < 1)", ""]
+    neg = measured[measured.speedup_measured < 1].sort_values(["suite", "c_profiled", "alpha_hat", "k"])
+    if len(neg):
+        out.append("| suite | draft | alpha_hat | c (profiled) | k | S measured | S analytic | S model |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for r in neg.itertuples():
+            out.append(f"| {r.suite} | {r.draft} | {r.alpha_hat:.2f} | {r.c_profiled:.3f} | {r.k} | "
+                       f"{r.speedup_measured:.2f} | {r.speedup_analytic:.2f} | {r.speedup_measured_model:.2f} |")
+    else:
+        out.append("none")
+    out.append("")
+    return "\n".join(out)
+
+
+# -- driver ---------------------------------------------------------------------------------------
+def make_report(results: Path, out: Path = None, formats=("png", "pdf")) -> dict:
+    results = Path(results)
+    out = results / "figures" if out is None else Path(out)
+    if not (results / "meta.json").exists():
+        raise FileNotFoundError(f"`--results` {str(results)!r} holds no sweep results (no meta.json); "
+                                "run `python -m harness sweep` first")
+    meta = json.loads((results / "meta.json").read_text())
+    grid = pd.read_parquet(results / "grid.parquet") if (results / "grid.parquet").exists() else None
+    measured = _read_csv(results / "measured.csv")
+    profiles = _read_csv(results / "profiles.csv")
+    plt = _plt()
+    written = {}
+    if grid is not None or measured is not None:
+        written["speedup_vs_alpha"] = fig_speedup_vs_alpha(plt, grid, measured, out, meta, formats)
+    if grid is not None:
+        written["speedup_heatmap"] = fig_heatmap(plt, grid, measured, out, meta, formats)
+        written["optimal_k"] = fig_optimal_k(plt, grid, out, meta, formats)
+    if measured is not None and len(measured):
+        written["pred_vs_meas"] = fig_pred_vs_meas(plt, measured, out, meta, formats)
+        written["tokens_per_call"] = fig_tokens_per_call(plt, measured, out, meta, formats)
+        real = measured[measured.suite == "real"]
+        if len(real):
+            written["measured_table"] = str(atomic_write_text(out / "measured_table.tex", latex_table(
+                real, "Speculative sampling with the shipped tiny pair: measured against target-only decoding "
+                      "(interleaved, same run). Bold: negative speedup.", "tab:measured")))
+        syn = measured[measured.suite == "synthetic"]
+        if len(syn):
+            written["synthetic_table"] = str(atomic_write_text(out / "synthetic_table.tex", latex_table(
+                syn, "Synthetic-cost runs (set call costs, exact acceptance).", "tab:synthetic")))
+        written["fidelity"] = str(atomic_write_text(out / "fidelity.md", fidelity_md(measured)))
+        written["summary"] = str(atomic_write_text(out / "summary.md", summary_md(measured, meta)))
+    if profiles is not None and "suite" in profiles:
+        cc = fig_cost_curves(plt, profiles, out, meta, formats)
+        if cc:
+            written["cost_curves"] = cc
+    plt.close("all")
+    return written
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--results", type=Path, default=REPO / "results" / "sweep" / "default",
+                        help="a sweep's results directory (default results/sweep/default)")
+    parser.add_argument("--out", type=Path, default=None, help="where figures go (default <results>/figures)")
+    parser.add_argument("--formats", default="png,pdf", help="comma-separated figure formats")
+
+
+def run(args) -> int:
+    written = make_report(args.results, args.out, tuple(f.strip() for f in args.formats.split(",") if f.strip()))
+    for name, paths in written.items():
+        for p in ([paths] if isinstance(paths, str) else paths):
+            print(f"wrote {p}", file=sys.stderr)
+    summ = Path(args.out or Path(args.results) / "figures") / "summary.md"
+    if summ.exists():
+        print(summ.read_text())
+    return 0
