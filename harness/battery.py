@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Optional
 
 import numpy as np
@@ -139,18 +140,38 @@ def chunk_t_test(e, scale, *, alpha: float, power: float) -> ChunkTResult:
                         f"t over {C} sampler calls (df {C - 1})")
 
 
-def hotelling_test(D, *, alpha: float, power: float) -> ChunkTResult:
-    """Hotelling T² that the mean of rows of D (C, d) is 0 (dimensions of zero spread are checked
-    exactly); F(d, C - d) null.  ``deviation`` is the largest |mean| per call."""
+@lru_cache(maxsize=256)
+def _ncf_noncentrality(d: int, df2: int, alpha: float, power: float) -> float:
+    """Noncentrality of F(d, df2) that a level-``alpha`` test rejects with probability ``power``."""
+    crit = sps.f.isf(alpha, d, df2)
+    lo, hi = 0.0, 1.0
+    while sps.ncf.sf(crit, d, df2, hi) < power:
+        hi *= 2
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sps.ncf.sf(crit, d, df2, mid) < power else (lo, mid)
+    return hi
+
+
+def hotelling_test(D, *, alpha: float, power: float, zero_dims=None) -> ChunkTResult:
+    """Hotelling T² that the rows of D (C, d) have mean 0, F(d', C - d') null over the d' coordinates
+    that vary.  ``zero_dims`` (d,) bool marks coordinates that are identically 0 under H0 (an expected
+    count of 0): any non-zero value there rejects outright (p = 0); so does a coordinate with no spread
+    but a non-zero mean.  ``min_detectable`` is the mean shift detected with probability ``power``, as
+    a Mahalanobis distance per call."""
     D = np.asarray(D, dtype=np.float64)
     C, d = D.shape
     scale = max(1.0, float(np.abs(D).max()))
-    sd = D.std(0, ddof=1) if C > 1 else np.zeros(d)
-    live = sd > 1e-9 * scale
-    dead_bad = bool(np.abs(D[:, ~live]).max() > 1e-9 * scale) if (~live).any() else False
+    tol = 1e-9 * scale
+    zero = np.zeros(d, bool) if zero_dims is None else np.asarray(zero_dims, bool)
     dev = float(np.abs(D.mean(0)).max()) if C else 0.0
-    if dead_bad:
-        return ChunkTResult(math.inf, 0.0, C, dev, math.inf, alpha, power, "deterministic component deviates")
+    if bool((np.abs(D[:, zero]) > tol).any()):
+        return ChunkTResult(math.inf, 0.0, C, dev, 0.0, alpha, power, "a count that is 0 under H0 is not")
+    sd = D.std(0, ddof=1) if C > 1 else np.zeros(d)
+    live = (sd > tol) & ~zero
+    flat = ~live & ~zero
+    if bool((np.abs(D[:, flat].mean(0)) > tol).any()):
+        return ChunkTResult(math.inf, 0.0, C, dev, 0.0, alpha, power, "a coordinate without spread deviates")
     X = D[:, live]
     d = X.shape[1]
     if d == 0:
@@ -165,32 +186,30 @@ def hotelling_test(D, *, alpha: float, power: float) -> ChunkTResult:
         t2 = float(C * m @ np.linalg.pinv(S) @ m)
     f = (C - d) / (d * (C - 1)) * t2
     p = float(sps.f.sf(f, d, C - d))
-    # detectable: noncentrality of F giving `power` at `alpha`, as a Mahalanobis distance per call
-    crit = sps.f.isf(alpha, d, C - d)
-    lo, hi = 0.0, 1.0
-    while sps.ncf.sf(crit, d, C - d, hi) < power:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if sps.ncf.sf(crit, d, C - d, mid) < power else (lo, mid)
-    mde = math.sqrt(hi / C)  # Mahalanobis distance of the mean shift (in per-call sd units)
+    lam = _ncf_noncentrality(d, C - d, float(alpha), float(power))
+    mde = math.sqrt(lam / C)  # T²(C-d)/(d(C-1)) ~ F(d, C-d, λ) with λ = C δ'Σ⁻¹δ
     return ChunkTResult(t2, p, C, dev, mde, alpha, power, f"Hotelling T² over {C} sampler calls (d={d})")
 
 
 def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
-    """(tv_hat, lower, upper, method) for TV(Q, P) from counts of Q: simultaneous 1 − δ (finite-sample
-    bound of stats.tv_upper_bound at δ/2; the asymptotic noncentral-χ² inversion at δ/2 when every cell's
-    expected count is ≥ 100, the smaller upper bound kept)."""
+    """(tv_hat, lower, upper, method) for TV(Q, P) from counts of Q, holding with probability >= 1 - delta.
+
+    The finite-sample bound of :func:`harness.stats.tv_upper_bound` at delta/2 gives both ends
+    (|TV(Q_hat, P) - TV(Q, P)| <= TV(Q_hat, Q)); the asymptotic noncentral-chi-square inversion at delta/2
+    replaces the upper end when it is smaller and valid: every cell of P positive with expected count
+    >= 100.  (With cells of P = 0 the chi-square on the positive cells does not bound the mass Q may put on
+    the others, so it is not used.)"""
     fs = stats.tv_upper_bound(counts, probs, delta=delta / 2)
     eps = fs.upper - fs.tv_hat if fs.upper < 1 else math.inf
     lower = max(0.0, fs.tv_hat - eps)
     upper, method = fs.upper, fs.method
-    try:
-        nc = stats.tv_upper_bound_ncx2(counts, probs, delta=delta / 2)
-        if nc.upper < upper:
-            upper, method = nc.upper, nc.method
-    except ValueError:
-        pass
+    if bool(np.all(np.asarray(probs) > 0)):
+        try:
+            nc = stats.tv_upper_bound_ncx2(counts, probs, delta=delta / 2)
+            if nc.upper < upper:
+                upper, method = nc.upper, nc.method
+        except ValueError:
+            pass
     return fs.tv_hat, lower, upper, method
 
 
@@ -357,9 +376,9 @@ def _acc_position(e, scale, exact_alpha, i):
     return ev
 
 
-def _acc_lengths(D, expected, observed):
+def _acc_lengths(D, expected, observed, zero_dims):
     def ev(alpha, power, delta):
-        r = hotelling_test(D, alpha=alpha, power=power)
+        r = hotelling_test(D, alpha=alpha, power=power, zero_dims=zero_dims)
         low = float(np.dot(np.arange(len(observed)), observed) - np.dot(np.arange(len(expected)), expected))
         return _row(r.statistic, r.pvalue, r.min_detectable, "Mahalanobis shift per call", r.method,
                     expected=float(np.dot(np.arange(len(expected)), expected)),
@@ -413,5 +432,5 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> lis
         D = hist - Bc[:, None] * exact.hist[None, :]  # (C, k+1)
         specs.append(TestSpec("acceptance", "lengths", None, False,
                               _acc_lengths(D, exact.hist / max(exact.rounds, 1e-300),
-                                           hist.sum(0) / max(hist.sum(), 1.0))))
+                                           hist.sum(0) / max(hist.sum(), 1.0), exact.hist <= 1e-12)))
     return specs

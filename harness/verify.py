@@ -264,7 +264,7 @@ def _draw(run: RunSpec, law: ExactLaw, models, seed: int, settings, pair_bins: i
         atomic_write_bytes(path, blob)
 
 
-def _von_neumann_runs(proposals: int, seed: int):
+def _von_neumann_runs(proposals: int, seed: int, controls: bool = True):
     """Reference von Neumann sampler at M = 2.8 and 5.6 and one broken envelope; rows of tests."""
     from harness.bugs import VN_CONTROLS
     from specimpl.von_neumann import SNUG_M, TwoPeakDensity, two_peak_sampler
@@ -272,7 +272,8 @@ def _von_neumann_runs(proposals: int, seed: int):
     cdf = lambda x: np.asarray(d.cdf(np.asarray(x)), dtype=np.float64)  # noqa: E731
     out = []
     entries = [("von_neumann", "reference", M, two_peak_sampler(M, d)) for M in (SNUG_M, 2 * SNUG_M)]
-    entries += [(name, "lossy", M, make(d)) for name, M, make in VN_CONTROLS]
+    if controls:
+        entries += [(name, "lossy", M, make(d)) for name, M, make in VN_CONTROLS]
     for label, role, M, sampler in entries:
         g = torch.Generator().manual_seed(_seed(seed, label, M))
         tic = time.perf_counter()
@@ -381,7 +382,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
             pbar.set_description(f"verify: {name} {r.label}")
             _draw(r, law, models, seed, settings, pair_bins_of[name], pbar, state_dir)
     pbar.close()
-    vn = _von_neumann_runs(vn_props, seed) if do_vn else []
+    vn = _von_neumann_runs(vn_props, seed, controls) if do_vn else []
     t_drawn = time.perf_counter()
 
     # --- plan every test, split the budget, evaluate ----------------------------------------------------
@@ -406,8 +407,13 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
         row.update(ts.evaluate(alpha_each, settings.power, delta_each))
         row["alpha_bonferroni"] = alpha_each
         rows.append(row)
-    table = pd.DataFrame(rows)
-    if len(table):
+    table = pd.DataFrame(rows, columns=None if rows else [
+        "run", "role", "scenario", "family", "test", "position", "loss_test", "statistic", "pvalue",
+        "min_detectable", "min_detectable_unit", "method", "tv_hat", "tv_lower", "tv_upper", "direction",
+        "alpha_bonferroni"])
+    if not len(table):
+        table["p_adjusted"], table["reject"], table["verdict"] = [], [], []
+    else:
         table["pvalue"] = table["pvalue"].clip(0.0, 1.0)
         table["p_adjusted"] = stats.holm(table["pvalue"].to_numpy())
         table["reject"] = table["p_adjusted"] <= settings.family_alpha
@@ -461,10 +467,14 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
 
 
 def _run_verdict(r: RunSpec, table: pd.DataFrame, law: ExactLaw, base: RunSpec) -> dict:
+    nan = float("nan")
     row = {"run": r.label, "role": r.role, "scenario": r.scenario.name, "sequences": r.acc.n if r.acc else 0,
-           "tokens": r.tokens, "wall_s": r.wall_s, "error": r.error}
+           "tokens": r.tokens, "wall_s": r.wall_s, "error": r.error, "n_rejected": 0, "min_p_adjusted": nan,
+           "min_pvalue": nan, "tv_position_max": nan, "tv_position_max_at": -1, "tv_position_lower": nan,
+           "tv_position_upper": nan, "min_p_adjusted_loss": nan, "tv_position_upper_max": nan, "tv_joint": nan,
+           "tv_joint_lower": nan, "tv_joint_upper": nan, "mde_position_tv": nan, "efficiency": ""}
     if r.error is not None:
-        row.update(verdict=f"error: {r.error}", passed=False, caught_by="", min_p_adjusted=float("nan"))
+        row.update(verdict=f"error: {r.error}", passed=False, caught_by="")
         return row
     sub = table[(table.run == r.label) & (table.scenario == r.scenario.name)]
     loss = sub[sub.loss_test]
@@ -495,6 +505,8 @@ def _run_verdict(r: RunSpec, table: pd.DataFrame, law: ExactLaw, base: RunSpec) 
                tv_position_max=float(worst.tv_hat) if worst is not None else float("nan"),
                tv_position_max_at=int(worst.position) if worst is not None else -1,
                tv_position_lower=float(worst.tv_lower) if worst is not None else float("nan"),
+               tv_position_upper=float(worst.tv_upper) if worst is not None else float("nan"),
+               min_p_adjusted_loss=float(loss.p_adjusted.min()) if len(loss) else float("nan"),
                tv_position_upper_max=float(pos.tv_upper.max()) if len(pos) else float("nan"),
                tv_joint=float(joint.tv_hat.iloc[0]) if len(joint) else float("nan"),
                tv_joint_lower=float(joint.tv_lower.iloc[0]) if len(joint) else float("nan"),

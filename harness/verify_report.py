@@ -159,7 +159,7 @@ def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
                  "Measured TV: plug-in TV(empirical, exact target) at the worst position and on the joint of the "
                  "first J tokens, with its simultaneous confidence interval.")
         L.append("")
-        L.append("| control | kind | scenario (why) | outcome | tests that caught it | min adj. p | "
+        L.append("| control | kind | scenario (why) | outcome | tests that caught it | min adj. p (loss tests) | "
                  "measured TV, worst position [CI] | measured TV, joint [CI] | acceptance |")
         L.append("|---|---|---|---|---|---|---|---|---|")
         for _, v in ctrl.iterrows():
@@ -168,11 +168,11 @@ def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
             outcome = ("caught" if v.passed else "**MISSED**") if must else ("passed" if v.passed else "**FALSE ALARM**")
             why = f"{v.scenario} ({c.shows_when})" if c and must else v.scenario
             tvp = (f"{_fmt(v.tv_position_max)} at t={int(v.tv_position_max_at)} "
-                   f"[{_fmt(v.tv_position_lower)}, {_fmt(v.tv_position_upper_max if not must else float('nan'))}]"
+                   f"[{_fmt(v.tv_position_lower)}, {_fmt(v.tv_position_upper)}]"
                    if must else f"≤ {_fmt(v.tv_position_upper_max)} (bound)")
             tvj = (f"{_fmt(v.tv_joint)} [{_fmt(v.tv_joint_lower)}, {_fmt(v.tv_joint_upper)}]" if must
                    else f"≤ {_fmt(v.tv_joint_upper)} (bound)")
-            L.append(f"| {v.run} | {v.role} | {why} | {outcome} | {v.caught_by or '—'} | {_fmt(v.min_p_adjusted)} | "
+            L.append(f"| {v.run} | {v.role} | {why} | {outcome} | {v.caught_by or '—'} | {_fmt(v.min_p_adjusted_loss)} | "
                      f"{tvp} | {tvj} | {v.efficiency} |")
         L.append("")
     vn = verdicts[verdicts.scenario.str.startswith("von_neumann")]

@@ -1,0 +1,256 @@
+"""`python -m harness verify`: exit codes, --sampler import errors, the report, the exact process law
+and the battery's own small statistics (planners checked against each other)."""
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats as sps
+
+from harness.battery import (chunk_t_min_detectable, chunk_t_n_for_deviation, chunk_t_test, hotelling_test,
+                             ks_uniform_binned, plan_chunks, tv_interval)
+from harness.bugs import AcceptEverything, as_sampler_function
+from harness.cli import main
+from harness.exact import ExactLaw
+from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.verify import SamplerSpecError, load_sampler
+from specimpl import SamplingConfig, speculative_generate
+from specimpl.ngram import exact_acceptance, exact_joint, exact_marginals, noisy_draft, random_ngram
+
+HERE = Path(__file__).resolve()
+
+# module-level samplers, reachable as --sampler <this file>:<name>
+accept_everything_generate = as_sampler_function(AcceptEverything)
+
+
+def wrong_shape_generate(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
+    r = speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
+                             eos_token_id=eos_token_id, generator=generator)
+    r.tokens = r.tokens[:, :-1]
+    return r
+
+
+def plain_function_generate(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
+    """A lossless sampler without instrumentation (stats=None): plain target sampling."""
+    from specimpl.autoregressive import autoregressive_generate
+    return autoregressive_generate(target, prompts, max_new_tokens=max_new_tokens, config=config,
+                                   eos_token_id=eos_token_id, generator=generator)
+
+
+TINY = """description = "V=4 bigram, k=2, 4 tokens (tests)"
+k = 2
+max_new_tokens = 4
+joint_tokens = 2
+[target]
+vocab_size = 4
+seed = 7
+[draft]
+eps = 0.4
+"""
+
+
+@pytest.fixture(scope="module")
+def scen_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("scenarios")
+    shutil.copy(SCENARIO_DIR / "default.toml", d / "default.toml")
+    (d / "tiny.toml").write_text(TINY)
+    return d
+
+
+def _verify(scen_dir, out, *extra):
+    return main(["verify", "--scenario-dir", str(scen_dir), "--scenario", "tiny", "--draws", "3000",
+                 "--out", str(out), "--no-progress", "--no-figures", *extra])
+
+
+def test_reference_passes_and_writes_report(scen_dir, tmp_path):
+    assert _verify(scen_dir, tmp_path / "r", "--no-controls") == 0
+    out = tmp_path / "r"
+    t = pd.read_parquet(out / "tests.parquet")
+    for col in ("scenario", "test", "statistic", "pvalue", "p_adjusted", "min_detectable", "tv_upper", "verdict"):
+        assert col in t.columns
+    assert (t.verdict == "pass").all()
+    assert set(t.family) >= {"gof", "two_sample", "pit", "acceptance"}
+    csv = pd.read_csv(out / "tests.csv", comment="#")
+    assert len(csv) == len(t)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["seed"] is not None and "versions" in meta and "machine" in meta and "commit" in meta
+    assert meta["config"]["n_tests"] == len(t)
+    summary = (out / "summary.md").read_text()
+    assert "PASS" in summary and "Holm" in summary
+    assert not list(out.glob("_tmp*")) and not (out / "_tmp_state").exists()
+
+
+def test_buggy_sampler_fails_with_exit_1(scen_dir, tmp_path):
+    rc = _verify(scen_dir, tmp_path / "b", "--sampler", f"{HERE}:accept_everything_generate")
+    assert rc == 1
+    runs = pd.read_csv(tmp_path / "b" / "runs.csv", comment="#")
+    assert runs.verdict.iloc[0].startswith("lossy") and not runs.passed.iloc[0]
+    assert "gof" in runs.caught_by.iloc[0]
+
+
+def test_uninstrumented_lossless_sampler_passes(scen_dir, tmp_path):
+    assert _verify(scen_dir, tmp_path / "p", "--sampler", f"{HERE}:plain_function_generate") == 0
+    runs = pd.read_csv(tmp_path / "p" / "runs.csv", comment="#")
+    assert "not instrumented" in runs.verdict.iloc[0]
+
+
+def test_sampler_with_wrong_output_fails_with_reason(scen_dir, tmp_path):
+    assert _verify(scen_dir, tmp_path / "w", "--sampler", f"{HERE}:wrong_shape_generate") == 1
+    runs = pd.read_csv(tmp_path / "w" / "runs.csv", comment="#")
+    assert "shape (B, max_new_tokens)" in runs.verdict.iloc[0]
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("specimpl", "must be 'package.module:function'"),
+    ("a:b:c", "must be 'package.module:function'"),
+    ("no_such_pkg.mod:fn", "No module named 'no_such_pkg'"),
+    ("harness.bugs:no_such_fn", "no attribute 'no_such_fn'"),
+    ("harness.bugs:CATALOGUE", "must name a callable"),
+    ("/no/such/file.py:fn", "does not exist"),
+])
+def test_bad_sampler_spec_names_the_argument(spec, fragment, capsys, scen_dir, tmp_path):
+    with pytest.raises(SamplerSpecError, match="`--sampler`"):
+        load_sampler(spec)
+    assert _verify(scen_dir, tmp_path / "x", "--sampler", spec) == 2
+    err = capsys.readouterr().err
+    assert "`--sampler`" in err and fragment in err
+
+
+def test_bad_scenario_and_draws_exit_2(capsys, scen_dir, tmp_path):
+    assert main(["verify", "--scenario-dir", str(scen_dir), "--scenario", "nope", "--no-progress"]) == 2
+    assert "`--scenario` must be one of" in capsys.readouterr().err
+    assert _verify(scen_dir, tmp_path / "y", "--draws", "1") == 2
+    assert "`--draws`" in capsys.readouterr().err
+
+
+def test_load_sampler_resolves_module_function():
+    assert load_sampler("specimpl.speculative:speculative_generate") is speculative_generate
+
+
+def test_default_settings_meet_the_budget():
+    s = load_settings()
+    assert s.family_alpha <= 1e-4
+    assert set(s.scenarios) <= {p.stem for p in SCENARIO_DIR.glob("*.toml")}
+    for name in s.scenarios:
+        load_scenario(name)  # parses
+
+
+# ---------------------------------------------------------------------------- exact process law
+def _pair():
+    t = random_ngram(5, 2, 0.6, seed=11)
+    return t, noisy_draft(t, 0.4, seed=3)
+
+
+def test_exact_law_agrees_with_ngram_module():
+    t, d = _pair()
+    cfg = SamplingConfig(temperature=0.8, top_k=4)
+    law = ExactLaw(t, d, [2], 5, cfg, None)
+    assert np.allclose(law.marginals()[:, :5], exact_marginals(t, [2], 5, cfg))
+    assert np.allclose(law.marginals()[:, 5], 0)
+    assert np.allclose(law.joint(3).reshape(6, 6, 6)[:5, :5, :5], exact_joint(t, [2], 3, cfg))
+    pm = law.pair_marginals().reshape(4, 6, 6)
+    assert np.allclose(pm.sum(2), law.marginals()[:4]) and np.allclose(pm.sum(1), law.marginals()[1:])
+    # the reference process's position-1 acceptance, averaged per sequence, is exact_acceptance at t = 0
+    acc = law.acceptance_law(3)
+    assert np.isclose(acc.alpha[0] * acc.reached[0] / acc.rounds, acc.accepted[0] / acc.rounds)
+    assert np.isclose(acc.hist.sum(), acc.rounds) and acc.reached[0] == pytest.approx(acc.rounds)
+
+
+def test_exact_acceptance_law_matches_simulation():
+    """Expected per-sequence SpecStats counts vs 100k simulated sequences (5 sd tolerance: false-fail
+    rate < 1e-5 per coordinate); with EOS, so truncation inside a round is exercised."""
+    t, d = _pair()
+    law = ExactLaw(t, d, [1], 6, SamplingConfig(), eos_token_id=3)
+    acc = law.acceptance_law(3)
+    B = 100_000
+    r = speculative_generate(t, d, torch.full((B, 1), 1), k=3, max_new_tokens=6, eos_token_id=3,
+                             generator=torch.Generator().manual_seed(0))
+    s = r.stats
+    for emp, ex in ((s.reached, acc.reached), (s.accepted_at, acc.accepted), (s.accepted_hist, acc.hist)):
+        emp = np.asarray(emp) / B
+        # per-sequence counts are bounded by the number of rounds (<= 6): sd <= 6 / sqrt(B)
+        assert np.all(np.abs(emp - ex) < 5 * 6 / math.sqrt(B)), (emp, ex)
+
+
+def test_acceptance_is_not_iid_across_positions():
+    """The exact alpha_i differ by position: a test against one alpha for all positions would be wrong."""
+    sc = load_scenario("base")
+    t, d = sc.build()
+    a = ExactLaw(t, d, list(sc.prompt), sc.max_new_tokens, sc.config).acceptance_law(sc.k).alpha
+    assert a.max() - a.min() > 0.01
+
+
+def test_pit_is_uniform_for_reference_and_pad_convention():
+    t, d = _pair()
+    law = ExactLaw(t, d, [0], 6, SamplingConfig(), eos_token_id=2)
+    r = speculative_generate(t, d, torch.zeros((20_000, 1), dtype=torch.long), k=2, max_new_tokens=6,
+                             eos_token_id=2, generator=torch.Generator().manual_seed(5))
+    sym = law.symbols(r.tokens)
+    u = law.pit(sym, law.states(sym), np.random.default_rng(0).random(sym.shape))
+    assert sps.kstest(u.ravel(), "uniform").pvalue > 1e-6
+    # a PAD in a live sequence has U = 1; a token after EOS has U = 0
+    bad = np.array([[0, 4, 1, 1, 1, 1], [2, 1, 4, 4, 4, 4]])  # PAD=5 symbol... built below
+    bad = np.array([[0, 5, 5, 5, 5, 5], [2, 1, 5, 5, 5, 5]])
+    ub = law.pit(bad, law.states(bad), np.full(bad.shape, 0.5))
+    assert ub[0, 1] == 1.0 and ub[1, 1] == 0.0
+
+
+# ------------------------------------------------------------------------- battery statistics
+def test_chunk_t_planners_agree():
+    for sd, scale in ((100.0, 20_000.0), (5.0, 300.0)):
+        for dev in (0.01, 0.003):
+            c = chunk_t_n_for_deviation(dev, sd, scale, 1e-7, 0.99)
+            assert chunk_t_min_detectable(c, sd, scale, 1e-7, 0.99) <= dev
+            assert chunk_t_min_detectable(c - 1, sd, scale, 1e-7, 0.99) > dev
+
+
+def test_chunk_t_test_level_and_power():
+    rng = np.random.default_rng(0)
+    p = [chunk_t_test(rng.normal(0, 10, 32), np.full(32, 1000.0), alpha=0.05, power=0.9).pvalue for _ in range(2000)]
+    assert abs(np.mean(np.array(p) <= 0.05) - 0.05) < 0.02
+    r = chunk_t_test(rng.normal(0, 10, 32), np.full(32, 1000.0), alpha=1e-6, power=0.99)
+    shift = r.min_detectable * 1000.0
+    hits = [chunk_t_test(rng.normal(shift, 10, 32), np.full(32, 1000.0), alpha=1e-6, power=0.99).pvalue <= 1e-6
+            for _ in range(300)]
+    assert np.mean(hits) > 0.9  # the stated power (0.99) up to Monte Carlo error and the estimated sd
+
+
+def test_hotelling_level_and_exact_dimensions():
+    rng = np.random.default_rng(1)
+    p = [hotelling_test(rng.normal(size=(32, 4)), alpha=0.05, power=0.9).pvalue for _ in range(1000)]
+    assert abs(np.mean(np.array(p) <= 0.05) - 0.05) < 0.025
+    D = np.zeros((32, 3))
+    D[:, 1] = rng.normal(size=32)
+    zero = np.array([True, False, False])
+    assert hotelling_test(D, alpha=1e-6, power=0.99, zero_dims=zero).pvalue > 1e-6  # flat dims at 0 pass
+    D[:, 2] = 2.0  # no spread but a non-zero mean deviation
+    assert hotelling_test(D, alpha=1e-6, power=0.99, zero_dims=zero).pvalue == 0.0
+    D[:, 2] = 0.0
+    D[3, 0] = 1.0  # a count that is 0 under H0 is not: impossible
+    assert hotelling_test(D, alpha=1e-6, power=0.99, zero_dims=zero).pvalue == 0.0
+
+
+def test_binned_ks_is_conservative():
+    rng = np.random.default_rng(2)
+    u = rng.random(50_000) ** 1.02
+    exact = sps.kstest(u, "uniform")
+    binned = ks_uniform_binned(np.bincount((u * 4096).astype(int), minlength=4096), alpha=1e-3, power=0.9)
+    assert binned.statistic <= exact.statistic + 1e-12 and binned.pvalue >= exact.pvalue * 0.999
+
+
+def test_tv_interval_covers_and_ignores_ncx2_with_zero_cells():
+    p = np.array([0.5, 0.5, 0.0])
+    tv_hat, lo, up, how = tv_interval(np.array([500, 500, 0]), p, 1e-3)
+    assert lo == 0 and up > 0.01 and "finite-sample" in how  # zero cells: no asymptotic shortcut
+    tv_hat, lo, up, how = tv_interval(np.array([600, 400]), np.array([0.5, 0.5]), 1e-3)
+    assert lo <= 0.1 <= up
+
+
+def test_plan_chunks():
+    assert sum(plan_chunks(400_000, 32, 200_000)) == 400_000 and len(plan_chunks(400_000, 32, 200_000)) == 32
+    assert len(plan_chunks(3000, 32, 200_000, min_chunk=500)) == 6
+    assert len(plan_chunks(10_000_000, 32, 200_000)) == 50
