@@ -24,6 +24,7 @@ small so a catalogue of buggy variants can override exactly one step (see ``harn
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -208,12 +209,18 @@ class SpeculativeSampler:
       output bit for bit (tested); it exists because a million sequences per second is the scale
       the statistical checks need.
 
+    The tabular path spreads chunks over ``workers`` threads (default ``torch.get_num_threads()``);
+    the uniforms are still drawn in order on the calling thread, so the output does not depend on
+    the thread count.  Per-round phase times then split the round's wall time in proportion to
+    the threads' time in each phase.
+
     ``validate=True`` checks p and q with :func:`specimpl.sampling.check_probs` every round (generic
     path; costs a few passes over the batch).
     """
 
     compact_below = 0.5  # drop finished sequences from the batch when fewer than this share are active
     chunk_size = 32000  # tabular path: sequences per chunk (intermediates stay in cache)
+    workers = None  # tabular path: worker threads over chunks; None = torch.get_num_threads()
 
     def __init__(self, target: LanguageModel, draft: LanguageModel, k: int, config: SamplingConfig = SamplingConfig(),
                  *, validate: bool = False, tabular: bool = True):
@@ -397,74 +404,97 @@ class SpeculativeSampler:
         lengths = torch.zeros(B, dtype=torch.long)  # (B,) filled when sequences leave the batch
         alive = torch.ones(B, dtype=torch.bool)  # (A,)
         thr = tab.accept_thr
+        jk = torch.arange(k)  # (k,)
         stats = SpecStats(k)
+
+        def run_chunk(c0, c1, u, J, n_out, alive, base, done_all):
+            """One round for sequences c0..c1 of the batch; u (a, 2k+1) their uniforms."""
+            t0 = time.perf_counter()
+            Jc = J[c0:c1]  # (a,)
+            Js, xs, fs = [Jc], [], []
+            for i in range(k):  # ---- draft: x_i ~ q(. | J_{i-1})
+                x = tab.draft.draw(Jc, u[:, i])  # (a,)
+                f = Jc * V + x  # (a,) flat table cell of (J_{i-1}, x_i)
+                Jc = advance(f)
+                xs.append(x)
+                fs.append(f)
+                Js.append(Jc)
+            t1 = time.perf_counter()
+            # ---- target: accept x_i iff u'_i q_i(x_i) < p_i(x_i), i.e. u'_i < thr; n = accepted prefix
+            still = u[:, k] < thr.index_select(0, fs[0])  # (a,) all of x_1..x_i accepted
+            n = still.long()
+            for i in range(1, k):
+                still &= u[:, k + i] < thr.index_select(0, fs[i])
+                n += still
+            Jn = torch.stack(Js).gather(0, n.unsqueeze(0)).squeeze(0)  # (a,) J_n
+            t2 = time.perf_counter()
+            # ---- resample at the first rejection, or the bonus from p_{k+1} (rows C..2C-1)
+            y = tab.final.draw(Jn + still * C, u[:, 2 * k])  # (a,)
+            nc, al = n_out[c0:c1], alive[c0:c1]
+            remaining = W - nc
+            m = torch.minimum(n + 1, remaining) * al  # (a,) tokens written this round
+            done = m == remaining
+            if eos_token_id is not None:
+                toks = [torch.where(n == j, y, xs[j]) for j in range(k)] + [y]  # x_1..x_n, y (then junk)
+                first = torch.full_like(m, k + 1)
+                for jj in range(k, -1, -1):
+                    first = torch.where((toks[jj] == eos_token_id) & (m > jj), jj, first)
+                has_eos = first <= k
+                m = torch.where(has_eos, first + 1, m)
+                done |= has_eos
+            # x_j to cell j for j < min(n, m), y to cell n when n < m; other writes go to the spare cell
+            start = base[c0:c1] + nc
+            cells = start + jk[:, None]  # (k, a)
+            cells.masked_fill_(jk[:, None] >= torch.minimum(n, m), dummy)
+            out_flat.scatter_(0, cells.view(-1), torch.stack(xs).view(-1))
+            out_flat.scatter_(0, torch.where(n < m, start + n, dummy), y)
+            n_out[c0:c1] = nc + m
+            done_all[c0:c1] = done
+            J[c0:c1] = advance(Jn * V + y)
+            hist = torch.bincount(torch.where(al, n, k + 1), minlength=k + 2)
+            t3 = time.perf_counter()
+            return hist, m.sum(), (t1 - t0, t2 - t1, t3 - t2)
+
+        workers = self.workers if self.workers is not None else torch.get_num_threads()
+        pool = ThreadPoolExecutor(workers) if workers > 1 else None
         r = 0
-        while True:
-            A = idx.numel()
-            done_all = torch.empty(A, dtype=torch.bool)
-            hist = torch.zeros(k + 2, dtype=torch.long)
-            emitted = torch.zeros((), dtype=torch.long)
-            td = tt = ts = 0.0
-            for c0 in range(0, A, self.chunk_size):
-                c1 = min(A, c0 + self.chunk_size)
-                t0 = time.perf_counter()
-                u = torch.rand(c1 - c0, 2 * k + 1, generator=generator, dtype=dt)  # (a, 2k+1) as uniforms()
-                Jc = J[c0:c1]  # (a,)
-                Js, xs, fs = [Jc], [], []
-                for i in range(k):  # ---- draft: x_i ~ q(. | J_{i-1})
-                    x = tab.draft.draw(Jc, u[:, i])  # (a,)
-                    f = Jc * V + x  # (a,) flat table cell of (J_{i-1}, x_i)
-                    Jc = advance(f)
-                    xs.append(x)
-                    fs.append(f)
-                    Js.append(Jc)
-                t1 = time.perf_counter()
-                # ---- target: accept x_i iff u'_i q_i(x_i) < p_i(x_i), i.e. u'_i < thr; n = accepted prefix
-                still = u[:, k] < thr.index_select(0, fs[0])  # (a,) all of x_1..x_i accepted
-                n = still.long()
-                Jn = torch.where(still, Js[1], Js[0])  # (a,) J_n
-                for i in range(1, k):
-                    still &= u[:, k + i] < thr.index_select(0, fs[i])
-                    n += still
-                    Jn = torch.where(still, Js[i + 1], Jn)
-                t2 = time.perf_counter()
-                # ---- resample at the first rejection, or the bonus from p_{k+1} (rows C..2C-1)
-                y = tab.final.draw(Jn + still * C, u[:, 2 * k])  # (a,)
-                nc, al = n_out[c0:c1], alive[c0:c1]
-                remaining = W - nc
-                m = torch.minimum(n + 1, remaining) * al  # (a,) tokens written this round
-                done = m == remaining
-                if eos_token_id is not None:
-                    toks = [torch.where(n == j, y, xs[j]) for j in range(k)] + [y]  # x_1..x_n, y (then junk)
-                    first = torch.full_like(m, k + 1)
-                    for jj in range(k, -1, -1):
-                        first = torch.where((toks[jj] == eos_token_id) & (m > jj), jj, first)
-                    has_eos = first <= k
-                    m = torch.where(has_eos, first + 1, m)
-                    done |= has_eos
-                # write x_j at cell j < m (x_n too, a placeholder), then y over cell n when n < m
-                start = base[c0:c1] + nc
-                for jj in range(k):
-                    out_flat.scatter_(0, torch.where(m > jj, start + jj, dummy), xs[jj])
-                out_flat.scatter_(0, torch.where(m > n, start + n, dummy), y)
-                n_out[c0:c1] = nc + m
-                done_all[c0:c1] = done
-                J[c0:c1] = advance(Jn * V + y)
-                hist += torch.bincount(torch.where(al, n, k + 1), minlength=k + 2)
-                emitted += m.sum()
-                t3 = time.perf_counter()
-                td, tt, ts = td + t1 - t0, tt + t2 - t1, ts + t3 - t2
-            self._record(stats, r, A, hist[:k + 1].numpy(), int(emitted), 0.0, td, td + tt, td + tt + ts, t_clock)
-            r += 1
-            # ---- drop finished sequences (the generic path's rule, so the uniforms line up) ----
-            alive = alive & ~done_all
-            n_alive = int(alive.sum())
-            if n_alive == 0:
-                break
-            if n_alive < self.compact_below * A:
-                lengths[idx] = n_out
-                sel = alive.nonzero().squeeze(1)
-                idx, alive, J, base, n_out = idx[sel], alive[sel], J[sel], base[sel], n_out[sel]
+        try:
+            while True:
+                A = idx.numel()
+                done_all = torch.empty(A, dtype=torch.bool)
+                state = (J, n_out, alive, base, done_all)
+                t_round = time.perf_counter()
+                results, t_rng = [], 0.0
+                for c0 in range(0, A, self.chunk_size):  # uniforms drawn in order on this thread
+                    c1 = min(A, c0 + self.chunk_size)
+                    t0 = time.perf_counter()
+                    u = torch.rand(c1 - c0, 2 * k + 1, generator=generator, dtype=dt)  # (a, 2k+1) as uniforms()
+                    t_rng += time.perf_counter() - t0
+                    results.append(run_chunk(c0, c1, u, *state) if pool is None else
+                                   pool.submit(run_chunk, c0, c1, u, *state))
+                if pool is not None:
+                    results = [f.result() for f in results]
+                wall = time.perf_counter() - t_round
+                hist = sum(h for h, _, _ in results)
+                emitted = int(sum(e for _, e, _ in results))
+                td, tt, ts = (t_rng + sum(t[0] for _, _, t in results), sum(t[1] for _, _, t in results),
+                              sum(t[2] for _, _, t in results))
+                scale = wall / max(td + tt + ts, 1e-12)  # with worker threads: share of the round's wall time
+                td, tt, ts = td * scale, tt * scale, ts * scale
+                self._record(stats, r, A, hist[:k + 1].numpy(), int(emitted), 0.0, td, td + tt, td + tt + ts, t_clock)
+                r += 1
+                # ---- drop finished sequences (the generic path's rule, so the uniforms line up) ----
+                alive = alive & ~done_all
+                n_alive = int(alive.sum())
+                if n_alive == 0:
+                    break
+                if n_alive < self.compact_below * A:
+                    lengths[idx] = n_out
+                    sel = alive.nonzero().squeeze(1)
+                    idx, alive, J, base, n_out = idx[sel], alive[sel], J[sel], base[sel], n_out[sel]
+        finally:
+            if pool is not None:
+                pool.shutdown()
         lengths[idx] = n_out
         return GenerationResult(tokens=out_flat[:dummy].view(B, W), lengths=lengths, stats=stats, timings=t_clock)
 

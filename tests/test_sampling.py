@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, uniform, warp
+from specimpl.sampling import SamplingConfig, TableSampler, check_probs, sample_categorical, uniform, warp
 
 F64 = torch.float64
 
@@ -174,3 +174,51 @@ def test_uniform_is_reproducible():
     b = uniform((3, 4), torch.Generator().manual_seed(7))
     assert torch.equal(a, b) and a.dtype == F64 and bool(((a >= 0) & (a < 1)).all())
     assert not torch.equal(a, uniform((3, 4), torch.Generator().manual_seed(8)))
+
+
+# -- TableSampler: sample_categorical on table rows, bit for bit -----------------------------------
+@st.composite
+def table_and_draws(draw):
+    R = draw(st.integers(1, 6))
+    V = draw(st.integers(1, 9))
+    rows = []
+    for _ in range(R):
+        w = draw(st.lists(st.one_of(st.just(0.0), st.floats(1e-9, 1.0)), min_size=V, max_size=V))
+        if sum(w) == 0:
+            w[-1] = 1.0
+        rows.append(w)
+    dtype = draw(st.sampled_from([torch.float32, F64]))
+    normalise = draw(st.booleans())
+    P = torch.tensor(rows, dtype=dtype)
+    if normalise:
+        P = P / P.sum(1, keepdim=True)
+    buckets = draw(st.sampled_from([1, 4, 64, 8192]))
+    return P, buckets
+
+
+@given(table_and_draws(), st.integers(0, 2 ** 31 - 1))
+def test_table_sampler_equals_sample_categorical(tb, seed):
+    P, buckets = tb
+    R, V = P.shape
+    ts = TableSampler(P, max_buckets=buckets)
+    g = torch.Generator().manual_seed(seed)
+    n = 3000
+    rows = torch.randint(0, R, (n,), generator=g)
+    u = torch.rand(n, generator=g, dtype=P.dtype)
+    one = torch.ones((), dtype=P.dtype)
+    # bucket edges and the floats just below them, the largest uniform below 1, and 0
+    edges = (torch.arange(ts.M, dtype=P.dtype) / ts.M)[:1000]
+    u[:len(edges)] = edges
+    u[1000:1000 + len(edges)] = torch.nextafter(edges, torch.zeros((), dtype=P.dtype)).clamp(min=0)
+    u[-200:-100] = torch.nextafter(one, torch.zeros((), dtype=P.dtype))
+    u[-100:] = 0
+    expect = sample_categorical(P[rows], u)
+    got = ts.draw(rows, u)
+    assert torch.equal(got, expect)
+    assert got.dtype == torch.int64
+    assert torch.equal(ts.draw(rows.int(), u, torch.int32), expect.int())
+
+
+def test_table_sampler_validates():
+    with pytest.raises(ValueError, match="`probs`"):
+        TableSampler(torch.tensor([0.5, 0.5]))

@@ -135,6 +135,19 @@ def test_tabular_path_reproduces_generic_path_bit_for_bit(case):
     assert torch.equal(a.tokens, b.tokens)
 
 
+@pytest.mark.parametrize("case", [0, 1, 3])
+def test_worker_threads_and_chunks_do_not_change_the_output(case):
+    t, how, k, cfg, eos = PAIRS[case]
+    d = make_draft(t, how)
+    prompts = torch.randint(0, t.vocab_size, (5000, 2), generator=gen(case))
+    ref = run(t, d, prompts, k, 9, config=cfg, eos=eos, seed=5, tabular=False)
+    s = SpeculativeSampler(t, d, k, cfg)
+    s.workers, s.chunk_size = 2, 700  # several chunks per round, two worker threads
+    res = s.generate(prompts, 9, eos, gen(5))
+    assert torch.equal(res.tokens, ref.tokens) and torch.equal(res.lengths, ref.lengths)
+    np.testing.assert_array_equal(res.stats.accepted_hist, ref.stats.accepted_hist)
+
+
 @pytest.mark.parametrize("case", [0, 1])
 def test_autoregressive_tabular_path_reproduces_generic(case):
     t, _, _, cfg, eos = PAIRS[case]
