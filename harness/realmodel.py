@@ -21,9 +21,10 @@ Each result carries the smallest deviation it detects with probability ``power``
 noncentral χ² for pairs), so a pass states what it rules out.  EOS is off (every sequence has
 exactly T tokens); no pad handling is needed.
 
-``python -m harness.realmodel`` runs the reference sampler (≥ 100 k tokens), the real-model bug
+``python -m harness.realmodel pit`` runs the reference sampler (≥ 100 k tokens), the real-model bug
 catalogue (``specimpl.hf_bugs``), a lossless control and transformers' assisted generation, and
-writes ``results/hf/pit.csv`` (resumable: finished rows are kept).
+writes ``results/hf/pit.csv`` (resumable: finished rows are kept); ``python -m harness.realmodel
+alpha`` measures every draft variant's acceptance and writes ``results/hf/alpha.csv``.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from harness import stats
 from specimpl.sampling import SamplingConfig, warp
 from specimpl.speculative import PAD, speculative_generate
 
-__all__ = ["RealModelResult", "real_model_scenario", "target_pit", "main"]
+__all__ = ["RealModelResult", "real_model_scenario", "real_model_suite", "target_pit", "measure_alpha", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,7 +123,7 @@ def target_pit(target, prompts: list[list[int]], tokens: torch.Tensor, config: S
 
 
 def real_model_scenario(sampler: Callable = speculative_generate, *, target=None, draft=None,
-                        n_sequences: int = 1024, max_new_tokens: int = 64, k: int = 4,
+                        n_sequences: int = 128, max_new_tokens: int = 64, k: int = 4,
                         config: SamplingConfig = SamplingConfig(), prompt_lengths: tuple = (8, 48),
                         batch_size: int = 256, seed: int = 0, alpha: float = 1e-4, power: float = 0.99,
                         name: Optional[str] = None, progress: bool = True) -> RealModelResult:
@@ -164,6 +165,30 @@ def real_model_scenario(sampler: Callable = speculative_generate, *, target=None
                     acc / drafted if drafted else None, wall_sample, wall_score)
 
 
+def real_model_suite(*, n_sequences: int = 128, bug_sequences: int = 64, max_new_tokens: int = 64, k: int = 4,
+                     config: SamplingConfig = SamplingConfig(), seed: int = 0, alpha: float = 1e-4,
+                     bugs: Optional[list[str]] = None, progress: bool = True) -> list[tuple[str, str, RealModelResult]]:
+    """The real-model scenario for ``make verify``: the reference sampler (must pass), the lossless
+    control with a draft cache that is never rolled back (must pass) and the real-model bugs (each
+    must be rejected; default: the target KV cache not rolled back, and the ragged-batch leaky mask).
+    ``alpha`` is each run's own budget.  Returns (name, expected verdict, result) triples; all as
+    expected iff ``all(r.lossless == (e == "lossless") for _, e, r in out)``.
+
+    Cost on the shipped pair, 1 torch thread on a shared 2-core box: ≈ 0.35 s per sequence of 64
+    tokens (sampling + scoring), so the defaults take ≈ 45 + 2 × 25 s."""
+    from specimpl import hf_bugs
+    names = bugs if bugs is not None else ["kv_not_rolled_back", "ragged_leaky_mask"]
+    todo = [("reference", speculative_generate, "lossless", n_sequences)]
+    todo += [(n, f, "lossless", bug_sequences) for n, f in hf_bugs.HF_LOSSLESS_CONTROLS.items()]
+    todo += [(n, hf_bugs.HF_BUGS[n], "rejected", bug_sequences) for n in names]
+    out = []
+    for name, fn, expected, n in todo:
+        r = real_model_scenario(fn, n_sequences=n, max_new_tokens=max_new_tokens, k=k, config=config, seed=seed,
+                                alpha=alpha, name=name, progress=progress)
+        out.append((name, expected, r))
+    return out
+
+
 def _battery(u: np.ndarray, name, k, config, alpha, power, acceptance, wall_sample, wall_score) -> RealModelResult:
     N, T = u.shape
     a3 = alpha / 3
@@ -194,6 +219,65 @@ def _tiny_pair_cached():
         from specimpl.hf import load_tiny_pair
         _PAIR = load_tiny_pair()
     return _PAIR
+
+
+def measure_alpha(variants: Optional[list[str]] = None, *, configs=(SamplingConfig(temperature=1.0),
+                                                                SamplingConfig(greedy=True)),
+                  n_sequences: int = 256, max_new_tokens: int = 64, k: int = 4, seed: int = 0,
+                  progress: bool = True):
+    """Acceptance of each draft variant (``specimpl.hf_drafts.tiny_pair_variants``) on the shipped
+    pair.  Two definitions, both reported:
+
+    alpha_judged         accepted / judged drafts: the per-token acceptance probability α of the
+                         iid model (a draft after the first rejection of a round is never judged);
+                         Wilson 99 % interval alongside (treats judged drafts as independent)
+    acceptance_rate      accepted / drafted = accepted / (k · rounds) (vLLM V0's "draft acceptance
+                         rate"; counts the never-judged drafts after a rejection as drafted)
+
+    plus per-position α_i = accepted at i / judged at i, mean accepted length 1 + accepted / rounds
+    (vLLM V1, bonus or resample included) and emitted tokens per target call.  Returns a DataFrame."""
+    import pandas as pd
+    from tqdm import tqdm
+    from specimpl.hf import tiny_pair_prompts
+    from specimpl.hf_drafts import tiny_pair_variants
+    target, draft = _tiny_pair_cached()
+    drafts = tiny_pair_variants(target, draft, variants)
+    prompts = tiny_pair_prompts(n_sequences, length=48, min_length=8, seed=seed)
+    rows = []
+    for name, d in tqdm(drafts.items(), desc="alpha", disable=not progress, file=sys.stderr):
+        for cfg in configs:
+            tic = time.perf_counter()
+            r = speculative_generate(target, d, prompts, k=k, max_new_tokens=max_new_tokens, config=cfg,
+                                     generator=torch.Generator().manual_seed(seed))
+            wall = time.perf_counter() - tic
+            st = r.stats
+            tot = st.totals()
+            judged = int(st.reached.sum())
+            accepted = int(st.accepted_at.sum())
+            lo, hi = _wilson(accepted, judged, 0.99)
+            row = {"variant": name, "config": cfg.describe(), "k": k, "n_sequences": n_sequences,
+                   "max_new_tokens": max_new_tokens, "rounds": int(tot["sequence_rounds"]),
+                   "drafted": int(tot["drafted"]), "accepted": int(tot["accepted"]),
+                   "acceptance_rate": float(tot["acceptance_rate"]),
+                   "alpha_judged": accepted / max(judged, 1), "alpha_ci99_low": lo, "alpha_ci99_high": hi,
+                   "mean_accepted_length": float(tot["mean_accepted_length"]),
+                   "tokens_per_target_call": float(tot["tokens_per_target_call"]), "wall_s": wall}
+            for i, a in enumerate(tot["alpha_per_position"]):
+                row[f"alpha_{i + 1}"] = float(a)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _wilson(k: int, n: int, level: float) -> tuple[float, float]:
+    if n == 0:
+        return 0.0, 1.0
+    from scipy.stats import norm
+    z = float(norm.ppf(0.5 + level / 2))
+    ph = k / n
+    den = 1 + z * z / n
+    c = (ph + z * z / (2 * n)) / den
+    h = z * math.sqrt(ph * (1 - ph) / n + z * z / (4 * n * n)) / den
+    return max(0.0, c - h), min(1.0, c + h)
 
 
 # ------------------------------------------------------------------------------------ command line
@@ -276,10 +360,36 @@ def run(args) -> int:
     return code
 
 
+def run_alpha(args) -> int:
+    from harness.provenance import atomic_write_csv, metadata
+    torch.set_num_threads(args.threads)
+    df = measure_alpha(args.variant, n_sequences=args.n_sequences, max_new_tokens=args.max_new_tokens, k=args.k,
+                       seed=args.seed)
+    cols = ["variant", "config", "alpha_judged", "alpha_ci99_low", "alpha_ci99_high", "acceptance_rate",
+            "mean_accepted_length", "tokens_per_target_call"] + [c for c in df.columns if c.startswith("alpha_") and c[6:].isdigit()]
+    print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    atomic_write_csv(args.out, df, metadata({k: v for k, v in vars(args).items() if k != "func"}, args.seed))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.realmodel", description=__doc__.splitlines()[0])
-    add_arguments(ap)
-    return run(ap.parse_args(argv))
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pit = sub.add_parser("pit", help="PIT battery: reference sampler, real-model bugs, HF assisted peer")
+    add_arguments(pit)
+    pit.set_defaults(func=run)
+    al = sub.add_parser("alpha", help="acceptance of every draft variant at temperature 1 and greedy")
+    al.add_argument("--variant", action="append", default=None, help="variant names (default: all)")
+    al.add_argument("--n-sequences", type=int, default=256)
+    al.add_argument("--max-new-tokens", type=int, default=64)
+    al.add_argument("--k", type=int, default=4)
+    al.add_argument("--seed", type=int, default=0)
+    al.add_argument("--threads", type=int, default=1)
+    al.add_argument("--out", default=str(ROOT / "results" / "hf" / "alpha.csv"))
+    al.set_defaults(func=run_alpha)
+    args = ap.parse_args(argv)
+    return args.func(args)
 
 
 if __name__ == "__main__":

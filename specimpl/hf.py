@@ -212,6 +212,7 @@ class HFModel(LanguageModel):
         self.max_positions = _max_positions(model.config)
         self._mask_kind = _mask_kind(model.config)
         self._min = torch.finfo(next(model.parameters()).dtype).min
+        self._ar = torch.arange(64, device=self.device)
         if probe:
             _probe_causal(self)
 
@@ -272,7 +273,6 @@ class HFModel(LanguageModel):
     def forward(self, state: HFState, tokens: torch.Tensor, n_new: Optional[torch.Tensor] = None,
                 _logits: bool = True) -> torch.Tensor:
         B, T = tokens.shape  # (B, T)
-        L = state.lengths  # (B,)
         need = state.max_len + T
         if self.max_positions is not None and need > self.max_positions:
             raise ValueError(f"sequence length {need} exceeds the model's maximum of {self.max_positions} "
@@ -281,34 +281,41 @@ class HFModel(LanguageModel):
         cache = state.cache
         cache.seq_length = state.max_len
         cache.kv_len = need
-        ar = torch.arange(T, device=self.device)
-        if state.uniform:
+        ar = self._arange(T)  # (T,)
+        if state.uniform:  # every row at one length (always so at batch 1): slice writes, shared mask
             off = state.max_len
             cache.offset, cache.write_index = off, None
             pos = (ar + off).unsqueeze(0).expand(B, T)  # (B, T)
+            mask = self._uniform_mask(B, T, off, need) if self._mask_kind is None else self._mask(pos, need)
         else:
             cache.offset = None
-            pos = L.unsqueeze(1) + ar  # (B, T)
+            pos = state.lengths.unsqueeze(1) + ar  # (B, T)
             cache.write_index = pos
-        mask = self._mask(pos, need)
-        kwargs = {self._cache_kw: cache}
+            mask = self._mask(pos, need)
         out = self.model(input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=True,
-                         logits_to_keep=0 if _logits else 1, **kwargs)
+                         logits_to_keep=0 if _logits else 1, **{self._cache_kw: cache})
         if n_new is None:
-            state.lengths = L + T
+            state.lengths = state.lengths + T
             state.max_len += T
         else:
-            state.lengths = L + n_new
+            state.lengths = state.lengths + n_new
             self._sync_host(state)
         return out.logits.to(self.dtype) if _logits else None  # (B, T, V)
 
     def rollback(self, state: HFState, lengths: torch.Tensor) -> None:
-        lengths = torch.as_tensor(lengths, dtype=torch.long, device=self.device)
-        check_arg(lengths.shape == state.lengths.shape, "lengths", tuple(lengths.shape),
-                  f"a tensor of shape {tuple(state.lengths.shape)}")
-        check_arg(bool(((lengths >= 0) & (lengths <= state.lengths)).all()), "lengths", lengths.tolist(),
-                  f"between 0 and the current lengths {state.lengths.tolist()}")
-        state.lengths = lengths  # slots past a row's length are invisible and get overwritten
+        if not torch.is_tensor(lengths) or lengths.device != state.lengths.device:
+            lengths = torch.as_tensor(lengths, dtype=torch.long, device=state.lengths.device)
+        if lengths.shape != state.lengths.shape:
+            check_arg(False, "lengths", tuple(lengths.shape), f"a tensor of shape {tuple(state.lengths.shape)}")
+        if state.lengths.shape[0] == 1:
+            new = int(lengths[0])
+            if not 0 <= new <= state.max_len:
+                check_arg(False, "lengths", [new], f"between 0 and the current length {state.max_len}")
+            state.lengths, state.max_len, state.uniform = lengths.long(), new, True
+            return
+        if bool(((lengths < 0) | (lengths > state.lengths)).any()):
+            check_arg(False, "lengths", lengths.tolist(), f"between 0 and the current lengths {state.lengths.tolist()}")
+        state.lengths = lengths.long()  # slots past a row's end are invisible, then overwritten
         self._sync_host(state)
 
     def select(self, state: HFState, index: torch.Tensor) -> HFState:
@@ -321,9 +328,27 @@ class HFModel(LanguageModel):
     # -- helpers --------------------------------------------------------------------------------
     @staticmethod
     def _sync_host(state: HFState) -> None:
-        lo, hi = torch.aminmax(state.lengths)
+        """Host copies of max(lengths) and all-equal (one device read)."""
+        if state.lengths.shape[0] == 1:
+            state.max_len, state.uniform = int(state.lengths[0]), True
+            return
+        lo, hi = torch.aminmax(state.lengths).__iter__()
         lo, hi = int(lo), int(hi)
         state.max_len, state.uniform = hi, lo == hi
+
+    def _arange(self, T: int) -> torch.Tensor:
+        if self._ar.shape[0] < T:
+            self._ar = torch.arange(max(T, 2 * self._ar.shape[0]), device=self.device)
+        return self._ar[:T]
+
+    def _uniform_mask(self, B: int, T: int, off: int, kv_len: int) -> torch.Tensor:
+        """(B, 1, T, kv_len) additive mask when every row has ``off`` tokens: slot s visible to query t
+        iff s <= off + t."""
+        dt = self.model.dtype
+        if T == 1:
+            return torch.zeros(1, 1, 1, kv_len, dtype=dt, device=self.device).expand(B, 1, 1, kv_len)
+        m = torch.full((T, kv_len), self._min, dtype=dt, device=self.device).triu_(off + 1)  # (T, S)
+        return m.view(1, 1, T, kv_len).expand(B, 1, T, kv_len)
 
     def _mask(self, pos: torch.Tensor, kv_len: int):
         """4D additive mask (B, 1, T, kv_len): slot s visible to query (b, t) iff s <= pos[b, t]."""

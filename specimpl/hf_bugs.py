@@ -49,6 +49,7 @@ class NoRollbackModel(_Wrapped):
 class SharedPositionModel(_Wrapped):
     """Ragged rows written at their own slots but given the batch's longest position ids."""
 
+    @torch.inference_mode()
     def forward(self, state, tokens, n_new=None, _logits=True):
         orig = state.lengths
         fake = torch.full_like(orig, state.max_len)  # every row "at" the longest length

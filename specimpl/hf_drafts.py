@@ -4,7 +4,8 @@ Each variant is a :class:`specimpl.model.LanguageModel` wrapping another one; it
 draft's *logits* only, so the sampler's q is still exactly the (warped) law the draft token is
 drawn from and the output stays lossless — only α (and speed) move.
 
-    NoiseMixtureDraft(base, eps)       q = (1 − eps)·softmax(base) + eps·uniform        α ↓ as eps ↑
+    NoiseMixtureDraft(base, eps, noise) q = (1 − eps)·softmax(base) + eps·r, r uniform or one
+                                       fixed random law (the latter also moves the argmax) α ↓ as eps ↑
     TemperedDraft(base, tau)           logits / tau before the shared controls          α ↓ away from 1
     early_exit_draft(target, layers)   the target's first `layers` decoder layers, then its final
                                        norm and head (the shipped target was trained with
@@ -55,23 +56,34 @@ class LogitTransformDraft(LanguageModel):
 
 
 class NoiseMixtureDraft(LogitTransformDraft):
-    """q = (1 − eps)·softmax(logits) + eps / V (returned as log-probabilities)."""
+    """q = (1 − eps)·softmax(logits) + eps·r (returned as log-probabilities).
 
-    def __init__(self, base: LanguageModel, eps: float):
+    ``noise="uniform"``: r = 1/V.  ``noise="random"``: r is one fixed random law over the vocabulary
+    (softmax of 2·N(0, 1) draws from ``seed``), the same for every context — unlike uniform noise it
+    also moves the argmax, so it dials α under greedy decoding too.
+    """
+
+    def __init__(self, base: LanguageModel, eps: float, noise: str = "uniform", seed: int = 0):
         check_arg(isinstance(eps, (int, float)) and 0 <= eps <= 1, "eps", eps, "a number in [0, 1]")
-        super().__init__(base, f"{base.name}+noise{eps:g}")
+        check_arg(noise in ("uniform", "random"), "noise", noise, "'uniform' or 'random'")
+        super().__init__(base, f"{base.name}+{noise}{eps:g}")
         self.eps = float(eps)
+        V = base.vocab_size
+        if noise == "uniform":
+            self.log_r = torch.full((V,), -math.log(V), dtype=self.dtype, device=self.device)  # (V,)
+        else:
+            g = torch.Generator().manual_seed(seed)
+            self.log_r = torch.log_softmax(2 * torch.randn(V, generator=g, dtype=torch.float64), 0).to(
+                self.dtype).to(self.device)  # (V,)
 
     def transform(self, logits):
         if self.eps == 0:
             return logits
-        logp = torch.log_softmax(logits, -1)  # (B, T, V)
         if self.eps == 1:
-            return torch.zeros_like(logp)
-        # log((1 − eps) e^logp + eps / V) computed stably
-        a = logp + math.log1p(-self.eps)
-        b = torch.full_like(logp, math.log(self.eps / logits.shape[-1]))
-        return torch.logaddexp(a, b)
+            return self.log_r.expand_as(logits)
+        logp = torch.log_softmax(logits, -1)  # (B, T, V)
+        # log((1 − eps)·e^logp + eps·r) computed stably
+        return torch.logaddexp(logp + math.log1p(-self.eps), self.log_r + math.log(self.eps))
 
 
 class TemperedDraft(LogitTransformDraft):
@@ -139,9 +151,9 @@ def tiny_pair_variants(target, draft, which: Optional[list[str]] = None) -> dict
     """Named draft variants of a loaded pair, from α ≈ 0 (uniform draft) to α = 1 (the target)."""
     builders = {
         "draft": lambda: draft,
-        "draft+noise0.25": lambda: NoiseMixtureDraft(draft, 0.25),
-        "draft+noise0.5": lambda: NoiseMixtureDraft(draft, 0.5),
-        "draft+noise0.9": lambda: NoiseMixtureDraft(draft, 0.9),
+        "draft+noise0.25": lambda: NoiseMixtureDraft(draft, 0.25, "random"),
+        "draft+noise0.5": lambda: NoiseMixtureDraft(draft, 0.5, "random"),
+        "draft+noise0.9": lambda: NoiseMixtureDraft(draft, 0.9, "random"),
         "uniform": lambda: NoiseMixtureDraft(draft, 1.0),
         "draft@tau0.5": lambda: TemperedDraft(draft, 0.5),
         "draft@tau2": lambda: TemperedDraft(draft, 2.0),

@@ -146,6 +146,9 @@ def test_noise_and_temperature_variants(pair):
         m = NoiseMixtureDraft(draft, eps)
         torch.testing.assert_close(torch.softmax(m.transform(base), -1), (1 - eps) * q + eps / q.shape[-1],
                                    atol=1e-6, rtol=1e-5)
+        r = NoiseMixtureDraft(draft, eps, "random", seed=3)
+        torch.testing.assert_close(torch.softmax(r.transform(base), -1), (1 - eps) * q + eps * r.log_r.exp(),
+                                   atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(TemperedDraft(draft, 2.0).transform(base), base / 2)
 
 
@@ -285,3 +288,37 @@ def test_shipped_pair_is_small_and_matches():
     assert total < 10 * 2**20, total
     assert (TINY_PAIR_DIR / "target" / "model.safetensors").exists()
     assert (TINY_PAIR_DIR / "draft" / "model.safetensors").exists()
+
+
+# --------------------------------------------------------------------------- real-model bugs
+@pytest.mark.parametrize("bug", ["kv_not_rolled_back", "ragged_shared_positions", "ragged_leaky_mask"])
+def test_wrapper_bugs_break_greedy_equality(pair, bug):
+    """Greedy equality alone already exposes each cache/mask/position bug on a ragged batch."""
+    from specimpl.hf_bugs import HF_BUGS
+    target, draft = pair
+    prompts = tiny_pair_prompts(16, length=40, min_length=4, seed=21)
+    ref = autoregressive_generate(target, prompts, max_new_tokens=24, config=GREEDY)
+    bad = HF_BUGS[bug](target, draft, prompts, k=4, max_new_tokens=24, config=GREEDY)
+    assert not torch.equal(bad.tokens, ref.tokens)
+
+
+def test_draft_cache_not_rolled_back_is_lossless_in_greedy(pair):
+    """Only q changes (it is still the law the draft drew from): output identical, acceptance lower."""
+    from specimpl.hf_bugs import draft_no_rollback_generate
+    target, draft = pair
+    prompts = tiny_pair_prompts(16, length=40, min_length=4, seed=22)
+    ref = speculative_generate(target, draft, prompts, k=4, max_new_tokens=24, config=GREEDY)
+    ctl = draft_no_rollback_generate(target, draft, prompts, k=4, max_new_tokens=24, config=GREEDY)
+    assert torch.equal(ctl.tokens, ref.tokens)
+    assert ctl.stats.totals()["accepted"] < ref.stats.totals()["accepted"]
+
+
+@pytest.mark.slow
+def test_pit_battery_on_the_real_pair():
+    """Reference sampler passes and the target KV cache bug is caught (alpha 1e-4 each)."""
+    from harness.realmodel import real_model_scenario
+    from specimpl.hf_bugs import no_rollback_generate
+    ok = real_model_scenario(n_sequences=128, progress=False)
+    assert ok.lossless, ok.summary()
+    bad = real_model_scenario(no_rollback_generate, n_sequences=64, progress=False)
+    assert not bad.lossless, bad.summary()
