@@ -1,0 +1,93 @@
+"""Tokens per second of speculative sampling on toy n-gram pairs, next to a per-sequence Python loop.
+
+Workload (issue 2, section 6): V = 16, k = 4, 16 new tokens per sequence, an order-2 target with
+a noisy draft (q = 0.55 p + 0.45 r) whose exact per-position acceptance is alpha ~ 0.76.
+
+* ``test_speculative``: ``speculative_generate`` on B = 1,000,000 sequences (the tabular path:
+  both models are n-gram tables; it reproduces the generic path bit for bit, see
+  tests/test_speculative.py);
+* ``test_speculative_generic``: the same sampler forced onto the generic model-interface path
+  (``tabular=False``) at B = 200,000, for reference;
+* ``test_autoregressive``: target-only sampling of the same tokens (B = 1,000,000);
+* ``test_loop``: benchmarks/loop_reference.py, the same algorithm as a plain per-sequence
+  Python/numpy loop, on B = 2,000 sequences (its tokens/s does not depend on B).
+
+Tokens counted are the tokens actually generated (``lengths.sum()``).  The conftest prints
+tokens/s of each and the ratio speculative / loop.  Every call uses a fresh generator with a
+fixed seed, so each round repeats identical work.
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from loop_reference import LoopTables, loop_speculative
+from specimpl.autoregressive import autoregressive_generate
+from specimpl.ngram import exact_acceptance, noisy_draft, random_ngram
+from specimpl.speculative import SpeculativeSampler, speculative_generate
+
+V, K, N_NEW = 16, 4, 16
+B = int(os.environ.get("BENCH_B", "1000000"))
+B_GENERIC = max(1, B // 5)
+B_LOOP = 2000
+TARGET = random_ngram(V, 2, concentration=0.5, seed=0)
+DRAFT = noisy_draft(TARGET, 0.45, seed=1)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return torch.randint(0, V, (B, 1), generator=torch.Generator().manual_seed(0))
+
+
+def test_speculative(benchmark, prompts):
+    alpha = exact_acceptance(TARGET, DRAFT, [0], N_NEW)  # exact per-position acceptance of the workload
+    assert 0.7 <= alpha.min() and alpha.max() <= 0.8, alpha
+
+    def call():
+        return speculative_generate(TARGET, DRAFT, prompts, k=K, max_new_tokens=N_NEW,
+                                    generator=torch.Generator().manual_seed(1))
+
+    res = benchmark.pedantic(call, rounds=3, warmup_rounds=1, iterations=1)
+    assert SpeculativeSampler(TARGET, DRAFT, K).uses_tabular_path
+    tot = res.stats.totals()
+    benchmark.extra_info.update(role="speculative", tokens=int(res.lengths.sum()), B=B,
+                                what=f"speculative_generate, B={B:,}, alpha per position "
+                                     f"{np.round(tot['alpha_per_position'], 3).tolist()}",
+                                rounds=tot["rounds"], timings={k: round(v, 4) for k, v in res.timings.items()})
+    assert int(res.lengths.sum()) == B * N_NEW
+
+
+def test_speculative_generic(benchmark, prompts):
+    p = prompts[:B_GENERIC]
+    sampler = SpeculativeSampler(TARGET, DRAFT, K, tabular=False)
+
+    def call():
+        return sampler.generate(p, N_NEW, None, torch.Generator().manual_seed(1))
+
+    res = benchmark.pedantic(call, rounds=2, warmup_rounds=1, iterations=1)
+    benchmark.extra_info.update(role="generic", tokens=int(res.lengths.sum()), B=B_GENERIC,
+                                what=f"generic model-interface path, B={B_GENERIC:,}")
+
+
+def test_autoregressive(benchmark, prompts):
+    def call():
+        return autoregressive_generate(TARGET, prompts, max_new_tokens=N_NEW, generator=torch.Generator().manual_seed(1))
+
+    res = benchmark.pedantic(call, rounds=3, warmup_rounds=1, iterations=1)
+    benchmark.extra_info.update(role="autoregressive", tokens=int(res.lengths.sum()), B=B,
+                                what=f"target-only autoregressive_generate, B={B:,}")
+
+
+def test_loop(benchmark):
+    tables = LoopTables(TARGET, DRAFT)
+    rng0 = np.random.default_rng(0)
+    loop_prompts = [[int(x)] for x in rng0.integers(0, V, B_LOOP)]
+
+    def call():
+        return loop_speculative(tables, loop_prompts, K, N_NEW, np.random.default_rng(1))
+
+    outs = benchmark.pedantic(call, rounds=3, warmup_rounds=1, iterations=1)
+    benchmark.extra_info.update(role="loop", tokens=sum(map(len, outs)), B=B_LOOP,
+                                what=f"per-sequence Python loop (benchmarks/loop_reference.py), B={B_LOOP:,}")
+    assert sum(map(len, outs)) == B_LOOP * N_NEW

@@ -1,0 +1,53 @@
+"""Benchmark settings: collect bench_*.py, pin torch threads, print the tokens/s summary.
+
+`make bench` runs ``pytest benchmarks --benchmark-only``.  Each benchmark stores the tokens it
+generated per call in ``benchmark.extra_info["tokens"]``; at the end of the session this file
+prints tokens/s (tokens / median time per call) for every benchmark and the ratio of the
+vectorised speculative sampler to the per-sequence Python loop.
+
+BENCH_THREADS (default 2) sets torch.set_num_threads; BENCH_B overrides the batch size of the
+vectorised benchmarks (default 1,000,000) for a quick run.
+"""
+import os
+
+import pytest
+import torch
+
+THREADS = int(os.environ.get("BENCH_THREADS", "2"))
+torch.set_num_threads(THREADS)
+
+
+def pytest_collect_file(file_path, parent):
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
+
+
+def _rates(config):
+    session = getattr(config, "_benchmarksession", None)
+    out = {}
+    for bench in getattr(session, "benchmarks", []) or []:
+        tokens = bench.extra_info.get("tokens")
+        if tokens and bench.stats and bench.stats.rounds:
+            out[bench.name] = (tokens / bench.stats.median, bench.extra_info)
+    return out
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    rates = _rates(config)
+    if not rates:
+        return
+    tr = terminalreporter
+    tr.section("tokens per second (tokens generated / median seconds per call)")
+    import platform
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    tr.write_line(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+                  f"{platform.processor() or platform.machine()}" + (f", load average {load[0]:.2f}" if load else ""))
+    for name, (rate, info) in sorted(rates.items()):
+        desc = info.get("what", "")
+        tr.write_line(f"  {name:<48s} {rate / 1e6:9.3f} M tokens/s   {desc}")
+    spec = [r for n, (r, i) in rates.items() if i.get("role") == "speculative"]
+    loop = [r for n, (r, i) in rates.items() if i.get("role") == "loop"]
+    if spec and loop:
+        s, lp = spec[0], loop[0]
+        tr.write_line(f"speculative: {s / 1e6:.2f} M tokens/s, loop: {lp:,.0f} tokens/s, ratio {s / lp:,.0f}")
