@@ -49,8 +49,11 @@ LOGPROB_FLOOR = -1e9  # log-probability given to sequences the target cannot pro
 class BinnedKSResult:
     """KS of PIT values against U(0, 1) computed on a grid of ``bins`` equal cells.
 
-    The grid statistic is ≤ the exact one, so the p-value (exact Kolmogorov null, scipy ``kstwo``) is
-    conservative; ``min_detectable_distance`` is the DKW figure for the grid CDF."""
+    The grid statistic is ≤ the exact one, so its p-value is conservative.  The p-value is the exact
+    Kolmogorov null (scipy ``kstwo``) for n ≤ 20,000 and the Dvoretzky–Kiefer–Wolfowitz–Massart bound
+    min(1, 2 exp(−2 n D²)) above (valid for every n, and within 0.1 % of the exact tail below 0.05 — the
+    exact computation costs ~30 ms per call at n = 10⁶).  ``min_detectable_distance`` is the DKW figure
+    for the grid CDF."""
 
     statistic: float
     pvalue: float
@@ -70,9 +73,12 @@ def ks_uniform_binned(hist, *, alpha: float, power: float) -> BinnedKSResult:
     cdf = np.cumsum(h) / n
     edges = np.arange(1, h.size + 1) / h.size
     d = float(np.abs(cdf - edges).max())
-    p = float(sps.kstwo.sf(d, n)) if n <= 1_000_000 else float(sps.kstwobign.sf(d * math.sqrt(n)))
+    if n <= 20_000:
+        p, how = float(sps.kstwo.sf(d, n)), "exact null"
+    else:
+        p, how = min(1.0, 2.0 * math.exp(-2.0 * n * d * d)), "DKW-Massart bound"
     return BinnedKSResult(d, min(1.0, p), n, h.size, stats.dkw_min_detectable_distance(n, alpha, power),
-                          alpha, power, f"kolmogorov-smirnov vs U(0,1) on a {h.size}-cell grid (conservative)")
+                          alpha, power, f"kolmogorov-smirnov vs U(0,1) on a {h.size}-cell grid ({how}; conservative)")
 
 
 @dataclass(frozen=True)
@@ -279,7 +285,7 @@ class Accumulator:
             self.logprob.append(np.where(np.isfinite(lp), lp, LOGPROB_FLOOR).astype(np.float64))
             self.n_logprob += take
         if self.with_pit:
-            u = law.pit(sym, st, self.rng.random(sym.shape))  # (B, N)
+            u = law.pit(sym, st, self.rng.random(sym.shape, dtype=np.float32))  # (B, N) float64
             b = np.minimum((u * self.pit_bins).astype(np.int64), self.pit_bins - 1)
             self.pit_hist += np.bincount((b + np.arange(N) * self.pit_bins).ravel(),
                                          minlength=N * self.pit_bins).reshape(N, self.pit_bins)

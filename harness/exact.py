@@ -158,27 +158,32 @@ class ExactLaw:
         x = np.asarray(tokens.cpu().numpy() if torch.is_tensor(tokens) else tokens)
         check_arg(x.ndim == 2 and x.shape[1] == self.N, "tokens", f"array of shape {x.shape}",
                   f"shape (B, max_new_tokens = {self.N})")
-        bad = (x < -1) | (x >= self.V)
-        check_arg(not bad.any(), "tokens", f"ids like {x[bad][:3].tolist()}", f"ids in [0, {self.V}) or PAD = -1")
-        return np.where(x < 0, self.V, x).astype(np.int64)
+        if x.size and (x.min() < -1 or x.max() >= self.V):
+            bad = (x < -1) | (x >= self.V)
+            check_arg(False, "tokens", f"ids like {x[bad][:3].tolist()}", f"ids in [0, {self.V}) or PAD = -1")
+        return np.remainder(x, self.V + 1, dtype=np.int64)  # -1 -> V
 
     def states(self, sym: np.ndarray) -> np.ndarray:
         """symbols (B, N) -> (B, N) chain state before each position."""
         B = sym.shape[0]
+        W = self.n_symbols
+        step = self.step.ravel()
         s = np.empty(sym.shape, dtype=np.int64)
         cur = np.full(B, self.start, dtype=np.int64)
         for t in range(self.N):
             s[:, t] = cur
-            cur = self.step[cur, sym[:, t]]
+            cur = step[cur * W + sym[:, t]]
         return s
 
     def pit(self, sym: np.ndarray, states: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Randomized PIT U = F(x-1 | state) + v p(x | state) (B, N); iid U(0,1) under H0."""
-        return np.clip(self.cond_cdf_below[states, sym] + v * self.cond_pmf[states, sym], 0.0, 1.0)
+        idx = states * self.n_symbols + sym
+        u = np.take(self.cond_cdf_below.ravel(), idx) + v * np.take(self.cond_pmf.ravel(), idx)
+        return np.clip(u, 0.0, 1.0, out=u)
 
     def logprob(self, sym: np.ndarray, states: np.ndarray) -> np.ndarray:
         """(B,) target log-probability of each sequence (-inf when the target cannot produce it)."""
-        return self.log_pmf[states, sym].sum(1)
+        return np.take(self.log_pmf.ravel(), states * self.n_symbols + sym).sum(1)
 
     # -- the reference speculative process -------------------------------------------------------
     def round_kernel(self, k: int):

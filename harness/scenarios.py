@@ -107,6 +107,7 @@ class Scenario:
     eos_token_id: Optional[int]
     joint_tokens: int
     weight: float
+    full_weight: float
     raw: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -185,10 +186,12 @@ def scenario_from_dict(name: str, raw: dict[str, Any]) -> Scenario:
                   target=dict(raw.get("target", {})), draft=dict(raw.get("draft", {})), config=config,
                   k=int(raw["k"]), max_new_tokens=int(raw["max_new_tokens"]),
                   prompt=tuple(int(t) for t in raw.get("prompt", [0])), eos_token_id=eos,
-                  joint_tokens=int(raw.get("joint_tokens", 0)), weight=float(raw.get("weight", 1.0)), raw=raw)
+                  joint_tokens=int(raw.get("joint_tokens", 0)), weight=float(raw.get("weight", 1.0)),
+                  full_weight=float(raw.get("full_weight", raw.get("weight", 1.0))), raw=raw)
     check_arg(sc.k >= 1, f"{name}.k", sc.k, "an integer >= 1")
     check_arg(sc.max_new_tokens >= 2, f"{name}.max_new_tokens", sc.max_new_tokens, "an integer >= 2")
     check_arg(0 <= sc.joint_tokens <= sc.max_new_tokens, f"{name}.joint_tokens", sc.joint_tokens,
               f"an integer in [0, max_new_tokens = {sc.max_new_tokens}]")
     check_arg(sc.weight > 0, f"{name}.weight", sc.weight, "a number > 0")
+    check_arg(sc.full_weight > 0, f"{name}.full_weight", sc.full_weight, "a number > 0")
     return sc
