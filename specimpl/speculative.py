@@ -372,9 +372,12 @@ class SpeculativeSampler:
         """The generic round loop on lookup tables (see the class docstring); same output, bit for bit.
 
         Per sequence it keeps the joint context J of the tokens emitted so far.  A round, per chunk:
-        x_i = draft.draw(J_{i-1}, u_i), J_i = (J_{i-1} V + x_i) mod C; accept x_i iff
-        u'_i < accept_thr[J_{i-1} V + x_i]; n = accepted prefix; y = final.draw(J_n + C [n = k], u'').
-        Only 1-D operations on contiguous chunk columns: reductions along the short k axis are slow.
+        f_i = J_{i-1} V + x_i with x_i = draft.draw(J_{i-1}, u_i), J_i = f_i mod C; accept x_i iff
+        u'_i < accept_thr[f_i]; n = accepted prefix; y = final.draw(J_n + C [n = k], u'').
+        Tokens go to a (B, W + k) int16 staging area: each round writes x_1..x_k and y (at cell n)
+        unconditionally from the sequence's current length on; cells past the final length are
+        masked with PAD once at the end.  Only 1-D operations on chunk columns (reductions along
+        the short k axis are slow) and int32 arithmetic.
         """
         from specimpl.ngram import pair_tables, start_contexts
 
@@ -386,77 +389,108 @@ class SpeculativeSampler:
             self._tables = pair_tables(self.target, self.draft, self.config)
         tab = self._tables
         C = tab.C
-        J = start_contexts(prompts, V, C)  # (A,) int64 joint context after each prompt
+        J = start_contexts(prompts, V, C).to(torch.int32)  # (A,) joint context after each prompt
         B = J.shape[0]
         W = max_new_tokens
-        out_flat = torch.full((B * W + 1,), PAD, dtype=torch.long)  # one spare cell takes the writes past the end
-        dummy = B * W
+        Ws = W + k + 1  # staging row: a finished row (n_out = W) still writes cells W..W+k until compaction
+        stage = torch.empty(B * Ws, dtype=torch.int16 if V <= 32767 else torch.int32)
         t_clock["prefill"] = time.perf_counter() - tic
 
-        def advance(f):  # J V + x -> the context after x
+        def shl(x, n_pow, pow2, log2):  # x * n_pow
+            return x << log2 if pow2 else x * n_pow
+
+        V2, logV = V & (V - 1) == 0, V.bit_length() - 1
+        C2, logC = C & (C - 1) == 0, C.bit_length() - 1
+
+        def context(f):  # f = J V + x -> the context after x
             if C == 1:
                 return torch.zeros_like(f)
-            return f & (C - 1) if C & (C - 1) == 0 else f % C
+            return f & (C - 1) if C2 else f % C
 
-        base = torch.arange(B, dtype=torch.long) * W  # (A,) first output cell of each sequence
-        idx = torch.arange(B)  # (A,) global ids
-        n_out = torch.zeros(B, dtype=torch.long)  # (A,)
-        lengths = torch.zeros(B, dtype=torch.long)  # (B,) filled when sequences leave the batch
-        alive = torch.ones(B, dtype=torch.bool)  # (A,)
+        dM, fM = tab.draft.M, tab.final.M
+        logdM, logfM = dM.bit_length() - 1, fM.bit_length() - 1
+        # draft LUT of flat cells f = J V + x (-1: the bucket holds a CDF step)
+        rows_d = torch.arange(tab.draft.lut.numel(), dtype=torch.int32) >> logdM
+        dlut = torch.where(tab.draft.lut >= 0, rows_d * V + tab.draft.lut.int(), -1).to(torch.int32)
+        flut = tab.final.lut.to(torch.int32)
         thr = tab.accept_thr
-        jk = torch.arange(k)  # (k,)
-        stats = SpecStats(k)
+        jk = torch.arange(k, dtype=torch.int32)  # (k,)
+        sdt = stage.dtype
+
+        def draw_f(Jc, u):  # (a,) flat cells f = J V + x, x ~ q(. | J)
+            f = dlut.index_select(0, (Jc << logdM) + (u * dM).to(torch.int32))
+            amb = (f < 0).nonzero().squeeze(1)
+            if amb.numel():
+                Ja = Jc[amb]
+                f[amb] = (shl(Ja, V, V2, logV) + sample_categorical(tab.draft.probs[Ja], u[amb])).to(torch.int32)
+            return f
+
+        def draw_final(rows, u):  # (a,) y from the residual / bonus rows
+            y = flut.index_select(0, (rows << logfM) + (u * fM).to(torch.int32))
+            amb = (y < 0).nonzero().squeeze(1)
+            if amb.numel():
+                y[amb] = sample_categorical(tab.final.probs[rows[amb]], u[amb]).to(torch.int32)
+            return y
 
         def run_chunk(c0, c1, u, J, n_out, alive, base, done_all):
             """One round for sequences c0..c1 of the batch; u (a, 2k+1) their uniforms."""
             t0 = time.perf_counter()
-            Jc = J[c0:c1]  # (a,)
-            Js, xs, fs = [Jc], [], []
+            a = c1 - c0
+            Jc = J[c0:c1]  # (a,) int32
+            Js = torch.empty(k + 1, a, dtype=torch.int32)  # (k+1, a) J_0..J_k
+            F = torch.empty(k, a, dtype=torch.int32)  # (k, a) f_1..f_k
+            Js[0] = Jc
             for i in range(k):  # ---- draft: x_i ~ q(. | J_{i-1})
-                x = tab.draft.draw(Jc, u[:, i])  # (a,)
-                f = Jc * V + x  # (a,) flat table cell of (J_{i-1}, x_i)
-                Jc = advance(f)
-                xs.append(x)
-                fs.append(f)
-                Js.append(Jc)
+                f = draw_f(Jc, u[:, i])
+                F[i] = f
+                Jc = context(f)
+                Js[i + 1] = Jc
             t1 = time.perf_counter()
             # ---- target: accept x_i iff u'_i q_i(x_i) < p_i(x_i), i.e. u'_i < thr; n = accepted prefix
-            still = u[:, k] < thr.index_select(0, fs[0])  # (a,) all of x_1..x_i accepted
-            n = still.long()
+            still = u[:, k] < thr.index_select(0, F[0])  # (a,) all of x_1..x_i accepted
+            n = still.to(torch.int32)
             for i in range(1, k):
-                still &= u[:, k + i] < thr.index_select(0, fs[i])
+                still &= u[:, k + i] < thr.index_select(0, F[i])
                 n += still
-            Jn = torch.stack(Js).gather(0, n.unsqueeze(0)).squeeze(0)  # (a,) J_n
             t2 = time.perf_counter()
+            nl = n.long()
+            Jn = Js.gather(0, nl.unsqueeze(0)).squeeze(0)  # (a,) J_n
             # ---- resample at the first rejection, or the bonus from p_{k+1} (rows C..2C-1)
-            y = tab.final.draw(Jn + still * C, u[:, 2 * k])  # (a,)
+            y = draw_final(Jn + shl(still.to(torch.int32), C, C2, logC), u[:, 2 * k])  # (a,)
             nc, al = n_out[c0:c1], alive[c0:c1]
             remaining = W - nc
             m = torch.minimum(n + 1, remaining) * al  # (a,) tokens written this round
             done = m == remaining
+            X = (F & (V - 1) if V2 else F % V).to(sdt)  # (k, a) x_1..x_k
             if eos_token_id is not None:
-                toks = [torch.where(n == j, y, xs[j]) for j in range(k)] + [y]  # x_1..x_n, y (then junk)
                 first = torch.full_like(m, k + 1)
-                for jj in range(k, -1, -1):
-                    first = torch.where((toks[jj] == eos_token_id) & (m > jj), jj, first)
+                for jj in range(k, -1, -1):  # first EOS among x_1..x_n, y within the m written
+                    tok_is_eos = (y == eos_token_id) & (n == jj)
+                    if jj < k:
+                        tok_is_eos |= (X[jj] == eos_token_id) & (n > jj)
+                    first = torch.where(tok_is_eos & (m > jj), jj, first)
                 has_eos = first <= k
                 m = torch.where(has_eos, first + 1, m)
                 done |= has_eos
-            # x_j to cell j for j < min(n, m), y to cell n when n < m; other writes go to the spare cell
-            start = base[c0:c1] + nc
-            cells = start + jk[:, None]  # (k, a)
-            cells.masked_fill_(jk[:, None] >= torch.minimum(n, m), dummy)
-            out_flat.scatter_(0, cells.view(-1), torch.stack(xs).view(-1))
-            out_flat.scatter_(0, torch.where(n < m, start + n, dummy), y)
+            # x_j to cell n_out + j (junk from j = n on), then y to cell n_out + n
+            start = base[c0:c1] + nc  # (a,) int64
+            stage.scatter_(0, (start + jk.unsqueeze(1)).view(-1), X.view(-1))
+            stage.scatter_(0, start + nl, y.to(sdt))
             n_out[c0:c1] = nc + m
             done_all[c0:c1] = done
-            J[c0:c1] = advance(Jn * V + y)
-            hist = torch.bincount(torch.where(al, n, k + 1), minlength=k + 2)
+            J[c0:c1] = context(shl(Jn, V, V2, logV) + y)
+            hist = torch.bincount(nl if bool(al.all()) else torch.where(al, nl, k + 1), minlength=k + 2)
             t3 = time.perf_counter()
             return hist, m.sum(), (t1 - t0, t2 - t1, t3 - t2)
 
         workers = self.workers if self.workers is not None else torch.get_num_threads()
         pool = ThreadPoolExecutor(workers) if workers > 1 else None
+        base = torch.arange(B, dtype=torch.long) * Ws  # (A,) first staging cell of each sequence
+        idx = torch.arange(B)  # (A,) global ids
+        n_out = torch.zeros(B, dtype=torch.int32)  # (A,)
+        lengths = torch.zeros(B, dtype=torch.long)  # (B,) filled when sequences leave the batch
+        alive = torch.ones(B, dtype=torch.bool)  # (A,)
+        stats = SpecStats(k)
         r = 0
         try:
             while True:
@@ -481,7 +515,7 @@ class SpeculativeSampler:
                               sum(t[2] for _, _, t in results))
                 scale = wall / max(td + tt + ts, 1e-12)  # with worker threads: share of the round's wall time
                 td, tt, ts = td * scale, tt * scale, ts * scale
-                self._record(stats, r, A, hist[:k + 1].numpy(), int(emitted), 0.0, td, td + tt, td + tt + ts, t_clock)
+                self._record(stats, r, A, hist[:k + 1].numpy(), emitted, 0.0, td, td + tt, td + tt + ts, t_clock)
                 r += 1
                 # ---- drop finished sequences (the generic path's rule, so the uniforms line up) ----
                 alive = alive & ~done_all
@@ -489,14 +523,23 @@ class SpeculativeSampler:
                 if n_alive == 0:
                     break
                 if n_alive < self.compact_below * A:
-                    lengths[idx] = n_out
+                    lengths[idx] = n_out.long()
                     sel = alive.nonzero().squeeze(1)
                     idx, alive, J, base, n_out = idx[sel], alive[sel], J[sel], base[sel], n_out[sel]
         finally:
             if pool is not None:
                 pool.shutdown()
-        lengths[idx] = n_out
-        return GenerationResult(tokens=out_flat[:dummy].view(B, W), lengths=lengths, stats=stats, timings=t_clock)
+        lengths[idx] = n_out.long()
+        tic = time.perf_counter()
+        staged = stage.view(B, Ws)[:, :W]  # (B, W)
+        tokens = torch.empty(B, W, dtype=torch.long)
+        cols = torch.arange(W)
+        for c0 in range(0, B, self.chunk_size):  # PAD past each end; chunks keep the passes in cache
+            c1 = min(B, c0 + self.chunk_size)
+            tokens[c0:c1] = staged[c0:c1]
+            tokens[c0:c1].masked_fill_(cols >= lengths[c0:c1, None], PAD)
+        t_clock["sampler"] += time.perf_counter() - tic
+        return GenerationResult(tokens=tokens, lengths=lengths, stats=stats, timings=t_clock)
 
     @property
     def target_dtype(self):
