@@ -64,6 +64,8 @@ def _k_colors(plt):
 def fig_speedup_vs_alpha(plt, grid, measured, out, meta, formats):
     syn = measured[measured.suite == "synthetic"] if measured is not None else pd.DataFrame()
     real = measured[measured.suite == "real"] if measured is not None else pd.DataFrame()
+    if len(real):  # the 1-layer draft and its noise mixtures share one network, so one c
+        real = real[real.draft.str.startswith("draft") | (real.draft == "uniform")]
     cs = sorted(syn["c_set"].unique()) if len(syn) else [0.1]
     panels = [("synthetic", c) for c in cs] + ([("real", float(real["c_profiled"].median()))] if len(real) else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.0), squeeze=False)
@@ -80,16 +82,19 @@ def fig_speedup_vs_alpha(plt, grid, measured, out, meta, formats):
             title_c = c
         pts = syn[np.isclose(syn.c_set, c)] if suite == "synthetic" else real
         for k in K_SHOWN:
-            m = pts[pts.k == k]
-            if len(m):
-                ax.scatter(m.alpha_hat, m.speedup_measured, color=col[k], s=18, edgecolor="k", lw=0.4, zorder=3,
-                           marker="o" if suite == "synthetic" else "s", label=f"measured k={k}")
+            for clock, mk in (("wall", "o"), ("hybrid", "D"), ("spin", "v"), ("virtual", "x")):
+                m = pts[(pts.k == k) & (pts.clock == clock)]
+                if len(m):
+                    mk = mk if suite == "synthetic" else "s"
+                    ax.scatter(m.alpha_hat, m.speedup_measured, color=col[k], s=18 if mk != "D" else 12,
+                               edgecolor=None if mk == "x" else "k", lw=0.4, zorder=3, marker=mk,
+                               label=f"measured k={k}" + ("" if clock == "wall" else f" ({clock})"))
         ax.axhline(1.0, color="0.3", ls="--", lw=0.8)
         ax.axvline(title_c, color="0.6", ls=":", lw=0.8)
         ax.set_xlabel(r"acceptance $\alpha$ (measured $\hat\alpha$ for points)")
         ax.set_ylabel("speedup S over target-only")
-        ax.set_title(f"{'synthetic' if suite == 'synthetic' else 'tiny HF pair'}: c = {title_c:.3g}"
-                     + ("" if suite == "synthetic" else " (median profiled)"))
+        ax.set_title(f"synthetic: c = {title_c:.3g}" if suite == "synthetic" else
+                     f"tiny HF pair, 1-layer draft + noise: c = {title_c:.2g} (median)")
         ax.set_xlim(0, 1)
     axes[0][0].legend(ncol=2, loc="upper left")
     return _save(fig, out, "speedup_vs_alpha", meta, formats)
@@ -131,7 +136,8 @@ def fig_heatmap(plt, grid, measured, out, meta, formats, k_fixed=4):
                            label=f"{suite}: measured S ≥ 1")
                 ax.scatter(mm.alpha_hat[~up], cx[~up], marker="x", color="k", s=16, lw=0.8,
                            label=f"{suite}: measured S < 1")
-            ax.legend(loc="lower right", fontsize=6)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(loc="lower right", fontsize=6)
     return _save(fig, out, "speedup_heatmap", meta, formats)
 
 
@@ -163,14 +169,13 @@ def fig_pred_vs_meas(plt, measured, out, meta, formats):
     ax.plot([lo, hi], [lo, hi], color="k", lw=0.8, label="y = x")
     ax.axhline(1, color="0.6", ls=":", lw=0.7)
     ax.axvline(1, color="0.6", ls=":", lw=0.7)
-    for suite, color in (("synthetic", "tab:blue"), ("real", "tab:red")):
-        m = measured[measured.suite == suite]
-        if not len(m):
-            continue
+    colors = plt.get_cmap("tab10")
+    for i, (group, m) in enumerate(measured.groupby("group")):
+        color = colors(i)
         ax.scatter(m.speedup_measured, m.speedup_analytic, marker="^", facecolor="none", edgecolor=color, s=18,
-                   lw=0.7, label=f"{suite}: analytic (median err {m.err_analytic.median():.1%})")
+                   lw=0.7, label=f"{group}: analytic (median err {m.err_analytic.median():.1%})")
         ax.scatter(m.speedup_measured, m.speedup_measured_model, marker="o", color=color, s=12,
-                   label=f"{suite}: measured model (median err {m.err_measured_model.median():.1%})")
+                   label=f"{group}: measured model (median err {m.err_measured_model.median():.1%})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -271,12 +276,18 @@ def latex_table(m: pd.DataFrame, caption: str, label: str) -> str:
 
 
 def fidelity_md(measured: pd.DataFrame) -> str:
-    lines = ["| runs | cells | analytic median | analytic worst | measured model median | measured model worst "
-             "| accounting median | accounting worst |", "|---|---|---|---|---|---|---|---|"]
-    for name, g in [("all", measured)] + list(measured.groupby("suite")):
-        lines.append(f"| {name} | {len(g)} | {g.err_analytic.median():.1%} | {g.err_analytic.max():.1%} | "
-                     f"{g.err_measured_model.median():.1%} | {g.err_measured_model.max():.1%} | "
-                     f"{g.err_accounting.median():.1%} | {g.err_accounting.max():.1%} |")
+    """Median / worst |predicted - measured| / measured per group of runs and time basis."""
+    lines = ["| runs | time | cells | analytic median | analytic worst | measured model median | measured model worst "
+             "| accounting median | accounting worst |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, g in [("all", measured)] + list(measured.groupby("group")):
+        for basis, pre in (("wall", ""), ("cpu", "cpu_")):
+            e = {m: g[f"{pre}err_{m}"].dropna() for m in ("analytic", "measured_model", "accounting")}
+            if not len(e["analytic"]):
+                continue
+            lines.append(f"| {name} | {basis} | {len(e['analytic'])} | {e['analytic'].median():.1%} | "
+                         f"{e['analytic'].max():.1%} | {e['measured_model'].median():.1%} | "
+                         f"{e['measured_model'].max():.1%} | {e['accounting'].median():.1%} | "
+                         f"{e['accounting'].max():.1%} |")
     return "\n".join(lines) + "\n"
 
 
@@ -293,12 +304,14 @@ def summary_md(measured: pd.DataFrame, meta: dict) -> str:
            f"- machine load during the cells (1-min load average, {m.get('cpus_available')} cores): median "
            f"{la.get('median')}, max {la.get('max')}", "", "## Fidelity: |predicted - measured| / measured", "",
            fidelity_md(measured), "## Negative-speedup cells (measured S < 1)", ""]
-    neg = measured[measured.speedup_measured < 1].sort_values(["suite", "c_profiled", "alpha_hat", "k"])
+    neg = measured[measured.speedup_measured < 1].sort_values(["group", "c_profiled", "alpha_hat", "k"])
     if len(neg):
-        out.append("| suite | draft | alpha_hat | c (profiled) | k | S measured | S analytic | S model |")
+        out.append(f"{len(neg)} of {len(measured)} measured cells.")
+        out.append("")
+        out.append("| runs | draft | alpha_hat | c (profiled) | k | S measured | S analytic | S model |")
         out.append("|---|---|---|---|---|---|---|---|")
         for r in neg.itertuples():
-            out.append(f"| {r.suite} | {r.draft} | {r.alpha_hat:.2f} | {r.c_profiled:.3f} | {r.k} | "
+            out.append(f"| {r.group} | {r.draft} | {r.alpha_hat:.2f} | {r.c_profiled:.3f} | {r.k} | "
                        f"{r.speedup_measured:.2f} | {r.speedup_analytic:.2f} | {r.speedup_measured_model:.2f} |")
     else:
         out.append("none")

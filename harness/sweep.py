@@ -37,7 +37,7 @@ import torch
 from harness import costmodel as cm
 from harness.profiler import profile_model, profile_pair, summarise
 from harness.provenance import (atomic_write_csv, atomic_write_json, atomic_write_parquet, metadata)
-from harness.synthetic import CallCost, VirtualClock, WallClock, synthetic_pair
+from harness.synthetic import CallCost, HybridClock, VirtualClock, WallClock, synthetic_pair
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
@@ -48,6 +48,7 @@ __all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "finalize"
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "experiments" / "sweep" / "default.toml"
 SUITES = ("grid", "synthetic", "real", "profile")
+CLOCKS = ("wall", "hybrid", "spin", "virtual")
 
 # Llama-shaped architectures for cost curves with random weights (timing does not depend on weights).
 SHAPES = {
@@ -94,7 +95,10 @@ def load_config(path: Optional[Path] = None, overrides: Optional[dict] = None) -
     if str(cfg["device"]).startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("`device` is 'cuda' but torch.cuda.is_available() is False on this machine")
     s = cfg["synthetic"]
-    check_arg(s["clock"] in ("wall", "spin", "virtual"), "synthetic.clock", s["clock"], "'wall', 'spin' or 'virtual'")
+    clocks = s["clock"] if isinstance(s["clock"], list) else [s["clock"]]
+    check_arg(len(clocks) > 0 and all(c in CLOCKS for c in clocks), "synthetic.clock", s["clock"],
+              f"one of {list(CLOCKS)} or a list of them")
+    s["clock"] = clocks
     for suite in ("synthetic", "real"):
         for key in ("k", "batch"):
             v = cfg[suite][key]
@@ -131,14 +135,14 @@ def plan(cfg: dict) -> list[dict]:
             add("grid", "grid", dict(sc))
         elif suite == "synthetic":
             common = {key: sc[key] for key in ("target_ms", "token_slope", "batch_slope", "vocab_size", "support",
-                                               "prompt_len", "max_new_tokens", "repeats", "profile_repeats", "temperature",
-                                               "clock")}
-            for B in sc["batch"]:
-                for c in sc["c"]:
-                    for a in sc["alpha"]:
-                        for k in sc["k"]:
-                            add("synthetic", f"syn_a{a:g}_c{c:g}_k{k}_B{B}",
-                                {**common, "alpha": a, "c": c, "k": k, "batch": B})
+                                               "prompt_len", "max_new_tokens", "repeats", "profile_repeats", "temperature")}
+            for clock in sc["clock"]:
+                for B in sc["batch"]:
+                    for c in sc["c"]:
+                        for a in sc["alpha"]:
+                            for k in sc["k"]:
+                                add("synthetic", f"syn_{clock}_a{a:g}_c{c:g}_k{k}_B{B}",
+                                    {**common, "alpha": a, "c": c, "k": k, "batch": B, "clock": clock})
         elif suite == "real":
             common = {key: sc[key] for key in ("prompt_len", "max_new_tokens", "repeats", "profile_repeats", "temperature",
                                                "dtype")}
@@ -275,7 +279,7 @@ def measure_pair(target, draft, prompts, *, k: int, max_new_tokens: int, config:
 
 
 def _clock(name: str):
-    return {"wall": WallClock(), "spin": WallClock(spin=True), "virtual": VirtualClock()}[name]
+    return {"wall": WallClock(), "spin": WallClock(spin=True), "hybrid": HybridClock(), "virtual": VirtualClock()}[name]
 
 
 def run_cell(cell: dict, cfg: dict) -> dict:
@@ -390,6 +394,8 @@ def _measured_row(rec: dict, n_sim: int = 400) -> dict:
     alphas = [a if a == a else 0.0 for a in acc["alpha_per_position"]]  # never-reached positions: 0
     row = {
         "suite": rec["suite"], "cell": rec["id"], "draft": p.get("draft", f"alpha={p.get('alpha')}"),
+        "clock": p.get("clock", "wall"),
+        "group": f"synthetic/{p.get('clock')}" if rec["suite"] == "synthetic" else f"real/{p.get('device', 'cpu')}",
         "alpha_set": p.get("alpha", np.nan), "c_set": p.get("c", np.nan), "k": k, "batch": B, "max_new_tokens": N,
         "prompt_len": P, "repeats": p["repeats"], "device": p.get("device", "cpu"),
         "alpha_hat": acc["alpha_hat"], "acceptance_rate": acc["acceptance_rate"],
@@ -415,7 +421,7 @@ def _measured_row(rec: dict, n_sim: int = 400) -> dict:
 def fidelity(measured: pd.DataFrame) -> dict:
     """Median and worst |predicted - measured| / measured, per model, per suite and overall; wall and CPU time."""
     out = {}
-    for name, g in [("all", measured)] + [(s, g) for s, g in measured.groupby("suite")]:
+    for name, g in [("all", measured)] + [(s, g) for s, g in measured.groupby("group")]:
         out[name] = {"cells": int(len(g))}
         for basis, pre in (("wall", ""), ("cpu", "cpu_")):
             for model in ("analytic", "measured_model", "accounting"):
@@ -480,6 +486,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--suites", default=None, help="comma-separated subset of grid,synthetic,real,profile")
     parser.add_argument("--redo", action="store_true", help="recompute cells that are already stored")
     parser.add_argument("--list", action="store_true", help="print the plan (stored / to do) and exit")
+    parser.add_argument("--tables", action="store_true",
+                        help="only rebuild the tables from the cells already stored (run nothing)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -497,6 +505,8 @@ def run(args) -> int:
         for c in cells:
             print(("todo  " if c in todo else "stored") + f"  {c['suite']:9s} {c['id']}")
         return 0
+    if args.tables:
+        todo = []
     if cfg["device"] == "cpu":
         torch.set_num_threads(int(cfg["threads"]))
     print(f"sweep {cfg['name']!r}: {len(cells)} cells, {len(cells) - len(todo)} stored, {len(todo)} to run -> {out}",
@@ -512,6 +522,8 @@ def run(args) -> int:
         done = sum(_cell_path(out, c).exists() for c in cells)
         print(f"\ninterrupted: {done}/{len(cells)} cells are stored in {out}; run the same command again to resume",
               file=sys.stderr)
+        if done:
+            finalize(out, cfg, cells)  # tables of what is stored, the missing cells listed in meta.json
         return 130
     bar.close()
     res = finalize(out, cfg, cells)

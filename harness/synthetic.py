@@ -10,8 +10,9 @@ does); token_slope = 1 is compute-bound (cost proportional to tokens).  The wrap
 the real work (an n-gram table: microseconds), then the call waits until its deadline.
 
 Time is read from an injected clock: :class:`WallClock` (``time.perf_counter``; sleeps, or spins
-when asked) or :class:`VirtualClock`, whose waits advance a counter instantly, so a whole sweep
-runs in milliseconds with exactly known costs (the tests use it).
+when asked), :class:`HybridClock` (process CPU time for everything but the model calls, which
+cost exactly their set time; nothing sleeps), or :class:`VirtualClock`, whose waits advance a
+counter instantly, so a whole sweep runs in milliseconds with exactly known costs (the tests use it).
 
 :func:`synthetic_pair` puts two timed n-gram models at a dialled acceptance: the draft's support
 is disjoint from the target's except for a mixture weight alpha towards the target
@@ -31,7 +32,7 @@ from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 from specimpl.ngram import NGramModel, disjoint_draft, random_ngram
 
-__all__ = ["CallCost", "WallClock", "VirtualClock", "TimedModel", "synthetic_pair"]
+__all__ = ["CallCost", "WallClock", "HybridClock", "VirtualClock", "TimedModel", "synthetic_pair"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,28 @@ class WallClock:
         dt = deadline - time.perf_counter()
         if dt > 0:
             time.sleep(dt)
+
+
+class HybridClock:
+    """Process CPU time, plus the set cost of every model call: ``wait_until`` adds the wait, sleeps not.
+
+    The sampler's own logic is timed for real (CPU seconds of this process, which other processes on
+    a shared machine disturb far less than wall time), each model call costs exactly its set time.
+    Runs take only their CPU time.
+    """
+
+    virtual = False
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return time.process_time() + self.offset
+
+    def wait_until(self, deadline: float) -> None:
+        dt = deadline - self.now()
+        if dt > 0:
+            self.offset += dt
 
 
 class VirtualClock:

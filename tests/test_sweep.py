@@ -1,0 +1,165 @@
+"""Sweeps as data: configuration, plan, resumable cells, exact accounting on a virtual clock, report."""
+import argparse
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import report, sweep
+
+TINY = """
+name = "tiny"
+suites = ["grid", "synthetic"]
+[grid]
+alpha = [0.0, 0.9, 10]
+c = [0.05, 1.0, 6]
+c_extra = [0.5]
+k_max = 4
+[synthetic]
+alpha = [0.0, 0.9]
+c = [0.5]
+k = [2]
+max_new_tokens = 12
+repeats = 2
+profile_repeats = 1
+clock = "virtual"
+"""
+
+
+def _args(config, out, **kw):
+    p = argparse.ArgumentParser()
+    sweep.add_arguments(p)
+    argv = ["--config", str(config), "--out", str(out), "--no-progress"]
+    for k, v in kw.items():
+        argv += [f"--{k}"] + ([] if v is True else [str(v)])
+    return p.parse_args(argv)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sweep")
+    (d / "tiny.toml").write_text(TINY)
+    out = d / "out"
+    assert sweep.run(_args(d / "tiny.toml", out)) == 0
+    return d, out
+
+
+def test_default_config_is_valid_and_overlays_are_checked(tmp_path):
+    cfg = sweep.load_config()
+    assert cfg["suites"] == ["grid", "synthetic", "real", "profile"]
+    assert len(sweep.plan(cfg)) > 50
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[synthetic]\nalpah = [0.5]\n")
+    with pytest.raises(ValueError, match="synthetic.alpah"):
+        sweep.load_config(bad)
+    bad.write_text('[synthetic]\nclock = "sundial"\n')
+    with pytest.raises(ValueError, match="`synthetic.clock` must be"):
+        sweep.load_config(bad)
+    bad.write_text('suites = ["grid", "lottery"]\n')
+    with pytest.raises(ValueError, match="`suites` must be"):
+        sweep.load_config(bad)
+    with pytest.raises(FileNotFoundError, match="--config"):
+        sweep.load_config(tmp_path / "missing.toml")
+
+
+def test_cell_ids_are_stable_and_follow_every_setting(tmp_path):
+    (tmp_path / "a.toml").write_text(TINY)
+    a = sweep.plan(sweep.load_config(tmp_path / "a.toml"))
+    assert [c["id"] for c in a] == [c["id"] for c in sweep.plan(sweep.load_config(tmp_path / "a.toml"))]
+    assert len({c["id"] for c in a}) == len(a) == 3
+    (tmp_path / "b.toml").write_text(TINY.replace("max_new_tokens = 12", "max_new_tokens = 13"))
+    b = sweep.plan(sweep.load_config(tmp_path / "b.toml"))
+    assert a[0]["id"] == b[0]["id"]  # the grid did not change
+    assert not {c["id"] for c in a[1:]} & {c["id"] for c in b[1:]}
+
+
+def test_virtual_clock_accounting_is_exact_and_negative_regime_measured(tiny):
+    _, out = tiny
+    m = pd.read_csv(out / "measured.csv", comment="#")
+    assert len(m) == 2
+    # on the virtual clock every call costs exactly its set time and the sampler's logic nothing:
+    # the realised rounds times the profiled costs reproduce the measured times
+    assert np.allclose(m.err_accounting, 0, atol=1e-9)
+    a0 = m[m.alpha_set == 0].iloc[0]
+    # alpha = 0: one token a round, no randomness in the round count, so the measured model is exact too,
+    # and so is the analytic one up to prefill: S = 1 / (k c + 1) = 0.5 at k = 2, c = 0.5
+    assert a0.err_measured_model == pytest.approx(0, abs=1e-9)
+    assert a0.speedup_measured < 1 and a0.speedup_analytic == pytest.approx(0.5, rel=1e-9)
+    assert a0.c_profiled == pytest.approx(0.5) and a0.alpha_hat == 0
+    assert a0.mean_acceptance_length == 1 and a0.acceptance_rate == 0
+    assert m[m.alpha_set == 0.9].iloc[0].speedup_measured > 1
+    assert np.isnan(m.cpu_speedup_measured).all()  # CPU-time basis only for real models on CPU
+    fid = json.loads((out / "fidelity.json").read_text())["fidelity"]
+    assert fid["synthetic/virtual"]["wall"]["accounting"]["worst"] < 1e-9
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["sweep"]["cells_stored"] == 3 and meta["seed"] == 20240901 and "versions" in meta
+    g = pd.read_parquet(out / "grid.parquet")
+    assert len(g) == 10 * 7 * 4 and 0.5 in set(np.round(g.c, 12))
+
+
+def test_resume_skips_stored_cells_and_redoes_missing_ones(tiny, monkeypatch):
+    d, out = tiny
+    calls = []
+    real = sweep.run_cell
+
+    def counting(cell, cfg):
+        calls.append(cell["id"])
+        return real(cell, cfg)
+
+    monkeypatch.setattr(sweep, "run_cell", counting)
+    assert sweep.run(_args(d / "tiny.toml", out)) == 0
+    assert calls == []
+    cells = sorted((out / "cells" / "synthetic").glob("*.json"))
+    cells[0].unlink()
+    assert sweep.run(_args(d / "tiny.toml", out)) == 0
+    assert calls == [cells[0].stem]
+
+
+def test_interrupt_loses_only_the_cell_in_flight(tmp_path, monkeypatch, capsys):
+    (tmp_path / "t.toml").write_text(TINY)
+    out = tmp_path / "out"
+    real = sweep.run_cell
+    n = {"calls": 0}
+
+    def flaky(cell, cfg):
+        n["calls"] += 1
+        if n["calls"] == 2:
+            raise KeyboardInterrupt
+        return real(cell, cfg)
+
+    monkeypatch.setattr(sweep, "run_cell", flaky)
+    assert sweep.run(_args(tmp_path / "t.toml", out)) == 130
+    stored = list((out / "cells").rglob("*.json"))
+    assert len(stored) == 1 and not list(out.rglob("_tmp*"))
+    assert "run the same command again to resume" in capsys.readouterr().err
+    assert sweep.run(_args(tmp_path / "t.toml", out, list=True)) == 0
+    assert capsys.readouterr().out.count("todo") == 2
+
+
+def test_report_draws_every_figure_from_stored_results(tiny):
+    _, out = tiny
+    written = report.make_report(out)
+    for name in ("speedup_vs_alpha", "speedup_heatmap", "optimal_k", "pred_vs_meas", "tokens_per_call"):
+        assert len(written[name]) == 2
+        for p in written[name]:
+            with open(p, "rb") as f:
+                assert f.read(4) in (b"\x89PNG", b"%PDF")
+    tex = (out / "figures" / "synthetic_table.tex").read_text()
+    assert r"\toprule" in tex and r"\bottomrule" in tex and tex.count(r"\\") >= 3
+    summary = (out / "figures" / "summary.md").read_text()
+    assert "Negative-speedup cells" in summary and "| synthetic/virtual | alpha=0.0 |" in summary
+    with pytest.raises(FileNotFoundError, match="--results"):
+        report.make_report(out / "nowhere")
+
+
+def test_real_model_cell_runs_and_gives_both_time_bases():
+    cfg = sweep.load_config(overrides={"suites": ["real"], "real": {
+        "drafts": ["draft"], "k": [2], "max_new_tokens": 8, "prompt_len": 8, "repeats": 1, "profile_repeats": 1}})
+    (cell,) = sweep.plan(cfg)
+    rec = json.loads(json.dumps(sweep.run_cell(cell, cfg)))  # what the JSON file holds
+    row = sweep._measured_row(rec, n_sim=50)
+    for key in ("speedup_measured", "speedup_measured_model", "speedup_analytic", "cpu_speedup_measured",
+                "cpu_speedup_measured_model", "c_profiled", "alpha_hat"):
+        assert np.isfinite(row[key]), key
+    assert row["tokens_per_target_call"] >= 1
