@@ -94,6 +94,10 @@ def run(args) -> int:
                 raise ValueError(f"`{name}` must be an integer >= 2; got {v!r}")
         names = args.scenario or list(settings.scenarios)
         scenarios = [load_scenario(n, args.scenario_dir) for n in names]
+        inexact = [s.name for s in scenarios if not s.exact]
+        if inexact:
+            raise ValueError(f"`--scenario` {inexact} use a model builder without an exact law; this battery needs "
+                             "builder 'ngram' (real-model pairs: python -m harness.realmodel)")
     except ValueError as e:  # bad arguments or scenario files: clear message, status 2
         return _fail_args(str(e))
     old_threads = torch.get_num_threads()

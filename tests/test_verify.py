@@ -254,3 +254,24 @@ def test_plan_chunks():
     assert sum(plan_chunks(400_000, 32, 200_000)) == 400_000 and len(plan_chunks(400_000, 32, 200_000)) == 32
     assert len(plan_chunks(3000, 32, 200_000, min_chunk=500)) == 6
     assert len(plan_chunks(10_000_000, 32, 200_000)) == 50
+
+
+# ------------------------------------------------------------------------------------- calibrate
+def test_calibrate_runs_and_reports(scen_dir, tmp_path):
+    out = tmp_path / "cal"
+    assert main(["calibrate", "--seeds", "2", "--draws", "1000", "--scenario-dir", str(scen_dir), "--scenario",
+                 "tiny", "--out", str(out), "--no-progress"]) == 0
+    fam = pd.read_csv(out / "family_wise.csv", comment="#")
+    assert list(fam.family_level) == [1e-4, 0.01, 0.05, 0.2] and (fam.seeds == 2).all()
+    per = pd.read_csv(out / "per_test.csv", comment="#")
+    assert {"gof.position", "pit.position", "acceptance.position"} <= set(per.kind)
+    assert (out / "summary.md").is_file() and not (out / "_tmp_seeds").exists()
+    assert main(["calibrate", "--seeds", "0", "--out", str(out)]) == 2
+
+
+def test_clopper_pearson():
+    from harness.calibrate import clopper_pearson
+    lo, hi = clopper_pearson(0, 20)
+    assert lo == 0 and abs(hi - (1 - 0.025 ** (1 / 20))) < 1e-12
+    lo, hi = clopper_pearson(5, 100)
+    assert lo < 0.05 < hi
