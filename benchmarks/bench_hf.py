@@ -11,8 +11,9 @@ Decoders, same prompts, same k, same sampling controls (temperature 1, no top-k/
     ours_ar_b1        specimpl.autoregressive_generate (target only, our wrapper), one prompt at a time
     ours_spec_b8/b32  speculative_generate on batches of 8 / 32 prompts
 
-Each repeat runs every decoder once, in a fresh random order (load spikes on a shared machine hit
-all decoders alike), after one discarded warm-up pass.  tokens/s = emitted tokens / wall time of
+Each repeat runs every decoder on the same prompts, in small work units (one prompt for the
+batch-1 decoders, one batch for the others) shuffled together, so load spikes on a shared machine
+hit all decoders alike; one warm-up repeat is discarded.  tokens/s = emitted tokens / wall time of
 the whole call (prefill included).  Ratios are paired per repeat, then summarised (median and
 range).  For our sampler the script also measures the time spent *outside* the two models'
 forward calls (the sampler's own logic: warping, drawing, verification, bookkeeping), as a share
@@ -42,26 +43,25 @@ from specimpl.speculative import speculative_generate  # noqa: E402
 
 
 class ForwardClock:
-    """Wraps a model's forward/prefill, accumulating the time spent inside them."""
+    """Wraps a model's forward/prefill, accumulating the time spent inside them (outermost call only:
+    our prefill calls forward)."""
 
     def __init__(self, model):
-        self.model, self.t = model, 0.0
+        self.model, self.t, self.depth = model, 0.0, 0
         self._fwd, self._pre = model.forward, model.prefill
+        model.forward, model.prefill = self._timed(self._fwd), self._timed(self._pre)
 
-        def fwd(*a, **kw):
+    def _timed(self, fn):
+        def f(*a, **kw):
+            self.depth += 1
             tic = time.perf_counter()
             try:
-                return self._fwd(*a, **kw)
+                return fn(*a, **kw)
             finally:
-                self.t += time.perf_counter() - tic
-
-        def pre(*a, **kw):
-            tic = time.perf_counter()
-            try:
-                return self._pre(*a, **kw)
-            finally:
-                self.t += time.perf_counter() - tic
-        model.forward, model.prefill = fwd, pre
+                self.depth -= 1
+                if self.depth == 0:
+                    self.t += time.perf_counter() - tic
+        return f
 
     def remove(self):
         del self.model.forward, self.model.prefill
@@ -86,57 +86,61 @@ def main(argv=None) -> int:
     p1 = tiny_pair_prompts(args.prompts, length=args.prompt_length, seed=args.seed)
     pb = tiny_pair_prompts(args.batch_prompts, length=args.prompt_length, seed=args.seed + 1)
 
-    def ours_b1(g):
-        return [speculative_generate(target, draft, [p], k=k, max_new_tokens=T, config=cfg, generator=g) for p in p1]
+    def spec(prompts, g):
+        return speculative_generate(target, draft, prompts, k=k, max_new_tokens=T, config=cfg, generator=g)
 
-    def ours_batch(B):
-        def f(g):
-            return [speculative_generate(target, draft, pb[s:s + B], k=k, max_new_tokens=T, config=cfg, generator=g)
-                    for s in range(0, len(pb), B)]
-        return f
-
-    decoders = {
-        "ours_spec_b1": ours_b1,
-        "hf_assisted_b1": lambda g: [hf_assisted_generate(target, draft, p1, k=k, max_new_tokens=T, config=cfg,
-                                                          generator=g)],
-        "hf_plain_b1": lambda g: [hf_generate(target, p1, max_new_tokens=T, config=cfg, generator=g)],
-        "ours_ar_b1": lambda g: [autoregressive_generate(target, [p], max_new_tokens=T, config=cfg, generator=g)
-                                 for p in p1],
-        "ours_spec_b8": ours_batch(8),
-        "ours_spec_b32": ours_batch(32),
+    # batch-1 decoders: one prompt at a time, interleaved prompt by prompt in a fresh random order
+    b1 = {
+        "ours_spec_b1": spec,
+        "hf_assisted_b1": lambda ps, g: hf_assisted_generate(target, draft, ps, k=k, max_new_tokens=T, config=cfg,
+                                                             generator=g),
+        "hf_plain_b1": lambda ps, g: hf_generate(target, ps, max_new_tokens=T, config=cfg, generator=g),
+        "ours_ar_b1": lambda ps, g: autoregressive_generate(target, ps, max_new_tokens=T, config=cfg, generator=g),
     }
+    batched = {"ours_spec_b8": 8, "ours_spec_b32": 32}
+    names = list(b1) + list(batched)
     rng = random.Random(args.seed)
     rows = []
     for rep in range(-1, args.repeats):  # rep -1: warm-up, discarded
-        order = list(decoders)
-        rng.shuffle(order)
-        for name in order:
-            g = torch.Generator().manual_seed(args.seed * 1000 + rep + 1)
+        acc = {n: {"tokens": 0, "wall": 0.0, "t_models": 0.0, "results": []} for n in names}
+        g = {n: torch.Generator().manual_seed(args.seed * 1000 + rep + 1) for n in names}
+        units = [(n, [p]) for p in p1 for n in b1]  # (decoder, prompts) work units
+        units += [(n, pb[s:s + B]) for n, B in batched.items() for s in range(0, len(pb), B)]
+        rng.shuffle(units)
+        for name, ps in units:
             clocks = [ForwardClock(target), ForwardClock(draft)] if name.startswith("ours") else []
+            fn = b1.get(name, spec)
             tic = time.perf_counter()
-            results = decoders[name](g)
+            r = fn(ps, g[name])
             wall = time.perf_counter() - tic
-            t_models = sum(c.t for c in clocks)
             for c in clocks:
                 c.remove()
-            tokens = int(sum(int(r.lengths.sum()) for r in results))
+            a = acc[name]
+            a["tokens"] += int(r.lengths.sum())
+            a["wall"] += wall
+            a["t_models"] += sum(c.t for c in clocks)
+            a["results"].append(r)
+        for name in names:
+            a = acc[name]
+            results = a["results"]
+            tokens, wall = a["tokens"], a["wall"]
             row = {"decoder": name, "repeat": rep, "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
-                   "batch": 1 if name.endswith("b1") else int(name.rsplit("b", 1)[1]), "k": k,
-                   "max_new_tokens": T, "threads": args.threads}
+                   "batch": 1 if name.endswith("b1") else batched[name], "k": k, "max_new_tokens": T,
+                   "threads": args.threads}
             if name.startswith("ours"):
-                row["t_model_forward_s"] = t_models
-                row["sampler_share"] = (wall - t_models) / wall  # time outside both models' forwards
+                row["t_model_forward_s"] = a["t_models"]
+                row["sampler_share"] = (wall - a["t_models"]) / wall  # time outside both models' forwards
             stats = [r.stats for r in results if r.stats is not None]
             if stats:
                 tot = [s.totals() for s in stats]
-                acc = sum(t["accepted"] for t in tot)
-                dr = sum(t["drafted"] for t in tot)
-                rows_r = sum(t["sequence_rounds"] for t in tot)
-                row.update(acceptance_rate=acc / dr, tokens_per_round=tokens / rows_r,
+                n_acc = sum(t["accepted"] for t in tot)
+                n_dr = sum(t["drafted"] for t in tot)
+                n_rounds = sum(t["sequence_rounds"] for t in tot)
+                row.update(acceptance_rate=n_acc / n_dr, tokens_per_round=tokens / n_rounds,
                            t_draft_s=sum(t["t_draft"] for t in tot), t_target_s=sum(t["t_target"] for t in tot),
                            t_sampler_s=sum(t["t_sampler"] for t in tot))
-            tc = sum(r.timings.get("target_calls", 0) for r in results if r.timings)
             if name.startswith("hf"):
+                tc = sum(r.timings.get("target_calls", 0) for r in results)
                 row["target_calls"] = tc
                 row["tokens_per_target_call"] = tokens / max(tc, 1)
             if rep >= 0:
@@ -146,7 +150,7 @@ def main(argv=None) -> int:
     df = pd.DataFrame(rows)
     piv = df.pivot(index="repeat", columns="decoder", values="tokens_per_s")
     summary = []
-    for name in decoders:
+    for name in names:
         s = piv[name]
         summary.append({"decoder": name, "repeat": "median", "tokens_per_s": float(s.median()),
                         "tokens_per_s_min": float(s.min()), "tokens_per_s_max": float(s.max())})

@@ -304,7 +304,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--only", action="append", default=None, help="catalogue names to run")
     ap.add_argument("--n-sequences", type=int, default=1600, help="sequences per sampler (x T tokens)")
     ap.add_argument("--bug-sequences", type=int, default=256, help="sequences per negative control")
-    ap.add_argument("--peer-sequences", type=int, default=1600, help="sequences for HF assisted generation")
+    ap.add_argument("--control-sequences", type=int, default=512, help="sequences per lossless control")
+    ap.add_argument("--peer-sequences", type=int, default=512, help="sequences for HF assisted generation (batch 1)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--temperature", type=float, default=1.0)
@@ -342,6 +343,8 @@ def run(args) -> int:
             n = args.bug_sequences
         elif name == "hf_assisted":
             n = args.peer_sequences
+        elif name != "reference" and not args.sampler:
+            n = args.control_sequences
         probe = {"sampler": name, "config": config.describe(), "T": args.max_new_tokens, "k": args.k, "seed": args.seed}
         if key(probe) in done:
             print(f"{name}: kept from {out}")

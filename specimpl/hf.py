@@ -1,9 +1,9 @@
 """Hugging Face causal LMs behind the :class:`specimpl.model.LanguageModel` interface.
 
-    target = HFModel.from_pretrained("Qwen/Qwen2.5-0.5B")          # hub name (needs network) ...
-    draft = HFModel.from_pretrained("/path/to/local/checkpoint")      # ... or a local directory
-    target, draft = load_pair(target_path, draft_path)               # + vocabulary/tokenizer check
-    target, draft = load_tiny_pair()                                 # the pair shipped in specimpl/assets
+    target, draft = load_pair(*EXAMPLE_HUB_PAIR)       # hub names (needs network; not run in CI)
+    target, draft = load_pair("/ckpt/big", "/ckpt/small")  # local directories
+    model = HFModel.from_pretrained("/ckpt/big")          # one model
+    target, draft = load_tiny_pair()                      # the pair shipped in specimpl/assets
 
 KV cache layout
 ---------------
@@ -44,9 +44,13 @@ from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 
 __all__ = ["HFModel", "HFState", "RaggedKVCache", "load_pair", "load_tiny_pair", "check_pair", "TINY_PAIR_DIR",
+           "EXAMPLE_HUB_PAIR",
            "tiny_pair_prompts", "NonCausalModelError", "VocabularyMismatchError"]
 
 TINY_PAIR_DIR = Path(__file__).resolve().parent / "assets" / "tiny_pair"
+# A public pair sharing one tokenizer (vocabulary 49152, Llama architecture), for users with network
+# access; nothing in this repository downloads it.
+EXAMPLE_HUB_PAIR = ("HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-135M")
 
 # encoder families that transformers also registers as "causal LM" heads; they are causal only
 # when configured with is_decoder=True

@@ -49,11 +49,17 @@ def _generation_config(model, config: SamplingConfig, max_new_tokens: int, eos_t
     return GenerationConfig(**kw)
 
 
-def _assistant_generation_config(draft_model, k: int):
+_ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def _assistant_generation_config(draft_model, k: int) -> dict:
+    """Fix the draft length to k for every round; returns the previous values (restored after)."""
     gc = draft_model.generation_config
+    old = {key: getattr(gc, key, None) for key in _ASSISTANT_KEYS}
     gc.num_assistant_tokens = k
     gc.num_assistant_tokens_schedule = "constant"
-    gc.assistant_confidence_threshold = 0.0  # draft exactly k tokens every round
+    gc.assistant_confidence_threshold = 0.0  # no early stop on low draft confidence
+    return old
 
 
 class _CallCounter:
@@ -78,9 +84,10 @@ def _run(target, prompts, max_new_tokens, config, eos_token_id, generator, draft
     dev = next(tm.parameters()).device
     gc = _generation_config(tm, config, max_new_tokens, eos_token_id)
     kwargs = {"generation_config": gc}
+    dm, saved = None, {}
     if draft is not None:
         dm = _hf_model(draft)
-        _assistant_generation_config(dm, k)
+        saved = _assistant_generation_config(dm, k)
         kwargs["assistant_model"] = dm
     B = len(plist)
     out = torch.full((B, max_new_tokens), PAD, dtype=torch.long)
@@ -102,6 +109,8 @@ def _run(target, prompts, max_new_tokens, config, eos_token_id, generator, draft
             out[b, :len(new)] = new
     finally:
         counter.remove()
+        for key, v in saved.items():
+            setattr(dm.generation_config, key, v)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     wall = time.perf_counter() - tic
