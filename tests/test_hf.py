@@ -87,6 +87,33 @@ def test_ragged_forward_rollback_select_match_uncached(random_model):
     assert worst < 1e-4, worst
 
 
+@pytest.mark.parametrize("arch", ["mistral", "qwen2-mixed"])
+def test_sliding_window_models_match_uncached(arch):
+    """Sliding-window attention (all layers: Mistral; mixed layer types: Qwen2) through our 4D masks."""
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    common = dict(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, sliding_window=4, max_position_embeddings=256)
+    if arch == "mistral":
+        model = MistralForCausalLM(MistralConfig(**common)).eval()
+    else:
+        model = Qwen2ForCausalLM(Qwen2Config(use_sliding_window=True, max_window_layers=1, **common)).eval()
+        assert "sliding_attention" in model.config.layer_types
+    m = HFModel(model, name=arch)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 50, (L,), generator=g).tolist() for L in (1, 5, 9, 3)]
+    st = m.prefill(prompts)
+    seqs = [p[:-1] for p in prompts]
+    for _ in range(6):  # 6 x up to 3 tokens: well past the window of 4
+        toks = torch.randint(0, 50, (4, 3), generator=g)
+        n = torch.randint(1, 4, (4,), generator=g)
+        out = m.forward(st, toks, n)
+        for b in range(4):
+            nb = int(n[b])
+            seqs[b] += toks[b, :nb].tolist()
+            torch.testing.assert_close(out[b, :nb], _full_logits(model, seqs[b])[-nb:], atol=1e-4, rtol=1e-4)
+
+
 def test_rollback_then_rescore_equals_fresh(pair):
     """Score k+1 tokens, roll back to a prefix, score different tokens: logits equal a fresh state's."""
     target, _ = pair
