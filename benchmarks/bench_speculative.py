@@ -13,10 +13,13 @@ a noisy draft (q = 0.55 p + 0.45 r) whose exact per-position acceptance is alpha
   Python/numpy loop, on B = 2,000 sequences (its tokens/s does not depend on B).
 
 Tokens counted are the tokens actually generated (``lengths.sum()``).  The conftest prints
-tokens/s of each and the ratio speculative / loop.  Every call uses a fresh generator with a
+tokens/s of each (wall clock, the benchmark's median) and tokens per CPU-second (process CPU
+time over all threads, median over the same calls: a figure that depends less on other load on
+a shared machine), and the ratio speculative / loop.  Every call uses a fresh generator with a
 fixed seed, so each round repeats identical work.
 """
 import os
+import time
 
 import numpy as np
 import pytest
@@ -35,6 +38,21 @@ TARGET = random_ngram(V, 2, concentration=0.5, seed=0)
 DRAFT = noisy_draft(TARGET, 0.45, seed=1)
 
 
+def timed(benchmark, fn, rounds, warmup_rounds=1):
+    """benchmark.pedantic(fn) that also records the median process CPU time of the timed calls."""
+    cpu = []
+
+    def call():
+        c0 = time.process_time()
+        out = fn()
+        cpu.append(time.process_time() - c0)
+        return out
+
+    out = benchmark.pedantic(call, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
+    benchmark.extra_info["cpu_s"] = float(np.median(cpu[warmup_rounds:]))
+    return out
+
+
 @pytest.fixture(scope="module")
 def prompts():
     return torch.randint(0, V, (B, 1), generator=torch.Generator().manual_seed(0))
@@ -48,7 +66,7 @@ def test_speculative(benchmark, prompts):
         return speculative_generate(TARGET, DRAFT, prompts, k=K, max_new_tokens=N_NEW,
                                     generator=torch.Generator().manual_seed(1))
 
-    res = benchmark.pedantic(call, rounds=3, warmup_rounds=1, iterations=1)
+    res = timed(benchmark, call, rounds=3)
     assert SpeculativeSampler(TARGET, DRAFT, K).uses_tabular_path
     tot = res.stats.totals()
     benchmark.extra_info.update(role="speculative", tokens=int(res.lengths.sum()), B=B,
@@ -65,7 +83,7 @@ def test_speculative_generic(benchmark, prompts):
     def call():
         return sampler.generate(p, N_NEW, None, torch.Generator().manual_seed(1))
 
-    res = benchmark.pedantic(call, rounds=2, warmup_rounds=1, iterations=1)
+    res = timed(benchmark, call, rounds=2)
     benchmark.extra_info.update(role="generic", tokens=int(res.lengths.sum()), B=B_GENERIC,
                                 what=f"generic model-interface path, B={B_GENERIC:,}")
 
@@ -74,7 +92,7 @@ def test_autoregressive(benchmark, prompts):
     def call():
         return autoregressive_generate(TARGET, prompts, max_new_tokens=N_NEW, generator=torch.Generator().manual_seed(1))
 
-    res = benchmark.pedantic(call, rounds=3, warmup_rounds=1, iterations=1)
+    res = timed(benchmark, call, rounds=3)
     benchmark.extra_info.update(role="autoregressive", tokens=int(res.lengths.sum()), B=B,
                                 what=f"target-only autoregressive_generate, B={B:,}")
 
@@ -87,7 +105,7 @@ def test_loop(benchmark):
     def call():
         return loop_speculative(tables, loop_prompts, K, N_NEW, np.random.default_rng(1))
 
-    outs = benchmark.pedantic(call, rounds=3, warmup_rounds=1, iterations=1)
+    outs = timed(benchmark, call, rounds=3)
     benchmark.extra_info.update(role="loop", tokens=sum(map(len, outs)), B=B_LOOP,
                                 what=f"per-sequence Python loop (benchmarks/loop_reference.py), B={B_LOOP:,}")
     assert sum(map(len, outs)) == B_LOOP * N_NEW

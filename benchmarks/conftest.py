@@ -29,7 +29,8 @@ def _rates(config):
     for bench in getattr(session, "benchmarks", []) or []:
         tokens = bench.extra_info.get("tokens")
         if tokens and bench.stats and bench.stats.rounds:
-            out[bench.name] = (tokens / bench.stats.median, bench.extra_info)
+            cpu = bench.extra_info.get("cpu_s")
+            out[bench.name] = (tokens / bench.stats.median, tokens / cpu if cpu else float("nan"), bench.extra_info)
     return out
 
 
@@ -43,11 +44,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     tr.write_line(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
                   f"{platform.processor() or platform.machine()}" + (f", load average {load[0]:.2f}" if load else ""))
-    for name, (rate, info) in sorted(rates.items()):
-        desc = info.get("what", "")
-        tr.write_line(f"  {name:<48s} {rate / 1e6:9.3f} M tokens/s   {desc}")
-    spec = [r for n, (r, i) in rates.items() if i.get("role") == "speculative"]
-    loop = [r for n, (r, i) in rates.items() if i.get("role") == "loop"]
+    tr.write_line(f"  {'benchmark':<26s} {'M tokens/s':>11s} {'M tokens/CPU-s':>15s}   workload")
+    for name, (rate, cpu_rate, info) in sorted(rates.items()):
+        tr.write_line(f"  {name:<26s} {rate / 1e6:11.3f} {cpu_rate / 1e6:15.3f}   {info.get('what', '')}")
+    spec = [(r, c) for r, c, i in rates.values() if i.get("role") == "speculative"]
+    loop = [(r, c) for r, c, i in rates.values() if i.get("role") == "loop"]
     if spec and loop:
-        s, lp = spec[0], loop[0]
+        (s, sc), (lp, lc) = spec[0], loop[0]
         tr.write_line(f"speculative: {s / 1e6:.2f} M tokens/s, loop: {lp:,.0f} tokens/s, ratio {s / lp:,.0f}")
+        tr.write_line(f"per CPU-second: speculative {sc / 1e6:.2f} M, loop {lc:,.0f}, ratio {sc / lc:,.0f}")

@@ -265,7 +265,7 @@ class SpeculativeSampler:
                 and self.target.dtype == self.draft.dtype
                 and all(getattr(type(self), name) is getattr(base, name)
                         for name in ("warp_target", "warp_draft", "draw_draft", "uniforms", "verify",
-                                     "_generate_generic", "_generate_tabular")))
+                                     "_generate_generic", "_generate_tabular", "_tabular_rounds")))
 
     def _generate_generic(self, prompts, max_new_tokens, eos_token_id, generator) -> GenerationResult:
         k, V = self.k, self.target.vocab_size
@@ -369,6 +369,17 @@ class SpeculativeSampler:
         })
 
     def _generate_tabular(self, prompts, max_new_tokens, eos_token_id, generator) -> GenerationResult:
+        # Parallelism comes from worker threads over chunks; intra-op threads would only compete with
+        # them (and spin-wait on a busy machine), so torch runs single-threaded for the call.
+        intra_op = torch.get_num_threads()
+        workers = self.workers if self.workers is not None else intra_op
+        torch.set_num_threads(1)
+        try:
+            return self._tabular_rounds(prompts, max_new_tokens, eos_token_id, generator, workers)
+        finally:
+            torch.set_num_threads(intra_op)
+
+    def _tabular_rounds(self, prompts, max_new_tokens, eos_token_id, generator, workers) -> GenerationResult:
         """The generic round loop on lookup tables (see the class docstring); same output, bit for bit.
 
         Per sequence it keeps the joint context J of the tokens emitted so far.  A round, per chunk:
@@ -483,7 +494,6 @@ class SpeculativeSampler:
             t3 = time.perf_counter()
             return hist, m.sum(), (t1 - t0, t2 - t1, t3 - t2)
 
-        workers = self.workers if self.workers is not None else torch.get_num_threads()
         pool = ThreadPoolExecutor(workers) if workers > 1 else None
         base = torch.arange(B, dtype=torch.long) * Ws  # (A,) first staging cell of each sequence
         idx = torch.arange(B)  # (A,) global ids
@@ -526,19 +536,19 @@ class SpeculativeSampler:
                     lengths[idx] = n_out.long()
                     sel = alive.nonzero().squeeze(1)
                     idx, alive, J, base, n_out = idx[sel], alive[sel], J[sel], base[sel], n_out[sel]
+            lengths[idx] = n_out.long()
+            tic = time.perf_counter()
+            staged = stage.view(B, Ws)[:, :W]  # (B, W)
+            tokens = torch.empty(B, W, dtype=torch.long)
+            cols = torch.arange(W)
+            for c0 in range(0, B, self.chunk_size):  # PAD past each end; chunks keep the passes in cache
+                c1 = min(B, c0 + self.chunk_size)
+                tokens[c0:c1] = staged[c0:c1]
+                tokens[c0:c1].masked_fill_(cols >= lengths[c0:c1, None], PAD)
+            t_clock["sampler"] += time.perf_counter() - tic
         finally:
             if pool is not None:
                 pool.shutdown()
-        lengths[idx] = n_out.long()
-        tic = time.perf_counter()
-        staged = stage.view(B, Ws)[:, :W]  # (B, W)
-        tokens = torch.empty(B, W, dtype=torch.long)
-        cols = torch.arange(W)
-        for c0 in range(0, B, self.chunk_size):  # PAD past each end; chunks keep the passes in cache
-            c1 = min(B, c0 + self.chunk_size)
-            tokens[c0:c1] = staged[c0:c1]
-            tokens[c0:c1].masked_fill_(cols >= lengths[c0:c1, None], PAD)
-        t_clock["sampler"] += time.perf_counter() - tic
         return GenerationResult(tokens=tokens, lengths=lengths, stats=stats, timings=t_clock)
 
     @property
