@@ -7,7 +7,7 @@ a noisy draft (q = 0.55 p + 0.45 r) whose exact per-position acceptance is alpha
   both models are n-gram tables; it reproduces the generic path bit for bit, see
   tests/test_speculative.py);
 * ``test_speculative_generic``: the same sampler forced onto the generic model-interface path
-  (``tabular=False``) at B = 200,000, for reference;
+  (``tabular=False``) at B = 100,000, for reference;
 * ``test_autoregressive``: target-only sampling of the same tokens (B = 1,000,000);
 * ``test_loop``: benchmarks/loop_reference.py, the same algorithm as a plain per-sequence
   Python/numpy loop, on B = 2,000 sequences (its tokens/s does not depend on B).
@@ -32,7 +32,7 @@ from specimpl.speculative import SpeculativeSampler, speculative_generate
 
 V, K, N_NEW = 16, 4, 16
 B = int(os.environ.get("BENCH_B", "1000000"))
-B_GENERIC = max(1, B // 5)
+B_GENERIC = max(1, B // 10)
 B_LOOP = 2000
 TARGET = random_ngram(V, 2, concentration=0.5, seed=0)
 DRAFT = noisy_draft(TARGET, 0.45, seed=1)

@@ -262,7 +262,7 @@ class SpeculativeSampler:
         base = SpeculativeSampler
         return (self.tabular and not self.validate
                 and type(self.target) is NGramModel and type(self.draft) is NGramModel
-                and self.target.dtype == self.draft.dtype
+                and self.target.dtype == self.draft.dtype and self.target.vocab_size <= 32767
                 and all(getattr(type(self), name) is getattr(base, name)
                         for name in ("warp_target", "warp_draft", "draw_draft", "uniforms", "verify",
                                      "_generate_generic", "_generate_tabular", "_tabular_rounds")))

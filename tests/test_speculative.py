@@ -148,6 +148,20 @@ def test_worker_threads_and_chunks_do_not_change_the_output(case):
     np.testing.assert_array_equal(res.stats.accepted_hist, ref.stats.accepted_hist)
 
 
+def test_tabular_path_float64_models():
+    t64 = NGramModel(random_ngram(5, 3, seed=3).table64.numpy(), 3, dtype=torch.float64)
+    d64 = NGramModel(noisy_draft(random_ngram(5, 3, seed=3), 0.5).table64.numpy(), 3, dtype=torch.float64)
+    prompts = torch.randint(0, 5, (3000, 4), generator=gen(3))
+    for cfg in (SamplingConfig(), SamplingConfig(temperature=1.3, top_p=0.9)):
+        a = run(t64, d64, prompts, 3, 8, config=cfg, eos=1, seed=2, tabular=True)
+        b = run(t64, d64, prompts, 3, 8, config=cfg, eos=1, seed=2, tabular=False)
+        assert torch.equal(a.tokens, b.tokens)
+        a = autoregressive_generate(t64, prompts, max_new_tokens=8, config=cfg, eos_token_id=1, generator=gen(4))
+        b = autoregressive_generate(t64, prompts, max_new_tokens=8, config=cfg, eos_token_id=1, generator=gen(4),
+                                    tabular=False)
+        assert torch.equal(a.tokens, b.tokens)
+
+
 @pytest.mark.parametrize("case", [0, 1])
 def test_autoregressive_tabular_path_reproduces_generic(case):
     t, _, _, cfg, eos = PAIRS[case]
