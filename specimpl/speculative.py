@@ -428,8 +428,8 @@ class SpeculativeSampler:
         jk = torch.arange(k, dtype=torch.int32)  # (k,)
         sdt = stage.dtype
 
-        def draw_f(Jc, u):  # (a,) flat cells f = J V + x, x ~ q(. | J)
-            f = dlut.index_select(0, (Jc << logdM) + (u * dM).to(torch.int32))
+        def draw_f(Jc, b, u, out):  # out (a,) <- flat cells f = J V + x, x ~ q(. | J); b = bucket of u
+            f = torch.index_select(dlut, 0, (Jc << logdM) + b, out=out)
             amb = (f < 0).nonzero().squeeze(1)
             if amb.numel():
                 Ja = Jc[amb]
@@ -451,11 +451,16 @@ class SpeculativeSampler:
             Js = torch.empty(k + 1, a, dtype=torch.int32)  # (k+1, a) J_0..J_k
             F = torch.empty(k, a, dtype=torch.int32)  # (k, a) f_1..f_k
             Js[0] = Jc
+            b = (u[:, :k] * dM).to(torch.int32)  # (a, k) buckets of the draft uniforms
             for i in range(k):  # ---- draft: x_i ~ q(. | J_{i-1})
-                f = draw_f(Jc, u[:, i])
-                F[i] = f
-                Jc = context(f)
-                Js[i + 1] = Jc
+                f = draw_f(Jc, b[:, i], u[:, i], F[i])
+                if C == 1:
+                    Js[i + 1].zero_()
+                elif C2:
+                    torch.bitwise_and(f, C - 1, out=Js[i + 1])
+                else:
+                    torch.remainder(f, C, out=Js[i + 1])
+                Jc = Js[i + 1]
             t1 = time.perf_counter()
             # ---- target: accept x_i iff u'_i q_i(x_i) < p_i(x_i), i.e. u'_i < thr; n = accepted prefix
             still = u[:, k] < thr.index_select(0, F[0])  # (a,) all of x_1..x_i accepted
