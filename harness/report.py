@@ -68,15 +68,19 @@ def fig_speedup_vs_alpha(plt, grid, measured, out, meta, formats):
         real = real[real.draft.str.startswith("draft") | (real.draft == "uniform")]
     cs = sorted(syn["c_set"].unique()) if len(syn) else [0.1]
     panels = [("synthetic", c) for c in cs] + ([("real", float(real["c_profiled"].median()))] if len(real) else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.0), squeeze=False)
+    ncols = 2 if len(panels) > 1 else 1
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows + 0.6), squeeze=False)
+    for ax in axes.ravel()[len(panels):]:
+        ax.set_visible(False)
     col = _k_colors(plt)
-    for ax, (suite, c) in zip(axes[0], panels):
+    for ax, (suite, c) in zip(axes.ravel(), panels):
         if grid is not None:  # the stored grid at the c nearest to this panel's
             cg = grid["c"].unique()
             c_near = float(cg[np.argmin(np.abs(np.log(cg) - np.log(c)))])
             for k in K_SHOWN:
                 g = grid[(grid.c == c_near) & (grid.k == k)].sort_values("alpha")
-                ax.plot(g.alpha, g.speedup, color=col[k], lw=1.2, label=f"model k={k}")
+                ax.plot(g.alpha, g.speedup, color=col[k], lw=1.2, label=f"analytic k={k}")
             title_c = c_near
         else:
             title_c = c
@@ -94,10 +98,18 @@ def fig_speedup_vs_alpha(plt, grid, measured, out, meta, formats):
         ax.set_xlabel(r"acceptance $\alpha$ (measured $\hat\alpha$ for points)")
         ax.set_ylabel("speedup S over target-only")
         ax.set_title(f"synthetic: c = {title_c:.3g}" if suite == "synthetic" else
-                     f"tiny HF pair, 1-layer draft + noise: c = {title_c:.2g} (median)")
+                     f"tiny HF pair (1-layer draft, noised): c ≈ {title_c:.2g}")
         ax.set_xlim(0, 1)
-    axes[0][0].legend(ncol=2, loc="upper left")
-    return _save(fig, out, "speedup_vs_alpha", meta, formats)
+    handles, labels = {}, {}
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    order = sorted(handles, key=lambda lab: (not lab.startswith("analytic"), lab))
+    nleg = -(-len(order) // 4)
+    fig.legend([handles[lab] for lab in order], order, loc="lower center", ncol=4, fontsize=6, frameon=False,
+               bbox_to_anchor=(0.5, 0.018))
+    fig.tight_layout(rect=(0, 0.02 + 0.028 * nleg * 2 / nrows, 1, 1))
+    return [str(atomic_savefig(fig, out / f"speedup_vs_alpha.{fmt}", meta)) for fmt in formats]
 
 
 def _grid_matrix(grid, k=None):
@@ -134,7 +146,7 @@ def fig_heatmap(plt, grid, measured, out, meta, formats, k_fixed=4):
                 up = mm.speedup_measured >= 1
                 ax.scatter(mm.alpha_hat[up], cx[up], marker=mk, facecolor="w", edgecolor="k", s=16, lw=0.6,
                            label=f"{suite}: measured S ≥ 1")
-                ax.scatter(mm.alpha_hat[~up], cx[~up], marker="x", color="k", s=16, lw=0.8,
+                ax.scatter(mm.alpha_hat[~up], cx[~up], marker="x" if suite == "synthetic" else "+", color="k", s=16, lw=0.8,
                            label=f"{suite}: measured S < 1")
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(loc="lower right", fontsize=6)
@@ -176,14 +188,20 @@ def fig_pred_vs_meas(plt, measured, out, meta, formats):
                    lw=0.7, label=f"{group}: analytic (median err {m.err_analytic.median():.1%})")
         ax.scatter(m.speedup_measured, m.speedup_measured_model, marker="o", color=color, s=12,
                    label=f"{group}: measured model (median err {m.err_measured_model.median():.1%})")
+    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+    ticks = [t for t in (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10) if lo <= t <= hi]
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(FixedLocator(ticks))
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_xlabel("measured speedup (tokens/s ratio)")
     ax.set_ylabel("predicted speedup")
     ax.set_title("predicted vs measured")
-    ax.legend(loc="upper left", fontsize=6)
+    ax.legend(loc="lower right", fontsize=5.5)
     return _save(fig, out, "pred_vs_meas", meta, formats)
 
 
@@ -280,7 +298,7 @@ def fidelity_md(measured: pd.DataFrame) -> str:
     lines = ["| runs | time | cells | analytic median | analytic worst | measured model median | measured model worst "
              "| accounting median | accounting worst |", "|---|---|---|---|---|---|---|---|---|"]
     for name, g in [("all", measured)] + list(measured.groupby("group")):
-        for basis, pre in (("wall", ""), ("cpu", "cpu_")):
+        for basis, pre in (("clock", ""), ("cpu", "cpu_")):
             e = {m: g[f"{pre}err_{m}"].dropna() for m in ("analytic", "measured_model", "accounting")}
             if not len(e["analytic"]):
                 continue

@@ -348,10 +348,11 @@ def store_cell(out: Path, cell: dict, rec: dict) -> Path:
 
 
 def _basis(rec: dict, alphas: list, alpha_hat: float, basis: str, n_sim: int) -> dict:
-    """Measured and predicted speedups on one time basis: 'wall' (perf_counter / CUDA) or 'cpu' (process time)."""
+    """Measured and predicted speedups on one time basis: 'clock' (the cell's clock: perf_counter for real
+    models and wall-clock synthetic cells, the hybrid clock for hybrid cells) or 'cpu' (process CPU time)."""
     p = rec["params"]
     k, B, N, P = p["k"], p["batch"], p["max_new_tokens"], p["prompt_len"]
-    col, val = ("seconds", "mean_s") if basis == "wall" else ("cpu_seconds", "cpu_mean_s")
+    col, val = ("seconds", "mean_s") if basis == "clock" else ("cpu_seconds", "cpu_mean_s")
     t = pd.DataFrame(rec["timings"])
     # throughput over all repeats (total tokens / total time): the mean run time of each arm
     t_ar, t_spec = float(t.loc[t.arm == "ar", col].mean()), float(t.loc[t.arm == "spec", col].mean())
@@ -384,7 +385,7 @@ def _basis(rec: dict, alphas: list, alpha_hat: float, basis: str, n_sim: int) ->
 def _measured_row(rec: dict, n_sim: int = 400) -> dict:
     """One row of measured.csv: the cell's settings, acceptance metrics, measured and predicted speedups.
 
-    Columns without prefix are on the wall-clock basis; ``cpu_*`` repeat them on process CPU time
+    Columns without prefix are on the cell's own clock; ``cpu_*`` repeat them on process CPU time
     (real models on a CPU device only: there CPU time is robust to other processes on the machine,
     wall time is what a user sees).
     """
@@ -395,7 +396,7 @@ def _measured_row(rec: dict, n_sim: int = 400) -> dict:
     row = {
         "suite": rec["suite"], "cell": rec["id"], "draft": p.get("draft", f"alpha={p.get('alpha')}"),
         "clock": p.get("clock", "wall"),
-        "group": f"synthetic/{p.get('clock')}" if rec["suite"] == "synthetic" else f"real/{p.get('device', 'cpu')}",
+        "group": f"synthetic/{p.get('clock')}" if rec["suite"] == "synthetic" else f"tiny-pair/{p.get('device', 'cpu')}",
         "alpha_set": p.get("alpha", np.nan), "c_set": p.get("c", np.nan), "k": k, "batch": B, "max_new_tokens": N,
         "prompt_len": P, "repeats": p["repeats"], "device": p.get("device", "cpu"),
         "alpha_hat": acc["alpha_hat"], "acceptance_rate": acc["acceptance_rate"],
@@ -404,7 +405,7 @@ def _measured_row(rec: dict, n_sim: int = 400) -> dict:
         "alpha_per_position": json.dumps([round(a, 4) for a in alphas]),
         "rounds": acc["rounds"], "target_calls": rec["target_calls"], "draft_calls": rec["draft_calls"],
     }
-    row.update(_basis(rec, alphas, acc["alpha_hat"], "wall", n_sim))
+    row.update(_basis(rec, alphas, acc["alpha_hat"], "clock", n_sim))
     cpu_ok = rec["suite"] == "real" and str(p.get("device", "cpu")) == "cpu"
     cpu = _basis(rec, alphas, acc["alpha_hat"], "cpu", n_sim) if cpu_ok else {}
     for key in ("speedup_measured", "speedup_analytic", "speedup_measured_model", "speedup_accounting",
@@ -419,11 +420,12 @@ def _measured_row(rec: dict, n_sim: int = 400) -> dict:
 
 
 def fidelity(measured: pd.DataFrame) -> dict:
-    """Median and worst |predicted - measured| / measured, per model, per suite and overall; wall and CPU time."""
+    """Median and worst |predicted - measured| / measured per model, per group of runs and overall, on the
+    runs' own clock ('clock') and, for real models on CPU, on process CPU time ('cpu')."""
     out = {}
     for name, g in [("all", measured)] + [(s, g) for s, g in measured.groupby("group")]:
         out[name] = {"cells": int(len(g))}
-        for basis, pre in (("wall", ""), ("cpu", "cpu_")):
+        for basis, pre in (("clock", ""), ("cpu", "cpu_")):
             for model in ("analytic", "measured_model", "accounting"):
                 e = g[f"{pre}err_{model}"].dropna()
                 if len(e):
@@ -489,6 +491,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tables", action="store_true",
                         help="only rebuild the tables from the cells already stored (run nothing)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--report", action="store_true", help="draw the figures and tables when done "
+                        "(python -m harness report on the results)")
 
 
 def run(args) -> int:
@@ -531,9 +535,15 @@ def run(args) -> int:
         for basis, f in fid.items():
             if basis == "cells":
                 continue
-            print(f"fidelity, {suite} ({f['analytic']['cells']} cells, {basis} time): |pred - meas| / meas  analytic "
+            when = "own clock" if basis == "clock" else "CPU time"
+            print(f"fidelity, {suite} ({f['analytic']['cells']} cells, {when}): |pred - meas| / meas  analytic "
                   f"median {f['analytic']['median']:.1%} worst {f['analytic']['worst']:.1%};  measured model median "
                   f"{f['measured_model']['median']:.1%} worst {f['measured_model']['worst']:.1%}", file=sys.stderr)
     for k, v in res["written"].items():
         print(f"wrote {v}", file=sys.stderr)
+    if args.report:
+        from harness.report import make_report
+        for name, paths in make_report(out).items():
+            for path in ([paths] if isinstance(paths, str) else paths):
+                print(f"wrote {path}", file=sys.stderr)
     return 0

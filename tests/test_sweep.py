@@ -91,7 +91,7 @@ def test_virtual_clock_accounting_is_exact_and_negative_regime_measured(tiny):
     assert m[m.alpha_set == 0.9].iloc[0].speedup_measured > 1
     assert np.isnan(m.cpu_speedup_measured).all()  # CPU-time basis only for real models on CPU
     fid = json.loads((out / "fidelity.json").read_text())["fidelity"]
-    assert fid["synthetic/virtual"]["wall"]["accounting"]["worst"] < 1e-9
+    assert fid["synthetic/virtual"]["clock"]["accounting"]["worst"] < 1e-9
     meta = json.loads((out / "meta.json").read_text())
     assert meta["sweep"]["cells_stored"] == 3 and meta["seed"] == 20240901 and "versions" in meta
     g = pd.read_parquet(out / "grid.parquet")
