@@ -205,6 +205,14 @@ def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
     replaces the upper end when it is smaller and valid: every cell of P positive with expected count
     >= 100.  (With cells of P = 0 the chi-square on the positive cells does not bound the mass Q may put on
     the others, so it is not used.)"""
+    P = np.asarray(probs, dtype=np.float64)
+    c = np.asarray(counts)
+    if int((P > 0).sum()) == 1:  # one-hot target (greedy): TV = Q(outside the one cell), a binomial proportion
+        n = int(c.sum())
+        m = n - int(c[P > 0].sum())
+        lo = 0.0 if m == 0 else float(sps.beta.ppf(delta / 2, m, n - m + 1))
+        hi = 1.0 if m == n else float(sps.beta.ppf(1 - delta / 2, m + 1, n - m))
+        return m / n, lo, hi, "exact binomial (Clopper-Pearson; one-hot target)"
     fs = stats.tv_upper_bound(counts, probs, delta=delta / 2)
     eps = fs.upper - fs.tv_hat if fs.upper < 1 else math.inf
     lower = max(0.0, fs.tv_hat - eps)
@@ -329,7 +337,10 @@ def _gof(counts, probs, label_cells: str):
     def ev(alpha, power, delta):
         r = stats.chi2_gof(counts, probs, alpha=alpha, power=power)
         tv_hat, lo, up, how = tv_interval(counts, probs, delta)
-        return _row(r.statistic, r.pvalue, r.min_detectable_tv, f"TV ({label_cells})", r.method, df=r.df,
+        mde = r.min_detectable_tv
+        if r.n_cells == 1 and r.n > 0:  # one possible symbol: any draw elsewhere rejects; detected with
+            mde = -math.log(1 - power) / r.n  # probability 1 - (1 - TV)^n >= power once TV >= ln(1/(1-power))/n
+        return _row(r.statistic, r.pvalue, mde, f"TV ({label_cells})", r.method, df=r.df,
                     n=r.n, cells=r.n_cells, tv_hat=tv_hat, tv_lower=lo, tv_upper=up, tv_method=how)
     return ev
 

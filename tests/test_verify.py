@@ -275,3 +275,11 @@ def test_clopper_pearson():
     assert lo == 0 and abs(hi - (1 - 0.025 ** (1 / 20))) < 1e-12
     lo, hi = clopper_pearson(5, 100)
     assert lo < 0.05 < hi
+
+
+def test_tv_interval_one_hot_target_is_binomial():
+    p = np.array([0.0, 1.0, 0.0])
+    tv_hat, lo, up, how = tv_interval(np.array([0, 50_000, 0]), p, 1e-6)
+    assert tv_hat == 0 and lo == 0 and abs(up - (1 - (1e-6 / 2) ** (1 / 50_000))) < 1e-9 and "binomial" in how
+    tv_hat, lo, up, how = tv_interval(np.array([10, 9_990, 0]), p, 1e-3)
+    assert lo < 0.001 < up
