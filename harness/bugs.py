@@ -280,6 +280,15 @@ class DraftNotRolledBack(SpeculativeSampler):
         super().__init__(target, _NoRollback(draft), k, config)
 
 
+class ReferenceGenericPath(SpeculativeSampler):
+    """The reference sampler itself, forced through the generic round loop (model calls through
+    forward / rollback / select, as for HF models) that the n-gram lookup-table path replaces in the
+    scenarios; it must pass like the reference."""
+
+    def __init__(self, target, draft, k, config=SamplingConfig()):
+        super().__init__(target, draft, k, config, tabular=False)
+
+
 # ---------------------------------------------------------------------------------- catalogue
 def as_sampler_function(cls) -> Callable[..., GenerationResult]:
     """A function with the documented sampler signature that runs ``cls`` (a SpeculativeSampler)."""
@@ -382,6 +391,9 @@ CATALOGUE: tuple[Control, ...] = (
     Control("draft_not_rolled_back", DraftNotRolledBack, "lossless",
             "draft state not rolled back (stale proposals, correct q)",
             "(valid counterpart of target_not_rolled_back)", "eos_order3", "-", expect_inefficient=True),
+    Control("reference_generic_path", ReferenceGenericPath, "lossless",
+            "the reference sampler through the generic model-call loop (EOS, compaction, order 3)",
+            "(the code path HF models take)", "eos_order3", "-"),
 )
 
 BUGGY = tuple(c for c in CATALOGUE if c.must_be_caught)
