@@ -19,6 +19,9 @@ Families of tests (row field ``family``; ``loss`` marks the tests whose rejectio
                   log-probability.
 * ``pit``         randomized PIT under the target's exact conditionals: pooled, per position (KS on a
                   fine grid), consecutive pairs (χ² on an m × m grid, even and odd offsets).
+* ``pit`` on raw PIT values (:func:`plan_pit_value_tests`, real models: no exact law, the target's
+                  conditionals come from scoring): pooled KS (exact scipy null), KS per position, χ² of
+                  consecutive pairs (even and odd offsets).  The same tests, at the run's Holm level.
 * ``acceptance``  per draft position i, accepted − α_i · judged against the exact α_i of the reference
                   process; the accepted-length histogram against its exact expectation.  Rounds are not
                   independent, so both use the between-call variance (t / Hotelling T² over the
@@ -39,7 +42,8 @@ from harness import stats
 from harness.exact import ExactLaw
 
 __all__ = ["Accumulator", "TestSpec", "plan_tests", "ks_uniform_binned", "chunk_t_test", "hotelling_test",
-           "chunk_t_min_detectable", "chunk_t_n_for_deviation", "plan_chunks", "tv_interval"]
+           "chunk_t_min_detectable", "chunk_t_n_for_deviation", "plan_chunks", "tv_interval",
+           "plan_pit_value_tests", "pit_pair_bins"]
 
 LOGPROB_FLOOR = -1e9  # log-probability given to sequences the target cannot produce (finite for KS/AD)
 
@@ -450,4 +454,55 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> lis
         specs.append(TestSpec("acceptance", "lengths", None, False,
                               _acc_lengths(D, exact.hist / max(exact.rounds, 1e-300),
                                            hist.sum(0) / max(hist.sum(), 1.0), exact.hist <= 1e-12)))
+    return specs
+
+
+# ------------------------------------------------------------------- raw PIT values (real models)
+def pit_pair_bins(n_pairs: int, max_bins: int = 16, min_expected: float = stats.DEFAULT_MIN_EXPECTED) -> int:
+    """Cells per axis m of the PIT pair grid: the largest m <= ``max_bins`` whose m² cells keep an
+    expected count >= ``min_expected`` with ``n_pairs`` pairs (as :func:`harness.stats.pit_pair_test`)."""
+    return int(max(2, min(max_bins, math.floor(math.sqrt(n_pairs / max(min_expected, 1e-9))))))
+
+
+def _unit_cdf(x):
+    return np.clip(x, 0.0, 1.0)
+
+
+def _ks_pit_values(x, with_bound: bool):
+    def ev(alpha, power, delta):
+        r = stats.ks_1samp(x, _unit_cdf, alpha=alpha, power=power)
+        row = _row(r.statistic, r.pvalue, r.min_detectable_distance, "Kolmogorov distance of PIT", r.method, n=r.n)
+        if with_bound:  # certified: the PIT law is within this Kolmogorov distance of U(0, 1), w.p. 1 - delta
+            kb = stats.kolmogorov_upper_bound(x, delta=delta)
+            row.update(kolmogorov_upper=kb.upper, kolmogorov_method=f"DKW, delta {delta:.2g} (Kolmogorov <= TV)")
+        return row
+    return ev
+
+
+def plan_pit_value_tests(u) -> list[TestSpec]:
+    """The sequential randomized-PIT tests on PIT values ``u`` (N, T), iid U(0, 1) under H0 (real models:
+    no exact law, only target scoring; see :mod:`harness.realmodel`): the pooled values (KS, exact
+    null; its row also carries a DKW upper bound on the PIT law's Kolmogorov distance from U(0, 1) at the
+    run's TV confidence), each position (KS), and consecutive pairs (U_t, U_t+1) on an m × m grid, one
+    table of non-overlapping pairs at even offsets and one at odd offsets (χ², exactly multinomial)."""
+    a = np.asarray(u, dtype=np.float64)
+    if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 2:
+        raise ValueError(f"`u` must be an (N, T) array of PIT values with N >= 1, T >= 2; got shape {a.shape}")
+    if not bool(np.all((a >= 0) & (a <= 1))):
+        raise ValueError("`u` must hold PIT values in [0, 1]; got values outside")
+    N, T = a.shape
+    specs = [TestSpec("pit", "pooled", None, True, _ks_pit_values(a.ravel(), True), wants_tv_bound=True)]
+    for t in range(T):
+        specs.append(TestSpec("pit", "position", t, True, _ks_pit_values(a[:, t].copy(), False)))
+    tables = []
+    for start in (0, 1):
+        ts = np.arange(start, T - 1, 2)
+        if ts.size:
+            tables.append((start, a[:, ts].ravel(), a[:, ts + 1].ravel()))
+    m = pit_pair_bins(min(x.size for _, x, _ in tables))
+    for start, x, y in tables:
+        ix = np.minimum((x * m).astype(np.int64), m - 1)
+        iy = np.minimum((y * m).astype(np.int64), m - 1)
+        counts = np.bincount(ix * m + iy, minlength=m * m)
+        specs.append(TestSpec("pit", "pairs_even" if start == 0 else "pairs_odd", None, True, _pit_pairs(counts, m)))
     return specs

@@ -42,10 +42,12 @@ import numpy as np
 import torch
 
 from harness import stats
+from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig, warp
 from specimpl.speculative import PAD, speculative_generate
 
-__all__ = ["RealModelResult", "real_model_scenario", "real_model_suite", "target_pit", "measure_alpha", "main"]
+__all__ = ["RealModelResult", "RealModelDraw", "RealModelSpec", "load_real_model_spec", "REAL_MODEL_SCENARIO",
+           "real_model_draw", "real_model_scenario", "real_model_suite", "target_pit", "measure_alpha", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,6 +124,87 @@ def target_pit(target, prompts: list[list[int]], tokens: torch.Tensor, config: S
     return np.concatenate(out, 0)
 
 
+@dataclass(frozen=True)
+class RealModelDraw:
+    """The raw material of the real-model battery: PIT values ``u`` (N, T) of one sampler's output
+    under the target, with the run's acceptance and timings.  ``error`` is set (and ``u`` is None)
+    when the sampler raised or returned malformed output."""
+
+    name: str
+    u: Optional[np.ndarray]
+    n_sequences: int
+    T: int
+    k: int
+    config: str
+    acceptance_rate: Optional[float]
+    wall_sample_s: float
+    wall_score_s: float
+    error: Optional[str] = None
+
+    @property
+    def n_tokens(self) -> int:
+        return self.n_sequences * self.T
+
+
+def real_model_draw(sampler: Callable = speculative_generate, *, target=None, draft=None,
+                    n_sequences: int = 128, max_new_tokens: int = 64, k: int = 4,
+                    config: SamplingConfig = SamplingConfig(), prompt_lengths: tuple = (8, 48),
+                    batch_size: int = 256, seed: int = 0, name: Optional[str] = None, progress: bool = True,
+                    catch: bool = False) -> RealModelDraw:
+    """Run ``sampler`` on the real pair and return the PIT values of its output (no test yet), so a
+    caller can put the tests into its own family (``make verify`` does; see :func:`real_model_scenario`
+    for the arguments).  ``catch``: a sampler that raises or returns malformed tokens gives a draw
+    with ``error`` set instead of raising."""
+    from tqdm import tqdm
+    from specimpl.hf import tiny_pair_prompts
+    check_arg(isinstance(n_sequences, (int, np.integer)) and n_sequences >= 1, "n_sequences", n_sequences,
+              "an integer >= 1")
+    check_arg(isinstance(max_new_tokens, (int, np.integer)) and max_new_tokens >= 2, "max_new_tokens",
+              max_new_tokens, "an integer >= 2 (the pair test needs consecutive tokens)")
+    if target is None or draft is None:
+        target, draft = _tiny_pair_cached()
+    label = name or getattr(sampler, "__name__", "sampler")
+    lo, hi = prompt_lengths
+    prompts = tiny_pair_prompts(n_sequences, length=hi, min_length=lo, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    toks, acc, drafted = [], 0, 0
+    tic = time.perf_counter()
+    V = target.vocab_size
+    try:
+        for s in tqdm(range(0, n_sequences, batch_size), desc=f"sample {label}", disable=not progress,
+                      file=sys.stderr, leave=False):
+            pr = prompts[s:s + batch_size]
+            r = sampler(target, draft, pr, k=k, max_new_tokens=max_new_tokens, config=config,
+                        eos_token_id=None, generator=gen)
+            t = getattr(r, "tokens", None)
+            if not torch.is_tensor(t) or tuple(t.shape) != (len(pr), max_new_tokens) or t.is_floating_point():
+                raise ValueError(f"the sampler's `tokens` must be an integer tensor of shape (B, max_new_tokens) = "
+                                 f"{(len(pr), max_new_tokens)}; got "
+                                 f"{tuple(t.shape) if torch.is_tensor(t) else type(t).__name__}")
+            t = t.cpu()
+            if bool(((t < 0) | (t >= V)).any()):  # EOS is off: every position must hold a token
+                raise ValueError(f"the sampler's `tokens` must hold ids in [0, {V}) (EOS is off, so no PAD); "
+                                 f"got {t[(t < 0) | (t >= V)][:5].tolist()}")
+            toks.append(t)
+            st = getattr(r, "stats", None)
+            if st is not None:
+                tot = st.totals()
+                acc += int(tot.get("accepted", 0))
+                drafted += int(tot.get("drafted", 0))
+    except Exception as e:  # noqa: BLE001 - a sampler that fails is reported, with the reason
+        if not catch:
+            raise
+        return RealModelDraw(label, None, n_sequences, max_new_tokens, k, config.describe(), None,
+                             time.perf_counter() - tic, 0.0, error=f"{type(e).__name__}: {e}")
+    wall_sample = time.perf_counter() - tic
+    tokens = torch.cat(toks)  # (N, T)
+    tic = time.perf_counter()
+    u = target_pit(target, prompts, tokens, config, torch.Generator().manual_seed(seed + 7919))
+    wall_score = time.perf_counter() - tic
+    return RealModelDraw(label, u, n_sequences, max_new_tokens, k, config.describe(),
+                         acc / drafted if drafted else None, wall_sample, wall_score)
+
+
 def real_model_scenario(sampler: Callable = speculative_generate, *, target=None, draft=None,
                         n_sequences: int = 128, max_new_tokens: int = 64, k: int = 4,
                         config: SamplingConfig = SamplingConfig(), prompt_lengths: tuple = (8, 48),
@@ -138,31 +221,10 @@ def real_model_scenario(sampler: Callable = speculative_generate, *, target=None
     alpha, power    false-alarm budget of the scenario (split over the three families) and the
                     power at which detectable deviations are reported.
     """
-    from tqdm import tqdm
-    from specimpl.hf import load_tiny_pair, tiny_pair_prompts
-    if target is None or draft is None:
-        target, draft = _tiny_pair_cached()
-    lo, hi = prompt_lengths
-    prompts = tiny_pair_prompts(n_sequences, length=hi, min_length=lo, seed=seed)
-    gen = torch.Generator().manual_seed(seed)
-    toks, acc, drafted = [], 0, 0
-    tic = time.perf_counter()
-    for s in tqdm(range(0, n_sequences, batch_size), desc=f"sample {name or getattr(sampler, '__name__', 'sampler')}",
-                  disable=not progress, file=sys.stderr, leave=False):
-        r = sampler(target, draft, prompts[s:s + batch_size], k=k, max_new_tokens=max_new_tokens, config=config,
-                    eos_token_id=None, generator=gen)
-        toks.append(r.tokens.cpu())
-        if r.stats is not None:
-            t = r.stats.totals()
-            acc += int(t.get("accepted", 0))
-            drafted += int(t.get("drafted", 0))
-    wall_sample = time.perf_counter() - tic
-    tokens = torch.cat(toks)  # (N, T)
-    tic = time.perf_counter()
-    u = target_pit(target, prompts, tokens, config, torch.Generator().manual_seed(seed + 7919))
-    wall_score = time.perf_counter() - tic
-    return _battery(u, name or getattr(sampler, "__name__", "sampler"), k, config, alpha, power,
-                    acc / drafted if drafted else None, wall_sample, wall_score)
+    d = real_model_draw(sampler, target=target, draft=draft, n_sequences=n_sequences, max_new_tokens=max_new_tokens,
+                        k=k, config=config, prompt_lengths=prompt_lengths, batch_size=batch_size, seed=seed,
+                        name=name, progress=progress)
+    return _battery(d.u, d.name, k, config, alpha, power, d.acceptance_rate, d.wall_sample_s, d.wall_score_s)
 
 
 def real_model_suite(*, n_sequences: int = 128, bug_sequences: int = 64, max_new_tokens: int = 64, k: int = 4,
@@ -208,6 +270,84 @@ def _battery(u: np.ndarray, name, k, config, alpha, power, acceptance, wall_samp
         position_min_detectable=per[0].min_detectable_distance, pairs=pairs, kolmogorov_upper=kb.upper,
         acceptance_rate=acceptance, wall_sample_s=wall_sample, wall_score_s=wall_score,
         tokens_per_s=N * T / max(wall_sample, 1e-9), failed=failed)
+
+
+# --------------------------------------------------------------------- make verify's real-model scenario
+REAL_MODEL_SCENARIO = "real_model"  # its name in `make verify` (``--scenario real_model``)
+
+
+@dataclass(frozen=True)
+class RealModelSpec:
+    """The ``[real_model]`` table of ``experiments/verify/default.toml``: the real-model scenario of
+    ``make verify`` (the shipped tiny pair, sequential randomized PIT).
+
+    enabled            part of the default run (``--no-real-model`` drops it; ``--scenario real_model``
+                       asks for it explicitly)
+    n_sequences        sequences of the sampler under test (× max_new_tokens tokens); ``full_n_sequences``
+                       with ``--full``
+    controls           control name -> sequences: names from ``specimpl.hf_bugs.HF_BUGS`` (must be caught)
+                       and ``HF_LOSSLESS_CONTROLS`` (must pass); run only for the reference sampler
+    """
+
+    enabled: bool = True
+    n_sequences: int = 512
+    full_n_sequences: int = 1600
+    max_new_tokens: int = 64
+    k: int = 4
+    prompt_lengths: tuple = (8, 48)
+    batch_size: int = 256
+    config: SamplingConfig = SamplingConfig()
+    controls: tuple = (("kv_not_rolled_back", 128), ("draft_kv_not_rolled_back", 128))
+    raw: dict = field(default_factory=dict, compare=False)
+
+    def control_samplers(self) -> list[tuple[str, str, Callable, int]]:
+        """(name, role 'lossy' | 'lossless', sampler, sequences) per control."""
+        from specimpl import hf_bugs
+        out = []
+        for name, n in self.controls:
+            if name in hf_bugs.HF_BUGS:
+                out.append((name, "lossy", hf_bugs.HF_BUGS[name], n))
+            else:
+                out.append((name, "lossless", hf_bugs.HF_LOSSLESS_CONTROLS[name], n))
+        return out
+
+
+def load_real_model_spec(table: Optional[dict]) -> RealModelSpec:
+    """A :class:`RealModelSpec` from a parsed ``[real_model]`` TOML table (None or {}: the defaults).
+    Bad values raise ValueError naming the key."""
+    from specimpl import hf_bugs
+    t = dict(table or {})
+    known = {"enabled", "n_sequences", "full_n_sequences", "max_new_tokens", "k", "prompt_lengths", "batch_size",
+             "sampling", "controls"}
+    extra = sorted(set(t) - known)
+    check_arg(not extra, "real_model", extra, f"keys among {sorted(known)}")
+    d = RealModelSpec()
+    ints = {}
+    for key, lo in (("n_sequences", 1), ("full_n_sequences", 1), ("max_new_tokens", 2), ("k", 1), ("batch_size", 1)):
+        v = t.get(key, getattr(d, key))
+        check_arg(isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"real_model.{key}", v,
+                  f"an integer >= {lo}")
+        ints[key] = v
+    en = t.get("enabled", d.enabled)
+    check_arg(isinstance(en, bool), "real_model.enabled", en, "true or false")
+    pl = tuple(t.get("prompt_lengths", d.prompt_lengths))
+    check_arg(len(pl) == 2 and all(isinstance(x, int) for x in pl) and 1 <= pl[0] <= pl[1], "real_model.prompt_lengths",
+              list(pl), "[min, max] integers with 1 <= min <= max")
+    sam = dict(t.get("sampling", {}))
+    if "top_k" in sam and sam["top_k"] == 0:
+        sam["top_k"] = None
+    try:
+        cfg = SamplingConfig(**sam)
+    except TypeError as e:
+        raise ValueError(f"`real_model.sampling` must hold temperature, top_k, top_p, greedy; got {sam!r} ({e})") from None
+    ctrl = t.get("controls", dict(d.controls))
+    check_arg(isinstance(ctrl, dict), "real_model.controls", ctrl, "a table name = sequences")
+    names = set(hf_bugs.HF_BUGS) | set(hf_bugs.HF_LOSSLESS_CONTROLS)
+    for name, n in ctrl.items():
+        check_arg(name in names, "real_model.controls", name, f"names among {sorted(names)}")
+        check_arg(isinstance(n, int) and not isinstance(n, bool) and n >= 1, f"real_model.controls.{name}", n,
+                  "an integer >= 1 (sequences)")
+    return RealModelSpec(enabled=en, prompt_lengths=pl, config=cfg, controls=tuple(ctrl.items()), raw=t, **ints)
 
 
 _PAIR = None

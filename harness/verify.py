@@ -3,6 +3,7 @@
     python -m harness verify                                   # reference sampler + all controls (make verify)
     python -m harness verify --sampler mypkg.mymod:my_generate # any sampler with the documented signature
     python -m harness verify --scenario base --draws 20000     # a quick look
+    python -m harness verify --scenario real_model             # only the real-model scenario (+ its controls)
 
 A *sampler* is any callable with the signature of :func:`specimpl.speculative_generate`::
 
@@ -13,7 +14,14 @@ as many from target-only sampling, folds them into sufficient statistics, and ru
 :mod:`harness.battery`.  All tests of the whole run — every scenario, every control, the von Neumann
 sampler — form ONE family: the family-wise false-alarm budget (``family_alpha``, 1e-4) is split over
 them by Holm, and every test states the smallest deviation it detects with probability ``power`` at
-its Bonferroni level.  The report (``results/verify/``) holds the table of tests, a markdown summary,
+its Bonferroni level.
+
+The *real-model scenario* (``[real_model]`` in default.toml, on by default; ``--no-real-model``) runs
+the sampler on the shipped tiny transformers pair and applies the sequential randomized-PIT tests
+(pooled, per position, consecutive pairs; :func:`harness.battery.plan_pit_value_tests`) to its output
+scored by the target: no exact law is needed.  Its tests join the same family and the same Holm
+adjustment; for the reference sampler its controls run too (a target KV cache that is not rolled back
+after a rejection must be caught; a draft cache that is never rolled back, lossless, must pass).  The report (``results/verify/``) holds the table of tests, a markdown summary,
 the per-position observed/expected tables and PIT histograms, and figures drawn from those tables.
 
 Exit status: 0 when every scenario is judged lossless and (without ``--sampler``) every buggy control
@@ -40,9 +48,10 @@ import pandas as pd
 import torch
 
 from harness import stats
-from harness.battery import Accumulator, TestSpec, plan_chunks, plan_tests
+from harness.battery import Accumulator, TestSpec, plan_chunks, plan_pit_value_tests, plan_tests
 from harness.exact import ExactLaw, warp_mismatch
 from harness.provenance import atomic_write_bytes, git_commit
+from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
 from harness.scenarios import SCENARIO_DIR, Scenario, load_scenario, load_settings
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.speculative import speculative_generate
@@ -69,6 +78,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, help="base seed (default: default.toml's)")
     ap.add_argument("--full", action="store_true", help="the large run (>= 100 M tokens)")
     ap.add_argument("--no-controls", action="store_true", help="skip the negative / lossless controls")
+    ap.add_argument("--no-real-model", action="store_true",
+                    help="skip the real-model scenario (shipped tiny transformers pair, sequential PIT)")
+    ap.add_argument("--real-model-sequences", type=int, metavar="N",
+                    help="sequences of the sampler under test in the real-model scenario (default: default.toml "
+                         "[real_model] n_sequences)")
     ap.add_argument("--out", type=Path, help="report folder (default results/verify, or "
                                              "results/verify/custom/<sampler> with --sampler)")
     ap.add_argument("--scenario-dir", type=Path, default=SCENARIO_DIR, help="folder of scenario files")
@@ -89,10 +103,19 @@ def run(args) -> int:
     try:
         settings = load_settings(args.scenario_dir)
         sampler = load_sampler(args.sampler) if args.sampler else None
-        for name, v in (("--draws", args.draws), ("--control-draws", args.control_draws)):
+        for name, v in (("--draws", args.draws), ("--control-draws", args.control_draws),
+                        ("--real-model-sequences", args.real_model_sequences)):
             if v is not None and v < 2:
                 raise ValueError(f"`{name}` must be an integer >= 2; got {v!r}")
         names = args.scenario or list(settings.scenarios)
+        rm_spec = load_real_model_spec(_read_toml(Path(args.scenario_dir) / "default.toml").get("real_model"))
+        explicit_rm = REAL_MODEL_SCENARIO in names
+        names = [n for n in names if n != REAL_MODEL_SCENARIO]
+        use_rm = explicit_rm if args.scenario else rm_spec.enabled
+        if args.no_real_model:
+            if explicit_rm:
+                raise ValueError(f"`--scenario` {REAL_MODEL_SCENARIO!r} contradicts `--no-real-model`")
+            use_rm = False
         scenarios = [load_scenario(n, args.scenario_dir) for n in names]
         inexact = [s.name for s in scenarios if not s.exact]
         if inexact:
@@ -103,14 +126,23 @@ def run(args) -> int:
     old_threads = torch.get_num_threads()
     torch.set_num_threads(max(1, args.threads))
     try:
-        res = _run(args, sampler, scenarios, settings)
+        res = _run(args, sampler, scenarios, settings, rm_spec if use_rm else None)
     finally:
         torch.set_num_threads(old_threads)
     print(res.console, file=sys.stderr)
     return 0 if res.passed else 1
 
 
-def _run(args, sampler, scenarios, settings):
+def _read_toml(path: Path) -> dict:
+    import tomllib
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"scenario file {path} is not valid TOML: {e}") from None
+
+
+def _run(args, sampler, scenarios, settings, rm_spec):
     if args.out is not None:
         out = args.out
     elif args.sampler:
@@ -121,7 +153,7 @@ def _run(args, sampler, scenarios, settings):
                  settings=settings, draws=args.draws, control_draws=args.control_draws, seed=args.seed,
                  full=args.full, controls=not args.sampler and not args.no_controls, out=out,
                  fresh=args.fresh, figures=not args.no_figures, progress=not args.no_progress,
-                 scenario_dir=args.scenario_dir)
+                 scenario_dir=args.scenario_dir, real_model=rm_spec, real_model_sequences=args.real_model_sequences)
 
 
 def _slug(s: str) -> str:
@@ -186,6 +218,81 @@ class RunSpec:
 
 
 @dataclass
+class RealRun:
+    """One sampler on the real-model scenario.  role: 'reference' | 'sampler' | 'lossy' | 'lossless'."""
+
+    label: str
+    role: str
+    sampler: Callable
+    n_sequences: int
+    seed: int
+    draw: object = None  # harness.realmodel.RealModelDraw
+    wall_s: float = 0.0
+
+    @property
+    def error(self) -> Optional[str]:
+        return None if self.draw is None else self.draw.error
+
+    @property
+    def tokens(self) -> int:
+        return 0 if self.draw is None or self.draw.error else self.draw.n_tokens
+
+
+def _draw_real(rr: RealRun, spec: RealModelSpec, progress: bool, state_dir: Optional[Path]) -> None:
+    """Draw rr.n_sequences on the tiny pair and score them (resuming from state_dir)."""
+    from harness.realmodel import RealModelDraw, real_model_draw
+    blob = json.dumps([rr.label, rr.role, rr.n_sequences, rr.seed, spec.raw, spec.config.describe(),
+                       git_commit().get("commit")], sort_keys=True, default=str)
+    path = state_dir / f"real_{hashlib.sha1(blob.encode()).hexdigest()[:16]}.pkl" if state_dir is not None else None
+    if path is not None and path.is_file():
+        with open(path, "rb") as f:
+            saved = pickle.load(f)
+        rr.draw, rr.wall_s = RealModelDraw(**saved["draw"]), saved["wall_s"]
+        return
+    tic = time.perf_counter()
+    rr.draw = real_model_draw(rr.sampler, n_sequences=rr.n_sequences, max_new_tokens=spec.max_new_tokens, k=spec.k,
+                              config=spec.config, prompt_lengths=spec.prompt_lengths, batch_size=spec.batch_size,
+                              seed=rr.seed, name=rr.label, progress=progress, catch=True)
+    rr.wall_s = time.perf_counter() - tic
+    if path is not None and rr.error is None:
+        atomic_write_bytes(path, pickle.dumps({"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s}))
+
+
+def _real_verdict(rr: RealRun, table: pd.DataFrame) -> dict:
+    nan = float("nan")
+    d = rr.draw
+    row = {"run": rr.label, "role": rr.role, "scenario": REAL_MODEL_SCENARIO, "sequences": rr.n_sequences,
+           "tokens": rr.tokens, "wall_s": rr.wall_s, "error": rr.error, "n_rejected": 0, "min_p_adjusted": nan,
+           "min_pvalue": nan, "min_p_adjusted_loss": nan, "caught_by": "", "efficiency": "",
+           "acceptance": d.acceptance_rate if d is not None else nan}
+    if rr.error is not None:
+        row.update(verdict=f"error: {rr.error}", passed=False)
+        return row
+    sub = table[(table.run == rr.label) & (table.scenario == REAL_MODEL_SCENARIO)]
+    lossy = bool(sub.reject.any())
+    passed = lossy if rr.role == "lossy" else not lossy
+    rej = sub[sub.reject].sort_values("p_adjusted")
+    caught = [f"{f}.{t}" + (f"[{p}]" if p >= 0 else "") for f, t, p in zip(rej.family, rej.test, rej.position)]
+    pooled = sub[sub.test == "pooled"].iloc[0]
+    pos = sub[sub.test == "position"]
+    pairs = sub[sub.test.str.startswith("pairs")]
+    worst = pos.loc[pos.pvalue.idxmin()]
+    row.update(verdict="lossy" if lossy else "lossless", passed=passed,
+               caught_by=", ".join(caught[:4]) + (f" (+{len(caught) - 4})" if len(caught) > 4 else ""),
+               n_rejected=len(caught), min_p_adjusted=float(sub.p_adjusted.min()), min_pvalue=float(sub.pvalue.min()),
+               min_p_adjusted_loss=float(sub.p_adjusted.min()), efficiency="acceptance law unknown (no exact law)",
+               pit_ks=float(pooled.statistic), pit_ks_p=float(pooled.pvalue), pit_ks_p_adjusted=float(pooled.p_adjusted),
+               pit_ks_detectable=float(pooled.min_detectable), pit_kolmogorov_upper=float(pooled.kolmogorov_upper),
+               pit_position_worst=int(worst.position), pit_position_min_p=float(worst.pvalue),
+               pit_position_min_p_adjusted=float(pos.p_adjusted.min()),
+               pit_position_detectable=float(pos.min_detectable.max()),
+               pit_pairs_tv_hat=float(pairs.tv_hat.max()), pit_pairs_min_p=float(pairs.pvalue.min()),
+               pit_pairs_min_p_adjusted=float(pairs.p_adjusted.min()),
+               pit_pairs_detectable=float(pairs.min_detectable.max()), pit_pairs_cells=int(pairs.cells.max()))
+    return row
+
+
+@dataclass
 class VerifyResult:
     passed: bool
     table: pd.DataFrame
@@ -194,6 +301,7 @@ class VerifyResult:
     console: str
     out: Optional[Path]
     meta: dict
+    real_runs: list = field(default_factory=list)
 
 
 def _seed(*parts) -> int:
@@ -325,8 +433,14 @@ def _vn_specs(label, M, draw, cdf) -> list[TestSpec]:
 def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, settings, draws: Optional[int] = None,
            control_draws: Optional[int] = None, seed: Optional[int] = None, full: bool = False, controls: bool = True,
            out: Optional[Path] = None, fresh: bool = False, figures: bool = True, progress: bool = True,
-           scenario_dir: Path = SCENARIO_DIR, von_neumann: Optional[bool] = None) -> VerifyResult:
-    """Run the battery; write the report to ``out`` (None: write nothing).  See the module docstring."""
+           scenario_dir: Path = SCENARIO_DIR, von_neumann: Optional[bool] = None,
+           real_model: Optional[RealModelSpec] = None, real_model_sequences: Optional[int] = None,
+           real_model_controls: Optional[bool] = None) -> VerifyResult:
+    """Run the battery; write the report to ``out`` (None: write nothing).  See the module docstring.
+
+    ``real_model``: the real-model scenario's settings (None: no real-model scenario); the sampler under
+    test draws ``real_model_sequences`` (default: the spec's, or its ``full_n_sequences`` with ``full``)
+    and, with ``real_model_controls`` (default: ``controls``), the spec's controls run too."""
     from harness import verify_report
     from harness.bugs import CATALOGUE
 
@@ -353,6 +467,13 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
             cache[sc.name] = sc
             runs.append(RunSpec(c.name, c.kind, c.sampler, sc, max(2, round(control_draws * min(1.0, sc.weight)))))
     do_vn = reference_mode if von_neumann is None else von_neumann
+    real_runs: list[RealRun] = []
+    if real_model is not None:
+        n_rm = real_model_sequences or (real_model.full_n_sequences if full else real_model.n_sequences)
+        real_runs.append(RealRun(sampler_label, role, main_fn, n_rm, _seed(seed, sampler_label, "real_model") % 2**31))
+        if controls if real_model_controls is None else real_model_controls:
+            for name, crole, fn, n in real_model.control_samplers():
+                real_runs.append(RealRun(name, crole, fn, n, _seed(seed, name, "real_model") % 2**31))
 
     # --- draw ---------------------------------------------------------------------------------------
     by_scenario: dict[str, list[RunSpec]] = {}
@@ -364,7 +485,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
             r.role in ("reference", "sampler") for r in rs) else max(r.draws for r in rs)
         baselines[name] = RunSpec("target-only", "baseline", autoregressive_generate, rs[0].scenario, n_base)
     total = sum(r.draws * r.scenario.max_new_tokens for r in runs) + \
-        sum(b.draws * b.scenario.max_new_tokens for b in baselines.values())
+        sum(b.draws * b.scenario.max_new_tokens for b in baselines.values()) + \
+        sum(rr.n_sequences * real_model.max_new_tokens for rr in real_runs)
     state_dir = None
     if out is not None:
         state_dir = Path(out) / "_tmp_state"
@@ -398,6 +520,10 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
         for r in rs:
             pbar.set_description(f"verify: {name} {r.label}")
             _draw(r, law, models, seed, settings, pair_bins_of[name], pbar, state_dir)
+    for rr in real_runs:
+        pbar.set_description(f"verify: {REAL_MODEL_SCENARIO} {rr.label}")
+        _draw_real(rr, real_model, progress, state_dir)
+        pbar.update(rr.n_sequences * real_model.max_new_tokens)
     pbar.close()
     vn = _von_neumann_runs(vn_props, seed, controls) if do_vn else []
     t_drawn = time.perf_counter()
@@ -410,12 +536,16 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
         base = baselines[r.scenario.name]
         for ts in plan_tests(r.acc, base.acc if base.error is None else None, r.scenario.k):
             plan.append((r, r.label, r.scenario.name, ts, {}))
+    for rr in real_runs:
+        if rr.error is None:
+            for ts in plan_pit_value_tests(rr.draw.u):
+                plan.append((None, rr.label, REAL_MODEL_SCENARIO, ts, {"role": rr.role}))
     for label, vrole, M, draw, cdf, wall in vn:
         for ts in _vn_specs(label, M, draw, cdf):
             plan.append((None, label, f"von_neumann_M{M:g}", ts, {"role": vrole, "M": M}))
     m = len(plan)
     alpha_each = settings.family_alpha / max(m, 1)
-    n_bounds = sum(1 for p in plan if p[3].family == "gof")
+    n_bounds = sum(1 for p in plan if p[3].family == "gof" or (p[3].family == "pit" and p[3].wants_tv_bound))
     delta_each = (1 - settings.tv_confidence) / max(n_bounds, 1)
     rows = []
     for r, label, scen, ts, extra in plan:
@@ -442,6 +572,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     run_rows = []
     for r in runs:
         run_rows.append(_run_verdict(r, table, laws[r.scenario.name], baselines[r.scenario.name]))
+    for rr in real_runs:
+        run_rows.append(_real_verdict(rr, table))
     for label, vrole, M, draw, cdf, wall in vn:
         sub = table[(table.run == label) & (table.scenario == f"von_neumann_M{M:g}")]
         lossy = bool(sub.reject.any())
@@ -462,15 +594,23 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
         "tokens_target_only": int(sum(b.tokens for b in baselines.values())),
         "positions_total": int(sum(r.positions for r in runs) + sum(b.positions for b in baselines.values())),
         "von_neumann_proposals": int(sum(v[3].proposed for v in vn)),
+        "tokens_real_model": int(sum(rr.tokens for rr in real_runs)),
+        "wall_real_model_s": float(sum(rr.wall_s for rr in real_runs)),
     }
-    timing["tokens_total"] = timing["tokens_sampler"] + timing["tokens_controls"] + timing["tokens_target_only"]
+    timing["tokens_total"] = timing["tokens_sampler"] + timing["tokens_controls"] + timing["tokens_target_only"] + \
+        timing["tokens_real_model"]
     config = {"sampler": sampler_label, "scenarios": [s.name for s in scenarios], "draws": base_draws,
               "control_draws": control_draws if controls else 0, "full": full, "family_alpha": settings.family_alpha,
               "power": settings.power, "tv_confidence": settings.tv_confidence, "n_tests": m,
               "alpha_bonferroni": alpha_each, "tv_delta_each": delta_each, "settings": settings.raw,
               "scenario_defs": {n: rs[0].scenario.raw for n, rs in by_scenario.items()},
-              "von_neumann_proposals": vn_props}
+              "von_neumann_proposals": vn_props,
+              "real_model": None if real_model is None else {
+                  "settings": real_model.raw, "config": real_model.config.describe(), "k": real_model.k,
+                  "max_new_tokens": real_model.max_new_tokens,
+                  "runs": {rr.label: {"role": rr.role, "sequences": rr.n_sequences, "seed": rr.seed} for rr in real_runs}}}
     result = verify_report.build(table=table, verdicts=verdicts, runs=runs, baselines=baselines, laws=laws,
+                                 real_runs=real_runs,
                                  config=config, seed=seed, timing=timing, passed=passed, out=out, figures=figures)
     if state_dir is not None and passed is not None:
         for p in state_dir.glob("*.pkl"):
@@ -480,7 +620,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
         except OSError:
             pass
     return VerifyResult(passed=passed, table=table, runs=runs, summary=result["summary"], console=result["console"],
-                        out=out, meta=result["meta"])
+                        out=out, meta=result["meta"], real_runs=real_runs)
 
 
 def _run_verdict(r: RunSpec, table: pd.DataFrame, law: ExactLaw, base: RunSpec) -> dict:

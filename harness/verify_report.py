@@ -7,8 +7,9 @@ Files written to the report folder (all atomically, all carrying the run's prove
                                     bounds, verdict
     runs.csv                        one row per (sampler, scenario): verdict, tests that caught it, TV
     distributions.parquet           observed and expected counts per position and symbol, every run
-    pit_hist.parquet                PIT histograms (64 cells) per position, every run
-    summary.md                      the short human summary (budget, power, TV bounds, detection table)
+    pit_hist.parquet                PIT histograms (64 cells) per position, every run (real-model runs too)
+    summary.md                      the short human summary (budget, power, TV bounds, detection table,
+                                    the real-model scenario)
     meta.json                       provenance (config, seed, commit, versions, machine) and timing
     figures/*.png                   drawn by :func:`draw_figures` from the parquet files alone
 """
@@ -45,8 +46,19 @@ def _fmt(x, digits=3):
     return f"{x:.{digits}g}"
 
 
-def _distributions(runs, baselines, laws) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _distributions(runs, baselines, laws, real_runs=()) -> tuple[pd.DataFrame, pd.DataFrame]:
     dist, pit = [], []
+    for rr in real_runs:
+        if rr.error is not None:
+            continue
+        u = rr.draw.u  # (N, T)
+        T = u.shape[1]
+        b = np.minimum((u * PIT_COARSE).astype(np.int64), PIT_COARSE - 1)
+        h = np.stack([np.bincount(b[:, t], minlength=PIT_COARSE) for t in range(T)])  # (T, 64)
+        p2, b2 = np.meshgrid(np.arange(T), np.arange(PIT_COARSE), indexing="ij")
+        from harness.realmodel import REAL_MODEL_SCENARIO
+        pit.append(pd.DataFrame({"run": rr.label, "role": rr.role, "scenario": REAL_MODEL_SCENARIO,
+                                 "position": p2.ravel(), "bin": b2.ravel(), "count": h.ravel()}))
     for r in list(runs) + list(baselines.values()):
         if r.acc is None or r.acc.n == 0:
             continue
@@ -68,7 +80,7 @@ def _distributions(runs, baselines, laws) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passed, out: Optional[Path],
-          figures: bool) -> dict:
+          figures: bool, real_runs=()) -> dict:
     meta = metadata(config, seed)
     meta["timing"] = timing
     meta["passed"] = passed
@@ -81,7 +93,7 @@ def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passe
         atomic_write_parquet(out / "tests.parquet", t, meta)
         atomic_write_csv(out / "tests.csv", t, meta)
         atomic_write_csv(out / "runs.csv", verdicts, meta)
-        dist, pit = _distributions(runs, baselines, laws)
+        dist, pit = _distributions(runs, baselines, laws, real_runs)
         atomic_write_parquet(out / "distributions.parquet", dist, meta)
         atomic_write_parquet(out / "pit_hist.parquet", pit, meta)
         atomic_write_json(out / "meta.json", meta)
@@ -119,12 +131,15 @@ def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
     tot = timing["tokens_total"]
     L.append(f"- Drew **{tot:,} tokens** ({timing['tokens_sampler']:,} from the sampler under test, "
              f"{timing['tokens_target_only']:,} target-only, {timing['tokens_controls']:,} from controls) "
-             f"+ {timing['von_neumann_proposals']:,} von Neumann proposals, in **{timing['wall_total_s']:.0f} s** "
+             + (f"+ {timing['tokens_real_model']:,} tokens on the real model pair "
+                f"({timing['wall_real_model_s']:.0f} s incl. target scoring) " if timing.get("tokens_real_model") else "")
+             + f"+ {timing['von_neumann_proposals']:,} von Neumann proposals, in **{timing['wall_total_s']:.0f} s** "
              f"(drawing {timing['wall_draw_s']:.0f} s = {tot / max(timing['wall_draw_s'], 1e-9) / 1e6:.2f} M "
              f"tokens/s incl. statistics; tests {timing['wall_tests_s']:.0f} s).")
     L.append("")
     is_vn = verdicts.scenario.str.startswith("von_neumann")
-    main = verdicts[verdicts.role.isin(["reference", "sampler"]) & ~is_vn]
+    is_rm = verdicts.scenario == REAL_MODEL
+    main = verdicts[verdicts.role.isin(["reference", "sampler"]) & ~is_vn & ~is_rm]
     if len(main):
         L.append("## Scenarios")
         L.append("Detectable TV: the smallest TV(sampler, target) at one position that the per-position χ² "
@@ -150,7 +165,8 @@ def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
                      f"{_fmt(float(pit_pool.min_detectable.iloc[0]) if len(pit_pool) else float('nan'))} / "
                      f"{_fmt(float(pit_pos.min_detectable.max()) if len(pit_pos) else float('nan'))} |")
         L.append("")
-    ctrl = verdicts[~verdicts.role.isin(["reference", "sampler"]) & ~verdicts.scenario.str.startswith("von_neumann")]
+    L.extend(_real_model_section(verdicts[is_rm], config))
+    ctrl = verdicts[~verdicts.role.isin(["reference", "sampler"]) & ~is_vn]
     if len(ctrl):
         from harness.bugs import CATALOGUE
         cat = {c.name: c for c in CATALOGUE}
@@ -165,6 +181,9 @@ def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
                  "acceptance |")
         L.append("|---|---|---|---|---|---|---|---|---|")
         for _, v in ctrl.iterrows():
+            if v.scenario == REAL_MODEL:
+                L.append(_real_detection_row(v))
+                continue
             c = cat.get(v.run)
             must = v.role in ("lossy", "lossy-by-design")
             outcome = ("caught" if v.passed else "**MISSED**") if must else ("passed" if v.passed else "**FALSE ALARM**")
@@ -209,9 +228,64 @@ def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
              "process (propagated exactly; α_i is not iid across positions), and the accepted-length histogram; "
              "variance from the spread between sampler calls (t, Hotelling T²). A rejection here alone means "
              "*inefficient* (or over-accepting), not lossy.")
+    if is_rm.any():
+        L.append("- `pit` on `real_model`: the sampler runs on the shipped tiny transformers pair "
+                 "(`specimpl/assets/tiny_pair`, held-out stdlib prompts of ragged lengths, EOS off); each emitted "
+                 "token's randomized PIT under the target's warped conditional, the target scoring each whole "
+                 "sequence in one forward (independent of the sampler's KV-cached calls). KS pooled (exact null) "
+                 "with a DKW upper bound on the PIT law's Kolmogorov distance from U(0,1) (a lower bound on "
+                 "TV, so not a TV certificate), KS per position, χ² of non-overlapping consecutive pairs on an "
+                 "m×m grid. No exact law: no acceptance-law test, no TV bound.")
     L.append("- `von_neumann`: KS and AD of accepted points against the exact CDF; exact binomial test of the "
              "accepted count against 1/M.")
     return "\n".join(L) + "\n"
+
+
+REAL_MODEL = "real_model"  # harness.realmodel.REAL_MODEL_SCENARIO (kept import-free here)
+
+
+def _real_model_section(rm: pd.DataFrame, config) -> list[str]:
+    if not len(rm):
+        return []
+    c = config.get("real_model") or {}
+    L = ["## Real model (shipped tiny transformers pair): sequential randomized PIT",
+         f"Sampling {c.get('config', '?')}, k = {c.get('k', '?')}, {c.get('max_new_tokens', '?')} tokens per sequence "
+         "(EOS off). Tests in the run's family (Holm); detectable: the smallest Kolmogorov distance of the PIT law "
+         "from U(0,1) (KS, DKW) or TV on the PIT pair grid (χ², noncentral) that the test detects with power "
+         f"{config['power']:g} at the Bonferroni level. Kolmogorov bound: DKW upper confidence bound on the pooled "
+         "PIT law's Kolmogorov distance from U(0,1) (Kolmogorov ≤ TV: not a TV certificate).", "",
+         "| sampler | role | sequences × T = tokens | outcome | tests that caught it | pooled KS: D, p, adj. p, "
+         "detectable | per position: worst p (position), min adj. p, detectable | pairs: TV on grid, min p, "
+         "min adj. p, detectable | Kolmogorov bound | acceptance |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, v in rm.iterrows():
+        must = v.role == "lossy"
+        outcome = ("caught" if v.passed else "**MISSED**") if must else ("passed" if v.passed else "**FALSE ALARM**")
+        if isinstance(v.error, str) and v.error:
+            L.append(f"| {v.run} | {v.role} | {int(v.sequences):,} | **{v.verdict}** | — | — | — | — | — | — |")
+            continue
+        T = int(v.tokens) // max(int(v.sequences), 1)
+        L.append(f"| {v.run} | {v.role} | {int(v.sequences):,} × {T} = {int(v.tokens):,} | {v.verdict} ({outcome}) | "
+                 f"{v.caught_by or '—'} | {_fmt(v.pit_ks)}, {_fmt(v.pit_ks_p)}, {_fmt(v.pit_ks_p_adjusted)}, "
+                 f"{_fmt(v.pit_ks_detectable)} | {_fmt(v.pit_position_min_p)} ({int(v.pit_position_worst)}), "
+                 f"{_fmt(v.pit_position_min_p_adjusted)}, {_fmt(v.pit_position_detectable)} | "
+                 f"{_fmt(v.pit_pairs_tv_hat)}, {_fmt(v.pit_pairs_min_p)}, {_fmt(v.pit_pairs_min_p_adjusted)}, "
+                 f"{_fmt(v.pit_pairs_detectable)} ({int(v.pit_pairs_cells)} cells) | ≤ {_fmt(v.pit_kolmogorov_upper)} | "
+                 f"{_fmt(v.acceptance)} |")
+    L.append("")
+    return L
+
+
+def _real_detection_row(v) -> str:
+    """A real-model control in the detection table (measured: PIT distances, not TV to an exact law)."""
+    must = v.role == "lossy"
+    outcome = ("caught" if v.passed else "**MISSED**") if must else ("passed" if v.passed else "**FALSE ALARM**")
+    if isinstance(v.error, str) and v.error:
+        return f"| {v.run} | {v.role} | {REAL_MODEL} | **{v.verdict}** | — | — | — | — | — |"
+    why = "real_model (tiny HF pair, KV-cached ragged batches)"
+    return (f"| {v.run} | {v.role} | {why} | {outcome} | {v.caught_by or '—'} | {_fmt(v.min_p_adjusted_loss)} | "
+            f"PIT pair grid TV {_fmt(v.pit_pairs_tv_hat)} (detectable {_fmt(v.pit_pairs_detectable)}); pooled PIT KS "
+            f"{_fmt(v.pit_ks)} (detectable {_fmt(v.pit_ks_detectable)}) | — (no exact law) | {_fmt(v.acceptance)} |")
 
 
 def _console(verdicts, config, timing, passed, out) -> str:

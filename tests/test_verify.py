@@ -283,3 +283,106 @@ def test_tv_interval_one_hot_target_is_binomial():
     assert tv_hat == 0 and lo == 0 and abs(up - (1 - (1e-6 / 2) ** (1 / 50_000))) < 1e-9 and "binomial" in how
     tv_hat, lo, up, how = tv_interval(np.array([10, 9_990, 0]), p, 1e-3)
     assert lo < 0.001 < up
+
+
+# ---------------------------------------------------------------------------------- real model
+REAL_SMALL = """
+[real_model]
+enabled = true
+n_sequences = 32
+max_new_tokens = 64
+[real_model.controls]
+kv_not_rolled_back = 128
+draft_kv_not_rolled_back = 32
+"""
+
+
+@pytest.fixture(scope="module")
+def real_scen_dir(tmp_path_factory):
+    """default.toml with a small [real_model] table, and the tiny scenario."""
+    import re
+    d = tmp_path_factory.mktemp("scenarios_rm")
+    text = (SCENARIO_DIR / "default.toml").read_text()
+    text = re.sub(r"\n\[real_model\].*", "", text, flags=re.S)  # drop the shipped table and its sub-tables
+    (d / "default.toml").write_text(text + REAL_SMALL)
+    (d / "tiny.toml").write_text(TINY)
+    return d
+
+
+def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_dir, tmp_path):
+    """Reference + real-model controls on the shipped tiny pair, in the same Holm family as the n-gram
+    tests (n-gram controls off: at test sizes they lack power).  Power: the KV-cache bug at 128 sequences
+    gave a smallest p-value <= 1e-10 in each of 4 seeds tried (vs a Bonferroni level ~5e-7 here); at 64
+    sequences it was missed in 2 seeds of 2, so the test uses 128."""
+    pytest.importorskip("transformers")
+    from harness.realmodel import load_real_model_spec
+    from harness.verify import _read_toml, verify
+    settings = load_settings(real_scen_dir)
+    spec = load_real_model_spec(_read_toml(real_scen_dir / "default.toml")["real_model"])
+    out = tmp_path / "rm"
+    res = verify(sampler=None, sampler_label="reference", scenarios=[load_scenario("tiny", real_scen_dir)],
+                 settings=settings, draws=3000, controls=False, real_model=spec, real_model_controls=True, out=out,
+                 figures=False, progress=False, scenario_dir=real_scen_dir)
+    assert res.passed
+    runs = pd.read_csv(out / "runs.csv", comment="#")
+    rm = runs[runs.scenario == "real_model"].set_index("run")
+    assert set(rm.index) == {"reference", "kv_not_rolled_back", "draft_kv_not_rolled_back"}
+    assert rm.loc["kv_not_rolled_back", "verdict"] == "lossy" and rm.loc["kv_not_rolled_back", "passed"]
+    assert "pit." in rm.loc["kv_not_rolled_back", "caught_by"]
+    assert rm.loc["reference", "verdict"] == "lossless" and rm.loc["draft_kv_not_rolled_back", "passed"]
+    assert rm.loc["reference", "tokens"] == 32 * 64
+    t = pd.read_csv(out / "tests.csv", comment="#")
+    rt = t[t.scenario == "real_model"]
+    assert len(rt) == 3 * (1 + 64 + 2)  # pooled, per position, pairs even/odd per run
+    # one family: Holm over every test of the run, real-model ones included
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["config"]["n_tests"] == len(t) and meta["timing"]["tokens_real_model"] == (32 + 128 + 32) * 64
+    from harness.stats import holm
+    assert np.allclose(holm(t.pvalue.to_numpy()), t.p_adjusted.to_numpy())
+    assert rt.min_detectable.notna().all() and np.allclose(rt.alpha_bonferroni, 1e-4 / len(t))
+    assert rt[rt.test == "pooled"].kolmogorov_upper.notna().all()
+    summary = (out / "summary.md").read_text()
+    assert "## Real model" in summary and "kv_not_rolled_back" in summary
+    pit = pd.read_parquet(out / "pit_hist.parquet")
+    assert (pit[pit.scenario == "real_model"].groupby("run")["count"].sum() > 0).all()
+
+
+def test_real_model_from_the_command_line(real_scen_dir, tmp_path, capsys):
+    """`--scenario real_model` alone (reference, no controls) and the contradicting flag."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "cli"
+    assert main(["verify", "--scenario-dir", str(real_scen_dir), "--scenario", "real_model", "--no-controls",
+                 "--real-model-sequences", "8", "--out", str(out), "--no-progress", "--no-figures"]) == 0
+    runs = pd.read_csv(out / "runs.csv", comment="#")
+    assert list(runs[runs.scenario == "real_model"].run) == ["reference"]
+    assert int(runs[runs.scenario == "real_model"].tokens.iloc[0]) == 8 * 64
+    assert main(["verify", "--scenario-dir", str(real_scen_dir), "--scenario", "real_model", "--no-real-model",
+                 "--no-progress"]) == 2
+    assert "`--no-real-model`" in capsys.readouterr().err
+    assert _verify(real_scen_dir, tmp_path / "t", "--no-controls") == 0  # --scenario tiny: no real model
+    assert (pd.read_csv(tmp_path / "t" / "tests.csv", comment="#").scenario != "real_model").all()
+
+
+def test_real_model_spec_errors_name_the_key():
+    from harness.realmodel import load_real_model_spec
+    with pytest.raises(ValueError, match="real_model.controls"):
+        load_real_model_spec({"controls": {"no_such_bug": 10}})
+    with pytest.raises(ValueError, match="real_model.n_sequences"):
+        load_real_model_spec({"n_sequences": 0})
+    assert load_real_model_spec(None).enabled
+
+
+def test_pit_value_tests_level_and_pairs():
+    from harness.battery import plan_pit_value_tests
+    rng = np.random.default_rng(3)
+    u = rng.random((200, 8))
+    specs = plan_pit_value_tests(u)
+    assert [s.test for s in specs] == ["pooled"] + ["position"] * 8 + ["pairs_even", "pairs_odd"]
+    rows = [s.evaluate(1e-3, 0.99, 1e-3) for s in specs]
+    assert all(r["pvalue"] > 1e-4 for r in rows) and rows[0]["kolmogorov_upper"] > rows[0]["statistic"]
+    v = u.copy()
+    v[:, 1::2] = v[:, 0::2]  # coupled: every marginal exactly uniform, consecutive pairs identical
+    rows = [s.evaluate(1e-3, 0.99, 1e-3) for s in plan_pit_value_tests(v)]
+    assert rows[0]["pvalue"] > 1e-4 and rows[-2]["pvalue"] < 1e-10  # only the pair test sees it
+    with pytest.raises(ValueError, match="`u`"):
+        plan_pit_value_tests(u[:, :1])
