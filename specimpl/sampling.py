@@ -94,15 +94,16 @@ def sample_categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     returned (its cdf step is empty); float round-off at the top is clamped to the last token
     with positive probability.  Rows that are all zero return 0 (callers must not pass them).
     """
-    cdf = torch.cumsum(probs, dim=-1)  # (..., V)
+    cdf = torch.cumsum(probs, dim=-1)  # (..., V) nondecreasing (nonnegative terms)
     target = (u * cdf[..., -1]).unsqueeze(-1)  # (..., 1)
-    idx = (cdf <= target).sum(dim=-1)  # (...)
+    if cdf.dtype != target.dtype:  # compare in the promoted dtype, as `cdf <= target` would
+        cdf = cdf.to(target.dtype)
+    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # (...) = count(cdf <= target)
     V = probs.shape[-1]
-    over = idx >= V
-    if bool(over.any()):
+    if idx.numel() and int(idx.max()) >= V:
         positive = probs > 0
         last = V - 1 - positive.flip(-1).to(torch.int8).argmax(dim=-1)
-        idx = torch.where(over, last, idx)
+        idx = torch.where(idx >= V, last, idx)
     return idx
 
 

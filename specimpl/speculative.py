@@ -51,15 +51,16 @@ def verify_block(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_accept: to
     Returns n (B,) accepted drafts and y (B,) the final token of the round.
     """
     B, k, V = q.shape
-    p_x = p[:, :k].gather(-1, x.unsqueeze(-1)).squeeze(-1)  # (B, k) p_i(x_i)
-    q_x = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)  # (B, k) q_i(x_i)
-    accept = (q_x > 0) & (u_accept * q_x < p_x)  # (B, k) u < p/q without dividing
-    n = torch.cumprod(accept.to(torch.int8), dim=1).sum(dim=1)  # (B,) accepted prefix length
-    rows = torch.arange(B, device=p.device)
-    p_n = p[rows, n]  # (B, V) p_{n+1}: the law at the first rejection, or the bonus law
-    q_n = q[rows, n.clamp(max=k - 1)]  # (B, V)
+    x_ = x.unsqueeze(-1)  # (B, k, 1)
+    p_x = p[:, :k].gather(-1, x_).squeeze(-1)  # (B, k) p_i(x_i)
+    q_x = q.gather(-1, x_).squeeze(-1)  # (B, k) q_i(x_i)
+    accept = (u_accept * q_x < p_x) & (q_x > 0)  # (B, k) u < p/q without dividing
+    n = accept.cummin(dim=1).values.sum(dim=1)  # (B,) accepted prefix length
+    at_n = n.view(B, 1, 1).expand(B, 1, V)  # (B, 1, V) row index n
+    p_n = p.gather(1, at_n).squeeze(1)  # (B, V) p_{n+1}: the law at the first rejection, or the bonus law
+    q_n = q.gather(1, at_n.clamp(max=k - 1)).squeeze(1)  # (B, V)
     rejected = (n < k).unsqueeze(-1)  # (B, 1)
-    residual = torch.where(rejected, (p_n - q_n).clamp(min=0), p_n)  # (B, V) unnormalised
+    residual = torch.where(rejected, (p_n - q_n).clamp_(min=0), p_n)  # (B, V) unnormalised
     # The residual sums to TV(p, q) > 0 whenever a rejection is possible; in float round-off it
     # can vanish (p == q), and then p itself is the right law.
     empty = residual.sum(-1, keepdim=True) <= 0
@@ -145,6 +146,12 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _syncer(device):
+    """A function that waits for the device (a no-op off CUDA), for honest phase timings."""
+    device = torch.device(device)
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+
 def _check_common(k, max_new_tokens, config, eos_token_id, vocab_size):
     check_arg(isinstance(max_new_tokens, int) and not isinstance(max_new_tokens, bool) and max_new_tokens >= 1,
               "max_new_tokens", max_new_tokens, "an integer >= 1")
@@ -170,23 +177,25 @@ def _prompt_batch(prompts: Prompts, vocab_size: int, device):
     return plist, torch.tensor([p[-1] for p in plist], dtype=torch.long, device=device)
 
 
-def _emit_round(x, n, y, remaining, alive, eos_token_id, j):
+def _emit_round(x, n, y, remaining, alive, eos_token_id):
     """Tokens a round writes: x_1..x_n, y, cut at max_new_tokens and just after an EOS.
 
-    x (A, k), n (A,), y (A,), remaining (A,) tokens still allowed, alive (A,) bool, j = arange(k+1).
-    Returns emit (A, k+1) with PAD from position m on, m (A,) tokens written (0 for finished
+    Host (numpy) arrays: x (A, k), n (A,), y (A,), remaining (A,) tokens still allowed, alive (A,)
+    bool.  Returns emit (A, k+1) with PAD from position m on, m (A,) tokens written (0 for finished
     sequences) and done (A,) bool (the sequence ends in this round).
     """
-    emit = torch.cat([x, torch.zeros_like(x[:, :1])], 1)  # (A, k+1)
-    emit.scatter_(1, n.unsqueeze(1), y.unsqueeze(1).to(emit.dtype))  # x_1..x_n, y
-    m = torch.minimum(n + 1, remaining) * alive  # (A,) tokens written this round
+    A, k = x.shape
+    j = np.arange(k + 1)  # (k+1,)
+    emit = np.concatenate([x, np.zeros((A, 1), x.dtype)], 1)  # (A, k+1)
+    emit[np.arange(A), n] = y  # x_1..x_n, y
+    m = np.minimum(n + 1, remaining) * alive  # (A,) tokens written this round
     done = m == remaining
     if eos_token_id is not None:
-        is_eos = (emit == eos_token_id) & (j < m.unsqueeze(1))  # (A, k+1)
+        is_eos = (emit == eos_token_id) & (j < m[:, None])  # (A, k+1)
         has_eos = is_eos.any(1)
-        m = torch.where(has_eos, is_eos.to(torch.int8).argmax(1).to(m.dtype) + 1, m)
+        m = np.where(has_eos, is_eos.argmax(1) + 1, m)
         done = done | has_eos
-    emit.masked_fill_(j >= m.unsqueeze(1), PAD)
+    emit[j >= m[:, None]] = PAD
     return emit, m, done
 
 
@@ -268,74 +277,82 @@ class SpeculativeSampler:
                                      "_generate_generic", "_generate_tabular", "_tabular_rounds")))
 
     def _generate_generic(self, prompts, max_new_tokens, eos_token_id, generator) -> GenerationResult:
+        # Tensors that the models and the verify step see stay on the device; the few small
+        # integers of the bookkeeping (n, y, x of each round, output buffer, lengths) live on the
+        # host as numpy arrays, where an operation costs a microsecond instead of a torch dispatch.
         k, V = self.k, self.target.vocab_size
         dev = self.target.device
+        sync = _syncer(dev)
         t_clock = {"draft": 0.0, "target": 0.0, "sampler": 0.0}
         tic = time.perf_counter()
         batch, last = _prompt_batch(prompts, V, dev)
         tstate = self.target.prefill(batch)
         dstate = self.draft.prefill(batch)
-        _sync(dev)
+        sync()
         t_clock["prefill"] = time.perf_counter() - tic
 
         B = last.shape[0]
         d_pending = torch.stack([last, torch.zeros_like(last)], 1)  # (B, 2) left-aligned tokens the draft has not fed
         d_npend = torch.ones(B, dtype=torch.long, device=dev)  # (B,) 1 or 2
+        d_two = np.zeros(B, dtype=bool)  # (A,) host copy of d_npend == 2
         t_pending = last  # (B,) the target's one unfed token
-        out = torch.full((B, max_new_tokens + k + 1), PAD, dtype=torch.long, device=dev)
-        n_out = torch.zeros(B, dtype=torch.long, device=dev)  # (B,) emitted so far
-        idx = torch.arange(B, device=dev)  # (A,) global ids of the sequences still in the batch
-        alive = torch.ones(B, dtype=torch.bool, device=dev)  # (A,) not finished yet
+        out = np.full((B, max_new_tokens + k + 1), PAD, dtype=np.int64)  # host output buffer
+        n_out = np.zeros(B, dtype=np.int64)  # (B,) emitted so far
+        idx = np.arange(B)  # (A,) global ids of the sequences still in the batch
+        alive = np.ones(B, dtype=bool)  # (A,) not finished yet
         stats = SpecStats(k)
-        j = torch.arange(k + 1, device=dev)  # (k+1,)
+        j = np.arange(k + 1)  # (k+1,)
         r = 0
         while True:
-            A = idx.numel()
+            A = idx.size
             # ---- draft: k autoregressive proposals x_i ~ q_i ------------------------------------
             tic = time.perf_counter()
             u_draft, u_acc, u_fin = self.uniforms(A, generator, self.target_dtype, dev)
             logits = self.draft.forward(dstate, d_pending, d_npend)  # (A, 2, V)
-            logits = logits[torch.arange(A, device=dev), d_npend - 1]  # (A, V) after the last fed token
-            qs, xs = [], []
+            if not d_two.any():  # (A, V) after the last fed token
+                logits = logits[:, 0]
+            else:
+                logits = logits.gather(1, (d_npend - 1).view(A, 1, 1).expand(A, 1, V)).squeeze(1)
+            qs, tokens = [], [t_pending]
             for i in range(k):
                 q_i = self.warp_draft(logits)  # (A, V)
                 x_i = self.draw_draft(q_i, u_draft[:, i])  # (A,)
                 qs.append(q_i)
-                xs.append(x_i)
+                tokens.append(x_i)
                 if i < k - 1:
                     logits = self.draft.forward(dstate, x_i.unsqueeze(1))[:, 0]  # (A, V)
             q = torch.stack(qs, 1)  # (A, k, V)
-            x = torch.stack(xs, 1)  # (A, k)
-            _sync(dev)
+            tokens = torch.stack(tokens, 1)  # (A, k+1) pending, x_1..x_k
+            x = tokens[:, 1:]  # (A, k)
+            sync()
             t1 = time.perf_counter()
             # ---- target: score pending + k drafts in one call ---------------------------------
-            p_logits = self.target.forward(tstate, torch.cat([t_pending.unsqueeze(1), x], 1))  # (A, k+1, V)
+            p_logits = self.target.forward(tstate, tokens)  # (A, k+1, V)
             p = self.warp_target(p_logits)  # (A, k+1, V)
-            _sync(dev)
+            sync()
             t2 = time.perf_counter()
             # ---- accept / resample -------------------------------------------------------------
             if self.validate:
                 check_probs("p", p)
                 check_probs("q", q)
             n, y = self.verify(p, q, x, u_acc, u_fin)  # (A,), (A,)
-            remaining = max_new_tokens - n_out[idx]  # (A,)
-            emit, m, done = _emit_round(x, n, y, remaining, alive, eos_token_id, j)
+            n_h, y_h, x_h = n.cpu().numpy(), y.cpu().numpy(), x.cpu().numpy()  # host copies
+            emit, m, done = _emit_round(x_h, n_h, y_h, max_new_tokens - n_out[idx], alive, eos_token_id)
             # positions >= n_out hold PAD for every sequence, so finished rows (m = 0, all PAD) may write too
-            out[idx.unsqueeze(1), n_out[idx].unsqueeze(1) + j] = emit
+            out[idx[:, None], n_out[idx][:, None] + j] = emit
             n_out[idx] += m
             # ---- roll back both models to the accepted prefix --------------------------------
-            self.target.rollback(tstate, tstate.lengths - k + n)  # keeps pending + x_1..x_n
-            self.draft.rollback(dstate, dstate.lengths - (k - 1) + torch.clamp(n, max=k - 1))
-            all_in = n == k  # the draft never fed x_k: it becomes pending, with y
-            d_pending = torch.stack([torch.where(all_in, x[:, -1], y), torch.where(all_in, y, 0)], 1)  # (A, 2)
-            d_npend = 1 + all_in.long()
+            self.target.rollback(tstate, tstate.lengths + torch.from_numpy(n_h - k).to(dev))  # keeps pending + x_1..x_n
+            self.draft.rollback(dstate, dstate.lengths + torch.from_numpy(np.minimum(n_h, k - 1) - (k - 1)).to(dev))
+            d_two = n_h == k  # the draft never fed x_k: it becomes pending, with y
+            d_pending = torch.from_numpy(np.stack([np.where(d_two, x_h[:, -1], y_h),
+                                                   np.where(d_two, y_h, 0)], 1)).to(dev)  # (A, 2)
+            d_npend = torch.from_numpy(1 + d_two.astype(np.int64)).to(dev)  # (A,)
             t_pending = y
-            # ---- instrumentation (live rows only; acceptance before EOS/length truncation) -------
-            hist = torch.bincount(torch.where(alive, n, k + 1), minlength=k + 2)[:k + 1].cpu().numpy()
-            emitted = int(m.sum())
-            _sync(dev)
+            sync()
             t3 = time.perf_counter()
-            self._record(stats, r, A, hist, emitted, tic, t1, t2, t3, t_clock)
+            # ---- instrumentation (live rows only; acceptance before EOS/length truncation) -------
+            self._record(stats, r, A, np.bincount(n_h[alive], minlength=k + 1), int(m.sum()), tic, t1, t2, t3, t_clock)
             r += 1
             # ---- drop finished sequences ------------------------------------------------------
             alive = alive & ~done
@@ -343,13 +360,14 @@ class SpeculativeSampler:
             if n_alive == 0:
                 break
             if n_alive < self.compact_below * A:
-                sel = alive.nonzero().squeeze(1)
-                idx, alive = idx[sel], alive[sel]
+                sel_h = alive.nonzero()[0]
+                sel = torch.from_numpy(sel_h).to(dev)
+                idx, alive, d_two = idx[sel_h], alive[sel_h], d_two[sel_h]
                 tstate = self.target.select(tstate, sel)
                 dstate = self.draft.select(dstate, sel)
                 d_pending, d_npend, t_pending = d_pending[sel], d_npend[sel], t_pending[sel]
-        return GenerationResult(tokens=out[:, :max_new_tokens].contiguous(), lengths=n_out, stats=stats,
-                                timings=t_clock)
+        tokens = torch.from_numpy(np.ascontiguousarray(out[:, :max_new_tokens])).to(dev)
+        return GenerationResult(tokens=tokens, lengths=torch.from_numpy(n_out).to(dev), stats=stats, timings=t_clock)
 
     def _record(self, stats, r, A, hist, emitted, tic, t1, t2, t3, t_clock):
         """Add one round to ``stats``: hist (k+1,) counts of n over the live sequences."""
@@ -358,13 +376,13 @@ class SpeculativeSampler:
         tail = np.cumsum(hist[::-1])[::-1]  # tail[i] = rounds with n >= i
         stats.reached += tail[:k]  # x_{i+1} judged iff n >= i
         stats.accepted_at += tail[1:]  # x_{i+1} accepted iff n >= i + 1
-        live = int(hist.sum())
+        live = int(tail[0])
         t_clock["draft"] += t1 - tic
         t_clock["target"] += t2 - t1
         t_clock["sampler"] += t3 - t2
         stats.rounds.append({
             "round": r, "batch": A, "sequence_rounds": live, "drafted": live * k,
-            "accepted": int((hist * np.arange(k + 1)).sum()), "emitted": emitted, "target_calls": 1, "draft_calls": k,
+            "accepted": int(tail[1:].sum()), "emitted": emitted, "target_calls": 1, "draft_calls": k,
             "t_draft": t1 - tic, "t_target": t2 - t1, "t_sampler": t3 - t2,
         })
 
