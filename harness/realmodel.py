@@ -21,6 +21,11 @@ Each result carries the smallest deviation it detects with probability ``power``
 noncentral χ² for pairs), so a pass states what it rules out.  EOS is off (every sequence has
 exactly T tokens); no pad handling is needed.
 
+``make verify`` runs this scenario too (``[real_model]`` in experiments/verify/default.toml,
+:class:`RealModelSpec`): it takes the raw PIT values from :func:`real_model_draw` and puts the same
+tests into its own family-wise budget (one Holm adjustment over the whole run) instead of this
+module's per-scenario Bonferroni split.
+
 ``python -m harness.realmodel pit`` runs the reference sampler (≥ 100 k tokens), the real-model bug
 catalogue (``specimpl.hf_bugs``), a lossless control and transformers' assisted generation, and
 writes ``results/hf/pit.csv`` (resumable: finished rows are kept); ``python -m harness.realmodel
