@@ -6,6 +6,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= cpu
 TORCH_SPEC ?= torch==2.13.0
+# Where the pinned CPU build comes from: this project's machines serve torch==2.13.0+cpu from local disk.
+# Elsewhere set TORCH_INDEX to a CPU wheel index, or plain PyPI resolves the (multi-GB) CUDA build.
+TORCH_INDEX ?=
 FULL ?= 0
 ARGS ?=
 
@@ -14,7 +17,7 @@ VENV_FLAGS := --system-site-packages
 TORCH_INSTALL := @echo "using the torch of $(PYTHON): $$($(PYTHON) -c 'import torch; print(torch.__version__)')"
 else
 VENV_FLAGS :=
-TORCH_INSTALL := $(PY) -m pip install -q "$(TORCH_SPEC)"
+TORCH_INSTALL := $(PY) -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 endif
 
 .PHONY: setup test verify calibrate bench sweep report clean-venv

@@ -195,11 +195,13 @@ class HFModel(LanguageModel):
     """A transformers causal LM (any ``AutoModelForCausalLM``) as a :class:`LanguageModel`.
 
     ``model`` is a loaded ``PreTrainedModel``; ``tokenizer`` (optional) is kept for text prompts
-    and for the pair check.  Logits come back in ``logits_dtype`` (float32 by default, also for
-    half-precision models).
+    and for the pair check.  Logits come back in ``logits_dtype``: float64 by default, also for
+    half-precision models, so that warping, the categorical draw's CDF and the sampler's uniforms
+    (drawn in this dtype) carry 53 bits; with float32 and a vocabulary of ~50k, tokens below 2^-24
+    and the CDF's round-off would bias the sampler and the baseline alike.
     """
 
-    def __init__(self, model, tokenizer=None, name: Optional[str] = None, logits_dtype=torch.float32,
+    def __init__(self, model, tokenizer=None, name: Optional[str] = None, logits_dtype=torch.float64,
                  probe: bool = True):
         _check_config_causal(model.config, name or type(model).__name__)
         self.model = model.eval()

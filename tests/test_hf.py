@@ -50,7 +50,7 @@ def random_model(request):
 
 @torch.no_grad()
 def _full_logits(model, seq):
-    return model(input_ids=torch.tensor([seq])).logits[0]  # (len, V), no cache
+    return model(input_ids=torch.tensor([seq])).logits[0].double()  # (len, V), no cache; HFModel returns float64
 
 
 # --------------------------------------------------------------------------- cache mechanics
@@ -160,7 +160,7 @@ def test_early_exit_draft_is_truncated_target(pair):
         ref = target.model.lm_head(target.model.model.norm(hs[2]))[:, -1]  # (2, V)
     st = d.prefill(prompts)
     out = d.forward(st, x[:, -1:])[:, 0]
-    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out, ref.double(), atol=1e-4, rtol=1e-4)
 
 
 def test_noise_and_temperature_variants(pair):
