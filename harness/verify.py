@@ -52,7 +52,7 @@ from harness.battery import Accumulator, TestSpec, plan_chunks, plan_pit_value_t
 from harness.exact import ExactLaw, warp_mismatch
 from harness.provenance import atomic_write_bytes, git_commit
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
-from harness.scenarios import SCENARIO_DIR, Scenario, load_scenario, load_settings
+from harness.scenarios import SCENARIO_DIR, Scenario, _read as _read_toml, load_scenario, load_settings
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.speculative import speculative_generate
 
@@ -131,15 +131,6 @@ def run(args) -> int:
         torch.set_num_threads(old_threads)
     print(res.console, file=sys.stderr)
     return 0 if res.passed else 1
-
-
-def _read_toml(path: Path) -> dict:
-    import tomllib
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"scenario file {path} is not valid TOML: {e}") from None
 
 
 def _run(args, sampler, scenarios, settings, rm_spec):
