@@ -81,14 +81,14 @@ class ExactLaw:
         check_arg(eos_token_id is None or (isinstance(eos_token_id, int) and 0 <= eos_token_id < V),
                   "eos_token_id", eos_token_id, f"None or a token id in [0, {V})")
         order = max(target.order, draft.order if draft is not None else 1)
-        t = target.as_order(order) if order > target.order else target
+        t = target.as_order(order)
         self.target = t
         self.V, self.C, self.N, self.eos = V, t.n_contexts, n_tokens, eos_token_id
         self.config = config
         self.prompt = list(prompt)
         self.P = warped_table(t, config)  # (C, V)
         if draft is not None:
-            d = draft.as_order(order) if order > draft.order else draft
+            d = draft.as_order(order)
             self.Q = warped_table(d, config)  # (C, V)
         else:
             self.Q = None

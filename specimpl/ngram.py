@@ -116,9 +116,10 @@ class NGramModel(LanguageModel):
     def as_order(self, order: int) -> "NGramModel":
         """The same model written as an order-``order`` table (order >= self.order)."""
         check_arg(order >= self.order, "order", order, f">= the model's order {self.order}")
-        extra = order - self.order
-        t = self.table64.repeat_interleave(1, 0)
-        t = t.repeat(self.vocab_size ** extra, 1) if extra else t  # contexts differ only in older tokens
+        if order == self.order:
+            return self
+        # row c of the larger table is row c mod V^(n-1): contexts that differ only in older tokens
+        t = self.table64.repeat(self.vocab_size ** (order - self.order), 1)
         return NGramModel(t.numpy(), order, name=self.name, dtype=self.dtype, max_length=self.max_length)
 
     def __repr__(self):
