@@ -4,7 +4,7 @@
 #      ~160M drafts; bfloat16; n = 1..9 tokens scored, batch 1..32; CUDA events after warm-up),
 #   2. the measured tiny-pair sweep on the GPU (k in {1, 2, 4, 8}, batch 1 and 8, interleaved arms),
 #   3. the figures and tables, from the stored results.
-# Settings: experiments/sweep/gpu.toml.  Results: results/sweep/gpu/ (device named in every cell's metadata).
+# Settings: harness/experiments/sweep/gpu.toml.  Results: results/sweep/gpu/ (device named in every cell's metadata).
 # The sweep is resumable: if the time limit cuts it, run this script again and it continues.
 #
 #   bash experiments/gpu_sweep.sh            # uses .venv/bin/python if present, else python3 (needs CUDA torch)
@@ -23,10 +23,10 @@ fi
 "$PY" -c 'import torch; print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| CUDA", torch.version.cuda)'
 
 rc=0
-timeout -s INT "$LIMIT" "$PY" -m harness sweep --config experiments/sweep/gpu.toml --device cuda --out "$OUT" --no-progress || rc=$?
+timeout -s INT "$LIMIT" "$PY" -m harness sweep --config harness/experiments/sweep/gpu.toml --device cuda --out "$OUT" --no-progress || rc=$?
 if [ "$rc" -ne 0 ]; then
   echo "gpu_sweep.sh: the sweep stopped (exit $rc); stored cells are kept, run again to resume" >&2
-  "$PY" -m harness sweep --config experiments/sweep/gpu.toml --device cuda --out "$OUT" --list | grep -c todo || true
+  "$PY" -m harness sweep --config harness/experiments/sweep/gpu.toml --device cuda --out "$OUT" --list | grep -c todo || true
 fi
 "$PY" -m harness report --results "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.csv" 2>/dev/null || true

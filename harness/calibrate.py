@@ -29,12 +29,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from harness.config import RESULTS
 from harness.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 
 __all__ = ["add_arguments", "run", "calibrate", "clopper_pearson"]
 
-REPO = Path(__file__).resolve().parent.parent
 LEVELS = (0.001, 0.01, 0.05, 0.1)
 FAMILY_LEVELS = (1e-4, 0.01, 0.05, 0.2)
 
@@ -44,7 +44,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--draws", type=int, default=10_000, help="sequences per scenario per seed (default 10,000)")
     ap.add_argument("--scenario", action="append", metavar="NAME", help="scenarios (default: verify's list)")
     ap.add_argument("--scenario-dir", type=Path, default=SCENARIO_DIR)
-    ap.add_argument("--out", type=Path, default=REPO / "results" / "calibrate")
+    ap.add_argument("--out", type=Path, default=RESULTS / "calibrate")
     ap.add_argument("--fresh", action="store_true", help="ignore seeds stored by an interrupted run")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as for verify)")

@@ -23,6 +23,8 @@ __all__ = ["metadata", "git_commit", "versions", "machine", "atomic_write_bytes"
            "atomic_write_json", "atomic_write_parquet", "atomic_write_csv", "atomic_savefig",
            "metadata_text"]
 
+# The source checkout this package runs from, if any: an installed copy (site-packages) has no .git
+# beside it, and then no commit is claimed (never the commit of some repository that happens to enclose it).
 _REPO = Path(__file__).resolve().parent.parent
 
 
@@ -30,6 +32,8 @@ def git_commit(repo: Path = _REPO) -> dict:
     """{'commit': sha or None, 'dirty': bool or None} of the working tree holding this package."""
     def _git(*args):
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10)
+    if not (Path(repo) / ".git").exists():
+        return {"commit": None, "dirty": None}
     try:
         sha = _git("rev-parse", "HEAD")
         if sha.returncode != 0:

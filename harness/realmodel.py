@@ -21,7 +21,7 @@ Each result carries the smallest deviation it detects with probability ``power``
 noncentral χ² for pairs), so a pass states what it rules out.  EOS is off (every sequence has
 exactly T tokens); no pad handling is needed.
 
-``make verify`` runs this scenario too (``[real_model]`` in experiments/verify/default.toml,
+``make verify`` runs this scenario too (``[real_model]`` in harness/experiments/verify/default.toml,
 :class:`RealModelSpec`): it takes the raw PIT values from :func:`real_model_draw` and puts the same
 tests into its own family-wise budget (one Holm adjustment over the whole run) instead of this
 module's per-scenario Bonferroni split.
@@ -54,7 +54,6 @@ from specimpl.speculative import PAD, speculative_generate
 __all__ = ["RealModelResult", "RealModelDraw", "RealModelSpec", "load_real_model_spec", "REAL_MODEL_SCENARIO",
            "real_model_draw", "real_model_scenario", "real_model_suite", "target_pit", "measure_alpha", "main"]
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -283,7 +282,7 @@ REAL_MODEL_SCENARIO = "real_model"  # its name in `make verify` (``--scenario re
 
 @dataclass(frozen=True)
 class RealModelSpec:
-    """The ``[real_model]`` table of ``experiments/verify/default.toml``: the real-model scenario of
+    """The ``[real_model]`` table of ``harness/experiments/verify/default.toml``: the real-model scenario of
     ``make verify`` (the shipped tiny pair, sequential randomized PIT).
 
     enabled            part of the default run (``--no-real-model`` drops it; ``--scenario real_model``
@@ -458,7 +457,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--alpha", type=float, default=1e-4)
     ap.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "results" / "hf" / "pit.csv"))
+    ap.add_argument("--out", default=str(RESULTS / "hf" / "pit.csv"))
     ap.add_argument("--fresh", action="store_true", help="ignore finished rows in --out (no resume)")
 
 
@@ -534,7 +533,7 @@ def main(argv=None) -> int:
     al.add_argument("--k", type=int, default=4)
     al.add_argument("--seed", type=int, default=0)
     al.add_argument("--threads", type=int, default=1)
-    al.add_argument("--out", default=str(ROOT / "results" / "hf" / "alpha.csv"))
+    al.add_argument("--out", default=str(RESULTS / "hf" / "alpha.csv"))
     al.set_defaults(func=run_alpha)
     args = ap.parse_args(argv)
     return args.func(args)

@@ -27,11 +27,11 @@ import numpy as np
 import pandas as pd
 
 from harness import costmodel as cm
+from harness.config import RESULTS
 from harness.provenance import atomic_savefig, atomic_write_text
 
 __all__ = ["add_arguments", "run", "make_report"]
 
-REPO = Path(__file__).resolve().parent.parent
 K_SHOWN = (1, 2, 4, 8)
 
 
@@ -378,7 +378,7 @@ def make_report(results: Path, out: Path = None, formats=("png", "pdf")) -> dict
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--results", type=Path, default=REPO / "results" / "sweep" / "default",
+    parser.add_argument("--results", type=Path, default=RESULTS / "sweep" / "default",
                         help="a sweep's results directory (default results/sweep/default)")
     parser.add_argument("--out", type=Path, default=None, help="where figures go (default <results>/figures)")
     parser.add_argument("--formats", default="png,pdf", help="comma-separated figure formats")

@@ -1,6 +1,6 @@
-"""Verification scenarios: small TOML files in ``experiments/verify/`` over one commented default.
+"""Verification scenarios: small TOML files in ``harness/experiments/verify/`` over one commented default.
 
-``experiments/verify/default.toml`` holds the run settings (``[run]``: error budget, draws, seed, the
+``harness/experiments/verify/default.toml`` holds the run settings (``[run]``: error budget, draws, seed, the
 default scenario list) and the defaults every scenario inherits (``[scenario]``).  Each other file
 ``<name>.toml`` in that folder is one scenario: only the keys it changes.  A scenario is a model pair
 (target and draft constructors with their parameters) × sampling controls × k × length × prompt (× EOS).
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.config import VERIFY_DIR
 from specimpl.errors import check_arg
 from specimpl.ngram import NGramModel, disjoint_draft, noisy_draft, random_ngram, tempered_draft
 from specimpl.sampling import SamplingConfig
@@ -26,7 +27,7 @@ from specimpl.sampling import SamplingConfig
 __all__ = ["Scenario", "RunSettings", "SCENARIO_DIR", "load_settings", "load_scenario", "list_scenarios",
            "build_ngram_pair"]
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "experiments" / "verify"
+SCENARIO_DIR = VERIFY_DIR
 DEFAULT_FILE = "default.toml"
 
 

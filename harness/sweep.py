@@ -1,6 +1,6 @@
 """`python -m harness sweep`: speedup as a function of alpha, c and k — model grid, measured runs, cost curves.
 
-A sweep is data: ``experiments/sweep/default.toml`` (commented) and overlays on it.  The plan is a
+A sweep is data: ``harness/experiments/sweep/default.toml`` (commented) and overlays on it.  The plan is a
 list of cells; each cell writes one JSON file under ``results/sweep/<name>/cells/<suite>/`` (atomic
 write), named by a hash of its settings, so a re-run skips every cell already computed and an
 interrupt loses at most the cell in flight.  After the cells, :func:`finalize` turns the stored
@@ -35,6 +35,7 @@ import pandas as pd
 import torch
 
 from harness import costmodel as cm
+from harness.config import RESULTS, SWEEP_DIR
 from harness.profiler import profile_model, profile_pair, summarise
 from harness.provenance import (atomic_write_csv, atomic_write_json, atomic_write_parquet, metadata)
 from harness.synthetic import CallCost, HybridClock, VirtualClock, WallClock, synthetic_pair
@@ -45,8 +46,7 @@ from specimpl.speculative import speculative_generate
 
 __all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "finalize", "SHAPES", "DEFAULT_CONFIG"]
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG = REPO / "experiments" / "sweep" / "default.toml"
+DEFAULT_CONFIG = SWEEP_DIR / "default.toml"
 SUITES = ("grid", "synthetic", "real", "profile")
 CLOCKS = ("wall", "hybrid", "spin", "virtual")
 
@@ -482,7 +482,7 @@ def finalize(out: Path, cfg: dict, cells: list[dict]) -> dict:
 # -- command line ---------------------------------------------------------------------------------
 def add_arguments(parser) -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                        help="sweep file (TOML/JSON overlay on experiments/sweep/default.toml)")
+                        help="sweep file (TOML/JSON overlay on harness/experiments/sweep/default.toml)")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default results/sweep/<name>)")
     parser.add_argument("--device", default=None, help="cpu or cuda (overrides the config)")
     parser.add_argument("--suites", default=None, help="comma-separated subset of grid,synthetic,real,profile")
@@ -502,7 +502,7 @@ def run(args) -> int:
     if args.suites:
         over["suites"] = [s.strip() for s in args.suites.split(",") if s.strip()]
     cfg = load_config(args.config, over)
-    out = Path(args.out) if args.out else REPO / "results" / "sweep" / cfg["name"]
+    out = Path(args.out) if args.out else RESULTS / "sweep" / cfg["name"]
     cells = plan(cfg)
     todo = [c for c in cells if args.redo or not _cell_path(out, c).exists()]
     if args.list:

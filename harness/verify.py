@@ -9,7 +9,7 @@ A *sampler* is any callable with the signature of :func:`specimpl.speculative_ge
 
     fn(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator) -> GenerationResult
 
-Each scenario (``experiments/verify/*.toml``) draws ``draws × weight`` sequences from the sampler and
+Each scenario (``harness/experiments/verify/*.toml``) draws ``draws × weight`` sequences from the sampler and
 as many from target-only sampling, folds them into sufficient statistics, and runs the battery of
 :mod:`harness.battery`.  All tests of the whole run — every scenario, every control, the von Neumann
 sampler — form ONE family: the family-wise false-alarm budget (``family_alpha``, 1e-4) is split over
@@ -48,6 +48,7 @@ import pandas as pd
 import torch
 
 from harness import stats
+from harness.config import RESULTS
 from harness.battery import Accumulator, TestSpec, plan_chunks, plan_pit_value_tests, plan_tests
 from harness.exact import ExactLaw, warp_mismatch
 from harness.provenance import atomic_write_bytes, git_commit
@@ -58,7 +59,6 @@ from specimpl.speculative import speculative_generate
 
 __all__ = ["add_arguments", "run", "load_sampler", "verify", "RunSpec", "VerifyResult"]
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 class SamplerSpecError(ValueError):
@@ -72,7 +72,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "signature of specimpl.speculative_generate (default: the reference sampler, plus the "
                          "negative and lossless controls)")
     ap.add_argument("--scenario", action="append", metavar="NAME",
-                    help="scenario file experiments/verify/NAME.toml (repeatable; default: the list in default.toml)")
+                    help="scenario file harness/experiments/verify/NAME.toml (repeatable; default: the list in default.toml)")
     ap.add_argument("--draws", type=int, metavar="N", help="sequences per scenario (times its weight)")
     ap.add_argument("--control-draws", type=int, metavar="N", help="sequences per control")
     ap.add_argument("--seed", type=int, help="base seed (default: default.toml's)")
@@ -137,9 +137,9 @@ def _run(args, sampler, scenarios, settings, rm_spec):
     if args.out is not None:
         out = args.out
     elif args.sampler:
-        out = REPO / "results" / "verify" / "custom" / _slug(args.sampler)
+        out = RESULTS / "verify" / "custom" / _slug(args.sampler)
     else:
-        out = REPO / "results" / "verify"
+        out = RESULTS / "verify"
     return verify(sampler=sampler, sampler_label=args.sampler or "reference", scenarios=scenarios,
                  settings=settings, draws=args.draws, control_draws=args.control_draws, seed=args.seed,
                  full=args.full, controls=not args.sampler and not args.no_controls, out=out,
