@@ -20,7 +20,7 @@ VENV_FLAGS :=
 TORCH_INSTALL := $(PY) -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 endif
 
-.PHONY: setup test verify calibrate bench sweep report clean-venv
+.PHONY: setup test install-check verify calibrate bench sweep report clean-venv
 
 setup: $(VENV)/.installed
 
@@ -32,6 +32,10 @@ $(VENV)/.installed: pyproject.toml
 
 test: setup
 	$(PY) -m pytest -m "not slow" -p no:cacheprovider $(ARGS)
+
+# pip install . (not editable) into a fresh venv, then `python -m harness` from an empty directory
+install-check: setup
+	$(PY) -m pytest -m slow -p no:cacheprovider tests/test_install.py $(ARGS)
 
 verify: setup
 	$(PY) -m harness verify $(if $(filter 1,$(FULL)),--full,) $(ARGS)
