@@ -22,8 +22,7 @@ How it is timed
     cost curves of the real one.
 
 Output: one DataFrame row per (op, n, B) with the summaries (median, mean, std, quartiles, min,
-max, count) *and* the raw samples (``samples_s``, a list) next to them; :func:`long_samples`
-explodes them into one row per sample.
+max, count) *and* the raw samples (``samples_s``, a list) next to them.
 """
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import SpeculativeSampler
 
-__all__ = ["NullModel", "profile_model", "profile_sampler_overhead", "profile_pair", "summarise", "long_samples",
-           "Timer"]
+__all__ = ["NullModel", "profile_model", "profile_sampler_overhead", "profile_pair", "summarise", "Timer"]
 
 
 class _PerfClock:
@@ -153,17 +151,6 @@ def summarise(samples: dict, meta: dict, wall: Optional[dict] = None, cpu: Optio
                        cpu_samples_s=[float(x) for x in c])
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["op", "batch", "n"], ignore_index=True)
-
-
-def long_samples(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per raw sample (column ``seconds``) from a profile DataFrame."""
-    cols = ["samples_s"] + (["cpu_samples_s"] if "cpu_samples_s" in frame else [])
-    f = frame.explode(cols).rename(columns={"samples_s": "seconds", "cpu_samples_s": "cpu_seconds"})
-    f["seconds"] = f["seconds"].astype(float)
-    if "cpu_seconds" in f:
-        f["cpu_seconds"] = f["cpu_seconds"].astype(float)
-    f["sample"] = f.groupby(["op", "n", "batch"]).cumcount()
-    return f.drop(columns=[c for c in f.columns if c.endswith("_s")]).reset_index(drop=True)
 
 
 def _random_prompts(B: int, length: int, V: int, g: torch.Generator) -> list[list[int]]:
