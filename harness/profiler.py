@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.provenance import portable
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
@@ -201,7 +202,7 @@ def profile_model(model: LanguageModel, role: str, n_tokens: Sequence[int], batc
                     cpu.setdefault((op, n, B), []).append(ct)
         if progress is not None:
             progress.update(1)
-    meta = {"model": getattr(model, "name", type(model).__name__), "device": str(dev),
+    meta = {"model": portable(getattr(model, "name", type(model).__name__)), "device": str(dev),
             "timer": "cuda_events" if timer.cuda else ("virtual" if getattr(timer.clock, "virtual", False) else "perf_counter"),
             "context_len": context_len}
     return summarise(samples, meta, wall, cpu)
