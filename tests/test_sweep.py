@@ -1,6 +1,7 @@
 """Sweeps as data: configuration, plan, resumable cells, exact accounting on a virtual clock, report."""
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -164,3 +165,27 @@ def test_real_model_cell_runs_and_gives_both_time_bases():
                 "cpu_speedup_measured_model", "c_profiled", "alpha_hat"):
         assert np.isfinite(row[key]), key
     assert row["tokens_per_target_call"] >= 1
+
+
+def test_report_of_a_grid_only_sweep(tmp_path):
+    """A valid sweep of the grid alone: the report draws the model's figures and writes no measured tables."""
+    (tmp_path / "g.toml").write_text(TINY.replace('suites = ["grid", "synthetic"]', 'suites = ["grid"]'))
+    out = tmp_path / "out"
+    assert sweep.run(_args(tmp_path / "g.toml", out)) == 0
+    written = report.make_report(out, formats=("png",))
+    assert set(written) == {"speedup_vs_alpha", "speedup_heatmap", "optimal_k"}
+    assert json.loads((out / "meta.json").read_text())["schema_version"] >= 1
+
+
+def test_report_is_byte_reproducible(tmp_path):
+    """The report of the committed results, made twice, gives the same bytes (no date of the report run, the
+    provenance of the results), so `python -m harness report` leaves a clean checkout clean."""
+    results = report.RESULTS / "sweep" / "default"
+    results = results if results.is_absolute() else Path(__file__).resolve().parent.parent / results
+    a = report.make_report(results, tmp_path / "a")
+    b = report.make_report(results, tmp_path / "b")
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "b").iterdir()) and len(names) >= 10 and a.keys() == b.keys()
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert "drawn from the stored results of sweep `default`" in (tmp_path / "a" / "measured_table.tex").read_text()
