@@ -34,7 +34,9 @@ Acceptance metrics (define once, report both: systems disagree, see references)
     mean acceptance length 1 + accepted / rounds = E[n] + 1 = E        (vLLM V1; bonus/resample included)
     alpha_hat              sum_i accepted_at_i / sum_i reached_i: the maximum-likelihood alpha of the
                            iid model (positions judged, not positions drafted)
-    tokens per target call emitted / target calls (after truncation at max_new_tokens)
+    tokens per target call emitted / rounds: tokens one sequence gains per target call (after
+                           truncation at max_new_tokens; a batched call serves each live sequence once),
+                           as specimpl's SpecStats.totals() reports it
 """
 from __future__ import annotations
 

@@ -41,6 +41,7 @@ import pandas as pd
 from harness import costmodel as cm
 from harness.config import RESULTS
 from harness.provenance import atomic_savefig, atomic_write_text
+from harness.sweep_tables import PREDICTIONS, fidelity
 
 __all__ = ["add_arguments", "run", "make_report", "SweepResults", "FIGURES", "TABLES", "SUITE_STYLES"]
 
@@ -395,18 +396,17 @@ def latex_table(m: pd.DataFrame, caption: str, label: str, meta: Optional[dict] 
 
 
 def fidelity_md(measured: pd.DataFrame) -> str:
-    """Median / worst |predicted - measured| / measured per group of runs and time basis."""
+    """Median / worst |predicted - measured| / measured per group of runs and time basis
+    (:func:`harness.sweep_tables.fidelity`, the figures of ``fidelity.json``, as a markdown table)."""
     lines = ["| runs | time | cells | analytic median | analytic worst | measured model median | measured model worst "
              "| accounting median | accounting worst |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, g in [("all", measured)] + list(measured.groupby("group")):
-        for basis, pre in (("clock", ""), ("cpu", "cpu_")):
-            e = {m: g[f"{pre}err_{m}"].dropna() for m in ("analytic", "measured_model", "accounting")}
-            if not len(e["analytic"]):
+    for name, fid in fidelity(measured).items():
+        for basis in ("clock", "cpu"):
+            if "analytic" not in fid.get(basis, {}):
                 continue
-            lines.append(f"| {name} | {basis} | {len(e['analytic'])} | {e['analytic'].median():.1%} | "
-                         f"{e['analytic'].max():.1%} | {e['measured_model'].median():.1%} | "
-                         f"{e['measured_model'].max():.1%} | {e['accounting'].median():.1%} | "
-                         f"{e['accounting'].max():.1%} |")
+            f = fid[basis]
+            lines.append(f"| {name} | {basis} | {f['analytic']['cells']} | " + " | ".join(
+                f"{f[m]['median']:.1%} | {f[m]['worst']:.1%}" for m in PREDICTIONS) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -110,7 +110,7 @@ def measured_row(cell: StoredCell, n_sim: int = 400) -> dict:
     row = {**_settings_columns(cell),
            "alpha_hat": acc["alpha_hat"], "acceptance_rate": acc["acceptance_rate"],
            "mean_acceptance_length": acc["mean_acceptance_length"],
-           "tokens_per_target_call": m.emitted / max(m.target_calls, 1),
+           "tokens_per_target_call": acc["tokens_per_target_call"],
            "alpha_per_position": json.dumps([round(a, 4) for a in alphas]),
            "rounds": acc["rounds"], "target_calls": m.target_calls, "draft_calls": m.draft_calls}
     row.update(_basis(m, p, alphas, acc["alpha_hat"], "clock", n_sim))
