@@ -41,6 +41,7 @@ Acceptance metrics (define once, report both: systems disagree, see references)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -48,8 +49,8 @@ import pandas as pd
 
 from specimpl.errors import check_arg
 
-__all__ = ["expected_tokens", "analytic_speedup", "acceptance_metrics", "CostTable", "simulate_rounds",
-           "predict_measured", "predict_from_counts"]
+__all__ = ["expected_tokens", "analytic_speedup", "AcceptanceMetrics", "acceptance_metrics", "CostTable",
+           "simulate_rounds", "Prediction", "predict_measured", "predict_from_counts"]
 
 
 # -- analytic model -------------------------------------------------------------------------------
@@ -96,7 +97,22 @@ def analytic_speedup(alpha, c, k):
 
 
 # -- acceptance metrics ---------------------------------------------------------------------------
-def acceptance_metrics(accepted_hist: Sequence[int], emitted: Optional[int] = None) -> dict:
+@dataclass(frozen=True)
+class AcceptanceMetrics:
+    """The acceptance metrics of the module docstring; ``alpha_per_position`` is NaN where never judged."""
+
+    k: int
+    rounds: int
+    accepted: int
+    drafted: int
+    acceptance_rate: float
+    mean_acceptance_length: float
+    alpha_hat: float
+    alpha_per_position: list
+    tokens_per_target_call: float
+
+
+def acceptance_metrics(accepted_hist: Sequence[int], emitted: Optional[int] = None) -> AcceptanceMetrics:
     """Every acceptance metric of the module docstring from the histogram of n (rounds with n = 0..k accepted).
 
     ``emitted`` (tokens actually written, after truncation) gives tokens per target call; without it
@@ -113,14 +129,13 @@ def acceptance_metrics(accepted_hist: Sequence[int], emitted: Optional[int] = No
     accepted_at = np.array([h[i + 1:].sum() for i in range(k)])
     with np.errstate(invalid="ignore", divide="ignore"):
         alpha_i = np.where(reached > 0, accepted_at / np.maximum(reached, 1), np.nan)
-    return {
-        "k": k, "rounds": int(rounds), "accepted": int(accepted), "drafted": int(rounds * k),
-        "acceptance_rate": accepted / (rounds * k),
-        "mean_acceptance_length": 1.0 + accepted / rounds,
-        "alpha_hat": float(accepted_at.sum() / reached.sum()),
-        "alpha_per_position": alpha_i.tolist(),
-        "tokens_per_target_call": (float(emitted) / rounds) if emitted is not None else 1.0 + accepted / rounds,
-    }
+    return AcceptanceMetrics(
+        k=k, rounds=int(rounds), accepted=int(accepted), drafted=int(rounds * k),
+        acceptance_rate=accepted / (rounds * k),
+        mean_acceptance_length=1.0 + accepted / rounds,
+        alpha_hat=float(accepted_at.sum() / reached.sum()),
+        alpha_per_position=alpha_i.tolist(),
+        tokens_per_target_call=(float(emitted) / rounds) if emitted is not None else 1.0 + accepted / rounds)
 
 
 # -- profiled per-call costs ----------------------------------------------------------------------
@@ -226,29 +241,48 @@ def simulate_rounds(alphas: Sequence[float], B: int, max_new_tokens: int, n_sim:
     return counts / n_sim
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted wall times of one speculative and one target-only call (seconds), and the rounds behind them
+    (expected by the measured model, realised in the cost accounting)."""
+
+    t_spec_s: float
+    t_ar_s: float
+    rounds: float
+
+    @property
+    def speedup(self) -> float:
+        return self.t_ar_s / self.t_spec_s
+
+
+def _prefill_costs(costs: CostTable, B: int, prompt_len: int) -> tuple[float, float]:
+    """(target prefill, draft prefill) of B prompts of ``prompt_len`` tokens."""
+    return costs("target.prefill", prompt_len - 1, B), costs("draft.prefill", prompt_len - 1, B)
+
+
 def predict_measured(costs: CostTable, alphas: Sequence[float], B: int, max_new_tokens: int, prompt_len: int,
-                     n_sim: int = 400, seed: int = 0) -> dict:
+                     n_sim: int = 400, seed: int = 0) -> Prediction:
     """Measured model: expected wall times of the speculative and the target-only call, and S.
 
     ``alphas`` are the conditional per-position acceptances alpha_1..alpha_k (k = len(alphas)).
     """
     k = len(alphas)
     rounds_at = simulate_rounds(alphas, B, max_new_tokens, n_sim, np.random.default_rng(seed))
-    t_spec = costs("target.prefill", prompt_len - 1, B) + costs("draft.prefill", prompt_len - 1, B)
+    pre_t, pre_d = _prefill_costs(costs, B, prompt_len)
+    t_spec = pre_t + pre_d
     t_spec += sum(r * costs.round_cost(k, A) for A, r in enumerate(rounds_at) if r > 0)
-    t_ar = costs("target.prefill", prompt_len - 1, B) + max_new_tokens * costs.token_cost_ar(B)
-    tokens = B * max_new_tokens
-    return {"t_spec_s": t_spec, "t_ar_s": t_ar, "tokens_per_s_spec": tokens / t_spec,
-            "tokens_per_s_ar": tokens / t_ar, "speedup": t_ar / t_spec, "rounds": float(rounds_at.sum())}
+    t_ar = pre_t + max_new_tokens * costs.token_cost_ar(B)
+    return Prediction(t_spec, t_ar, float(rounds_at.sum()))
 
 
 def predict_from_counts(costs: CostTable, k: int, round_batches: Sequence[int], B: int, max_new_tokens: int,
-                        prompt_len: int) -> dict:
+                        prompt_len: int) -> Prediction:
     """Cost accounting: the realised rounds of a run (active batch of each round) times profiled costs.
 
     Separates the error of the costs from the error of the acceptance model in :func:`predict_measured`.
     """
-    t_spec = costs("target.prefill", prompt_len - 1, B) + costs("draft.prefill", prompt_len - 1, B)
+    pre_t, pre_d = _prefill_costs(costs, B, prompt_len)
+    t_spec = pre_t + pre_d
     t_spec += sum(costs.round_cost(k, int(A)) for A in round_batches)
-    t_ar = costs("target.prefill", prompt_len - 1, B) + max_new_tokens * costs.token_cost_ar(B)
-    return {"t_spec_s": t_spec, "t_ar_s": t_ar, "speedup": t_ar / t_spec}
+    t_ar = pre_t + max_new_tokens * costs.token_cost_ar(B)
+    return Prediction(t_spec, t_ar, float(len(round_batches)))

@@ -67,7 +67,7 @@ def _basis(m: Measurement, p, alphas: list, alpha_hat: float, basis: str, n_sim:
     c_prof = costs.c(B)
     pred = cm.predict_measured(costs, alphas, B, N, P, n_sim=n_sim, seed=0)
     acc_runs = [cm.predict_from_counts(costs, k, rb, B, N, P) for rb in m.round_batches]
-    s_acc = acc_runs[0]["t_ar_s"] / float(np.mean([r["t_spec_s"] for r in acc_runs]))
+    s_acc = acc_runs[0].t_ar_s / float(np.mean([r.t_spec_s for r in acc_runs]))
     s_meas = t_ar / t_spec
     s_an = cm.analytic_speedup(alpha_hat, c_prof, k)
     paired = t.pivot(index="rep", columns="arm", values=col)
@@ -82,9 +82,9 @@ def _basis(m: Measurement, p, alphas: list, alpha_hat: float, basis: str, n_sim:
         "t_target_1_s": costs("target.forward", 1, B), "t_target_k1_s": costs("target.forward", k + 1, B),
         "t_draft_1_s": costs("draft.forward", 1, B), "overhead_round_s": costs.get("spec.overhead", k, B),
         "overhead_token_ar_s": costs.get("ar.overhead", 1, B), "c_profiled": c_prof,
-        "speedup_analytic": s_an, "speedup_measured_model": pred["speedup"], "speedup_accounting": s_acc,
-        "t_spec_pred_s": pred["t_spec_s"], "t_ar_pred_s": pred["t_ar_s"],
-        "err_analytic": abs(s_an - s_meas) / s_meas, "err_measured_model": abs(pred["speedup"] - s_meas) / s_meas,
+        "speedup_analytic": s_an, "speedup_measured_model": pred.speedup, "speedup_accounting": s_acc,
+        "t_spec_pred_s": pred.t_spec_s, "t_ar_pred_s": pred.t_ar_s,
+        "err_analytic": abs(s_an - s_meas) / s_meas, "err_measured_model": abs(pred.speedup - s_meas) / s_meas,
         "err_accounting": abs(s_acc - s_meas) / s_meas,
     }
 
@@ -106,15 +106,14 @@ def measured_row(cell: StoredCell, n_sim: int = 400) -> dict:
     """
     p, m = cell.params, cell.measurement
     acc = cm.acceptance_metrics(m.accepted_hist, emitted=m.emitted)
-    alphas = [a if a == a else 0.0 for a in acc["alpha_per_position"]]  # never-reached positions: 0
+    alphas = [a if a == a else 0.0 for a in acc.alpha_per_position]  # never-reached positions: 0
     row = {**_settings_columns(cell),
-           "alpha_hat": acc["alpha_hat"], "acceptance_rate": acc["acceptance_rate"],
-           "mean_acceptance_length": acc["mean_acceptance_length"],
-           "tokens_per_target_call": acc["tokens_per_target_call"],
+           "alpha_hat": acc.alpha_hat, "acceptance_rate": acc.acceptance_rate,
+           "mean_acceptance_length": acc.mean_acceptance_length, "tokens_per_target_call": acc.tokens_per_target_call,
            "alpha_per_position": json.dumps([round(a, 4) for a in alphas]),
-           "rounds": acc["rounds"], "target_calls": m.target_calls, "draft_calls": m.draft_calls}
-    row.update(_basis(m, p, alphas, acc["alpha_hat"], "clock", n_sim))
-    cpu = _basis(m, p, alphas, acc["alpha_hat"], "cpu", n_sim) if p.cpu_basis else {}
+           "rounds": acc.rounds, "target_calls": m.target_calls, "draft_calls": m.draft_calls}
+    row.update(_basis(m, p, alphas, acc.alpha_hat, "clock", n_sim))
+    cpu = _basis(m, p, alphas, acc.alpha_hat, "cpu", n_sim) if p.cpu_basis else {}
     for key in _CPU_COLUMNS:
         row[f"cpu_{key}"] = cpu.get(key, np.nan)
     row.update({"load_1min": float(np.mean(cell.loadavg_before_after)), "cell_seconds": cell.seconds,

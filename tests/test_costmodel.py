@@ -41,16 +41,16 @@ def test_acceptance_metrics_by_hand():
     # k = 4; 20 rounds with n = 0,1,2,3,4 accepted drafts 1,2,3,4,10 times
     m = cm.acceptance_metrics([1, 2, 3, 4, 10])
     accepted = 0 * 1 + 1 * 2 + 2 * 3 + 3 * 4 + 4 * 10  # 60
-    assert m["accepted"] == accepted and m["drafted"] == 80 and m["rounds"] == 20
-    assert m["acceptance_rate"] == pytest.approx(60 / 80)  # accepted / drafted
-    assert m["mean_acceptance_length"] == pytest.approx(1 + 60 / 20)  # 1 + accepted / rounds
+    assert m.accepted == accepted and m.drafted == 80 and m.rounds == 20
+    assert m.acceptance_rate == pytest.approx(60 / 80)  # accepted / drafted
+    assert m.mean_acceptance_length == pytest.approx(1 + 60 / 20)  # 1 + accepted / rounds
     # position i judged in rounds with n >= i - 1, accepted in rounds with n >= i
     reached = [20, 19, 17, 14]
     acc_at = [19, 17, 14, 10]
-    assert m["alpha_per_position"] == pytest.approx([a / r for a, r in zip(acc_at, reached)])
-    assert m["alpha_hat"] == pytest.approx(sum(acc_at) / sum(reached))
+    assert m.alpha_per_position == pytest.approx([a / r for a, r in zip(acc_at, reached)])
+    assert m.alpha_hat == pytest.approx(sum(acc_at) / sum(reached))
     # E = 1 + sum_j prod_{i<=j} alpha_i from the positional alphas equals the mean tokens per round
-    assert 1 + np.cumprod(m["alpha_per_position"]).sum() == pytest.approx(m["mean_acceptance_length"])
+    assert 1 + np.cumprod(m.alpha_per_position).sum() == pytest.approx(m.mean_acceptance_length)
 
 
 @pytest.mark.parametrize("bad", [dict(alpha=-0.1, k=2), dict(alpha=1.2, k=2), dict(alpha=0.5, k=0),
@@ -129,9 +129,9 @@ def test_measured_prediction_on_known_costs():
     # all drafts accepted, k = 2: 3 tokens a round, 12 tokens in exactly 4 rounds
     p = cm.predict_measured(t, [1.0, 1.0], 1, 12, 8)
     round_cost = 0.002 + 0.002 + 0.012 + 0.001
-    assert p["t_spec_s"] == pytest.approx(0.02 + 0.004 + 4 * round_cost)
-    assert p["t_ar_s"] == pytest.approx(0.02 + 12 * 0.0105)
-    assert p["speedup"] == pytest.approx(p["t_ar_s"] / p["t_spec_s"])
+    assert p.t_spec_s == pytest.approx(0.02 + 0.004 + 4 * round_cost)
+    assert p.t_ar_s == pytest.approx(0.02 + 12 * 0.0105)
+    assert p.speedup == pytest.approx(p.t_ar_s / p.t_spec_s)
     acc = cm.predict_from_counts(t, 2, [1, 1, 1, 1], 1, 12, 8)
-    assert acc["t_spec_s"] == pytest.approx(p["t_spec_s"])
+    assert acc.t_spec_s == pytest.approx(p.t_spec_s)
     assert t.c(1) == pytest.approx(0.2)
