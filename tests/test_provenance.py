@@ -46,13 +46,6 @@ def test_paths_outside_the_repository_and_working_directory_stay_as_they_are(tmp
     assert pv.portable(str(REPO)) == "."
 
 
-def test_every_writer_of_meta_json_gets_the_schema_version():
-    """meta.json is written by the sweep (sweep.finalize) and verify (verify_report), both from metadata()."""
-    for mod in ("sweep", "verify_report"):
-        src = (REPO / "harness" / f"{mod}.py").read_text()
-        assert "metadata(" in src, mod
-
-
 @pytest.mark.parametrize("fmt", ["png", "pdf", "svg"])
 def test_figures_are_byte_reproducible(tmp_path, fmt):
     import matplotlib
