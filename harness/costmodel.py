@@ -34,24 +34,23 @@ Acceptance metrics (define once, report both: systems disagree, see references)
     mean acceptance length 1 + accepted / rounds = E[n] + 1 = E        (vLLM V1; bonus/resample included)
     alpha_hat              sum_i accepted_at_i / sum_i reached_i: the maximum-likelihood alpha of the
                            iid model (positions judged, not positions drafted)
-    tokens per target call emitted / target calls (after truncation at max_new_tokens)
+    tokens per target call emitted / rounds: tokens one sequence gains per target call (after
+                           truncation at max_new_tokens; a batched call serves each live sequence once),
+                           as specimpl's SpecStats.totals() reports it
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from specimpl.errors import check_arg
 
-__all__ = [
-    "expected_tokens", "expected_tokens_positional", "analytic_speedup", "optimal_k", "breakeven_alpha",
-    "alpha_from_expected_tokens", "walltime", "call_costs_from_counts", "acceptance_metrics",
-    "CostTable", "simulate_rounds", "predict_measured", "predict_analytic", "predict_from_counts",
-]
+__all__ = ["expected_tokens", "analytic_speedup", "AcceptanceMetrics", "acceptance_metrics", "CostTable",
+           "simulate_rounds", "Prediction", "predict_measured", "predict_from_counts"]
 
 
 # -- analytic model -------------------------------------------------------------------------------
@@ -88,13 +87,6 @@ def expected_tokens(alpha, k):
     return e if e.ndim else float(e)
 
 
-def expected_tokens_positional(alphas: Sequence[float]) -> float:
-    """E = 1 + sum_{j=1..k} prod_{i<=j} alpha_i for conditional per-position acceptances alpha_1..alpha_k."""
-    a = _check_alpha(alphas, "alphas")
-    check_arg(a.ndim == 1 and a.size >= 1, "alphas", alphas, "a 1-D sequence of k >= 1 probabilities")
-    return float(1.0 + np.cumprod(a).sum())
-
-
 def analytic_speedup(alpha, c, k):
     """S = (1 - alpha^{k+1}) / ((1 - alpha)(k c + 1)) (Leviathan et al. 2023, Thm 3.8).  Broadcasts."""
     cc = _check_c(c)
@@ -104,84 +96,23 @@ def analytic_speedup(alpha, c, k):
     return s if np.ndim(s) else float(s)
 
 
-def optimal_k(alpha, c, k_max: int = 16):
-    """Best k in 1..k_max by integer search over S.  Returns (k_opt, S_opt), broadcast over alpha, c.
+# -- acceptance metrics ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AcceptanceMetrics:
+    """The acceptance metrics of the module docstring; ``alpha_per_position`` is NaN where never judged."""
 
-    Ties go to the smaller k.  S_opt < 1 means no k gains (then alpha <= c, Leviathan Cor. 3.9).
-    """
-    check_arg(isinstance(k_max, (int, np.integer)) and k_max >= 1, "k_max", k_max, "an integer >= 1")
-    a, cc = np.broadcast_arrays(_check_alpha(alpha), _check_c(c))
-    ks = np.arange(1, k_max + 1)
-    s = analytic_speedup(a[..., None], cc[..., None], ks)  # (..., k_max)
-    i = np.argmax(s, axis=-1)
-    k_opt = ks[i]
-    s_opt = np.take_along_axis(s, i[..., None], -1)[..., 0]
-    if k_opt.ndim == 0:
-        return int(k_opt), float(s_opt)
-    return k_opt, s_opt
-
-
-def breakeven_alpha(c, k) -> float:
-    """The alpha at which S(alpha, c, k) = 1 (S increases with alpha); NaN if S < 1 for every alpha < 1.
-
-    At k = 1 this is alpha = c exactly.
-    """
-    cc = float(_check_c(c))
-    kk = int(_check_k(k))
-    lo, hi = 0.0, 1.0
-    if analytic_speedup(lo, cc, kk) >= 1.0:
-        return 0.0
-    if (kk + 1.0) / (kk * cc + 1.0) <= 1.0:  # S at alpha -> 1
-        return float("nan")
-    for _ in range(80):  # bisection: S is continuous and increasing in alpha
-        mid = 0.5 * (lo + hi)
-        if analytic_speedup(mid, cc, kk) < 1.0:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    k: int
+    rounds: int
+    accepted: int
+    drafted: int
+    acceptance_rate: float
+    mean_acceptance_length: float
+    alpha_hat: float
+    alpha_per_position: list
+    tokens_per_target_call: float
 
 
-def alpha_from_expected_tokens(e: float, k: int) -> float:
-    """Invert E(alpha, k) = e for alpha in [0, 1] (e in [1, k + 1])."""
-    kk = int(_check_k(k))
-    check_arg(1.0 <= e <= kk + 1.0, "e", e, f"expected tokens per round in [1, k + 1] = [1, {kk + 1}]")
-    lo, hi = 0.0, 1.0
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        if expected_tokens(mid, kk) < e:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
-# -- call accounting ------------------------------------------------------------------------------
-def walltime(target_calls: float, draft_calls: float, t_target: float, t_draft: float,
-             overhead: float = 0.0) -> float:
-    """Wall time of a decode as the sum of its calls: target_calls T_target + draft_calls T_draft + overhead."""
-    for name, v in (("target_calls", target_calls), ("draft_calls", draft_calls), ("t_target", t_target),
-                    ("t_draft", t_draft), ("overhead", overhead)):
-        check_arg(isinstance(v, (int, float, np.number)) and math.isfinite(v) and v >= 0, name, v, "a finite number >= 0")
-    return target_calls * t_target + draft_calls * t_draft + overhead
-
-
-def call_costs_from_counts(ar_time: float, ar_target_calls: int, spec_time: float, spec_target_calls: int,
-                           spec_draft_calls: int) -> tuple[float, float]:
-    """(T_target, T_draft) implied by one target-only and one speculative run (no overhead term).
-
-    T_target = ar_time / ar_target_calls;  T_draft = (spec_time - spec_target_calls T_target) / spec_draft_calls.
-    """
-    check_arg(ar_target_calls >= 1, "ar_target_calls", ar_target_calls, "an integer >= 1")
-    check_arg(spec_draft_calls >= 1, "spec_draft_calls", spec_draft_calls, "an integer >= 1")
-    t_target = ar_time / ar_target_calls
-    t_draft = (spec_time - spec_target_calls * t_target) / spec_draft_calls
-    check_arg(t_draft >= 0, "spec_time", spec_time,
-              f"at least spec_target_calls * T_target = {spec_target_calls * t_target:g} (else T_draft < 0)")
-    return t_target, t_draft
-
-
-def acceptance_metrics(accepted_hist: Sequence[int], emitted: Optional[int] = None) -> dict:
+def acceptance_metrics(accepted_hist: Sequence[int], emitted: Optional[int] = None) -> AcceptanceMetrics:
     """Every acceptance metric of the module docstring from the histogram of n (rounds with n = 0..k accepted).
 
     ``emitted`` (tokens actually written, after truncation) gives tokens per target call; without it
@@ -198,14 +129,13 @@ def acceptance_metrics(accepted_hist: Sequence[int], emitted: Optional[int] = No
     accepted_at = np.array([h[i + 1:].sum() for i in range(k)])
     with np.errstate(invalid="ignore", divide="ignore"):
         alpha_i = np.where(reached > 0, accepted_at / np.maximum(reached, 1), np.nan)
-    return {
-        "k": k, "rounds": int(rounds), "accepted": int(accepted), "drafted": int(rounds * k),
-        "acceptance_rate": accepted / (rounds * k),
-        "mean_acceptance_length": 1.0 + accepted / rounds,
-        "alpha_hat": float(accepted_at.sum() / reached.sum()),
-        "alpha_per_position": alpha_i.tolist(),
-        "tokens_per_target_call": (float(emitted) / rounds) if emitted is not None else 1.0 + accepted / rounds,
-    }
+    return AcceptanceMetrics(
+        k=k, rounds=int(rounds), accepted=int(accepted), drafted=int(rounds * k),
+        acceptance_rate=accepted / (rounds * k),
+        mean_acceptance_length=1.0 + accepted / rounds,
+        alpha_hat=float(accepted_at.sum() / reached.sum()),
+        alpha_per_position=alpha_i.tolist(),
+        tokens_per_target_call=(float(emitted) / rounds) if emitted is not None else 1.0 + accepted / rounds)
 
 
 # -- profiled per-call costs ----------------------------------------------------------------------
@@ -230,9 +160,6 @@ class CostTable:
         g = frame.groupby(["op", "n", "batch"], as_index=False)[value].median()
         self._t = {(r.op, int(r.n), int(r.batch)): float(getattr(r, value)) for r in g.itertuples()}
         self.ops = sorted({o for o, _, _ in self._t})
-
-    def has(self, op: str) -> bool:
-        return op in self.ops
 
     def _at_batch(self, op: str, n: int, B: int) -> float:
         if (op, n, B) in self._t:
@@ -314,34 +241,48 @@ def simulate_rounds(alphas: Sequence[float], B: int, max_new_tokens: int, n_sim:
     return counts / n_sim
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted wall times of one speculative and one target-only call (seconds), and the rounds behind them
+    (expected by the measured model, realised in the cost accounting)."""
+
+    t_spec_s: float
+    t_ar_s: float
+    rounds: float
+
+    @property
+    def speedup(self) -> float:
+        return self.t_ar_s / self.t_spec_s
+
+
+def _prefill_costs(costs: CostTable, B: int, prompt_len: int) -> tuple[float, float]:
+    """(target prefill, draft prefill) of B prompts of ``prompt_len`` tokens."""
+    return costs("target.prefill", prompt_len - 1, B), costs("draft.prefill", prompt_len - 1, B)
+
+
 def predict_measured(costs: CostTable, alphas: Sequence[float], B: int, max_new_tokens: int, prompt_len: int,
-                     n_sim: int = 400, seed: int = 0) -> dict:
+                     n_sim: int = 400, seed: int = 0) -> Prediction:
     """Measured model: expected wall times of the speculative and the target-only call, and S.
 
     ``alphas`` are the conditional per-position acceptances alpha_1..alpha_k (k = len(alphas)).
     """
     k = len(alphas)
     rounds_at = simulate_rounds(alphas, B, max_new_tokens, n_sim, np.random.default_rng(seed))
-    t_spec = costs("target.prefill", prompt_len - 1, B) + costs("draft.prefill", prompt_len - 1, B)
+    pre_t, pre_d = _prefill_costs(costs, B, prompt_len)
+    t_spec = pre_t + pre_d
     t_spec += sum(r * costs.round_cost(k, A) for A, r in enumerate(rounds_at) if r > 0)
-    t_ar = costs("target.prefill", prompt_len - 1, B) + max_new_tokens * costs.token_cost_ar(B)
-    tokens = B * max_new_tokens
-    return {"t_spec_s": t_spec, "t_ar_s": t_ar, "tokens_per_s_spec": tokens / t_spec,
-            "tokens_per_s_ar": tokens / t_ar, "speedup": t_ar / t_spec, "rounds": float(rounds_at.sum())}
+    t_ar = pre_t + max_new_tokens * costs.token_cost_ar(B)
+    return Prediction(t_spec, t_ar, float(rounds_at.sum()))
 
 
 def predict_from_counts(costs: CostTable, k: int, round_batches: Sequence[int], B: int, max_new_tokens: int,
-                        prompt_len: int) -> dict:
+                        prompt_len: int) -> Prediction:
     """Cost accounting: the realised rounds of a run (active batch of each round) times profiled costs.
 
     Separates the error of the costs from the error of the acceptance model in :func:`predict_measured`.
     """
-    t_spec = costs("target.prefill", prompt_len - 1, B) + costs("draft.prefill", prompt_len - 1, B)
+    pre_t, pre_d = _prefill_costs(costs, B, prompt_len)
+    t_spec = pre_t + pre_d
     t_spec += sum(costs.round_cost(k, int(A)) for A in round_batches)
-    t_ar = costs("target.prefill", prompt_len - 1, B) + max_new_tokens * costs.token_cost_ar(B)
-    return {"t_spec_s": t_spec, "t_ar_s": t_ar, "speedup": t_ar / t_spec}
-
-
-def predict_analytic(alpha: float, c: float, k: int) -> dict:
-    """Leviathan's model for one run: S = E(alpha, k) / (k c + 1)."""
-    return {"speedup": analytic_speedup(alpha, c, k), "expected_tokens": expected_tokens(alpha, k)}
+    t_ar = pre_t + max_new_tokens * costs.token_cost_ar(B)
+    return Prediction(t_spec, t_ar, float(len(round_batches)))

@@ -247,7 +247,3 @@ class ExactLaw:
                     alive[m2] += d @ cont[:, n, :]
         alpha = np.divide(E_acc, E_reach, out=np.zeros(k), where=E_reach > 0)
         return AcceptanceLaw(E_reach, E_acc, E_hist, alpha, float(alive.sum()))
-
-    def beta_table(self) -> np.ndarray:
-        """(C,) per-context acceptance sum_x min(p, q) = 1 - TV(p, q)."""
-        return np.minimum(self.P, self.Q).sum(1)

@@ -22,8 +22,7 @@ How it is timed
     cost curves of the real one.
 
 Output: one DataFrame row per (op, n, B) with the summaries (median, mean, std, quartiles, min,
-max, count) *and* the raw samples (``samples_s``, a list) next to them; :func:`long_samples`
-explodes them into one row per sample.
+max, count) *and* the raw samples (``samples_s``, a list) next to them.
 """
 from __future__ import annotations
 
@@ -35,14 +34,14 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.provenance import portable
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import SpeculativeSampler
 
-__all__ = ["NullModel", "profile_model", "profile_sampler_overhead", "profile_pair", "summarise", "long_samples",
-           "Timer"]
+__all__ = ["NullModel", "profile_model", "profile_sampler_overhead", "profile_pair", "summarise", "Timer"]
 
 
 class _PerfClock:
@@ -60,6 +59,13 @@ class Timer:
         self.device = torch.device(device)
         self.clock = _PerfClock() if clock is None else clock
         self.cuda = self.device.type == "cuda" and not getattr(self.clock, "virtual", False)
+
+    @property
+    def kind(self) -> str:
+        """How this timer reads time: 'cuda_events', 'virtual' or 'perf_counter'."""
+        if self.cuda:
+            return "cuda_events"
+        return "virtual" if getattr(self.clock, "virtual", False) else "perf_counter"
 
     def sync(self):
         if self.device.type == "cuda":
@@ -155,17 +161,6 @@ def summarise(samples: dict, meta: dict, wall: Optional[dict] = None, cpu: Optio
     return pd.DataFrame(rows).sort_values(["op", "batch", "n"], ignore_index=True)
 
 
-def long_samples(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per raw sample (column ``seconds``) from a profile DataFrame."""
-    cols = ["samples_s"] + (["cpu_samples_s"] if "cpu_samples_s" in frame else [])
-    f = frame.explode(cols).rename(columns={"samples_s": "seconds", "cpu_samples_s": "cpu_seconds"})
-    f["seconds"] = f["seconds"].astype(float)
-    if "cpu_seconds" in f:
-        f["cpu_seconds"] = f["cpu_seconds"].astype(float)
-    f["sample"] = f.groupby(["op", "n", "batch"]).cumcount()
-    return f.drop(columns=[c for c in f.columns if c.endswith("_s")]).reset_index(drop=True)
-
-
 def _random_prompts(B: int, length: int, V: int, g: torch.Generator) -> list[list[int]]:
     return torch.randint(0, V, (B, length), generator=g).tolist()
 
@@ -214,10 +209,30 @@ def profile_model(model: LanguageModel, role: str, n_tokens: Sequence[int], batc
                     cpu.setdefault((op, n, B), []).append(ct)
         if progress is not None:
             progress.update(1)
-    meta = {"model": getattr(model, "name", type(model).__name__), "device": str(dev),
-            "timer": "cuda_events" if timer.cuda else ("virtual" if getattr(timer.clock, "virtual", False) else "perf_counter"),
-            "context_len": context_len}
+    meta = {"model": portable(getattr(model, "name", type(model).__name__)), "device": str(dev),
+            "timer": timer.kind, "context_len": context_len}
     return summarise(samples, meta, wall, cpu)
+
+
+def _null_call_costs(tnull, dnull, ks, bs, prompt_len, repeats, clock, seed) -> dict:
+    """{(op, n, B): (mean seconds, mean CPU seconds)} of the null models' own calls (``t.*``, ``d.*``)."""
+    nt = {}
+    for role, m, ns in (("t", tnull, sorted({1} | {k + 1 for k in ks})), ("d", dnull, [1, 2])):
+        nprof = profile_model(m, role, ns, bs, context_len=prompt_len, prompt_len=prompt_len,
+                              repeats=repeats, warmup=1, clock=clock, seed=seed)
+        nt.update({(r.op, r.n, r.batch): (r.mean_s, r.cpu_mean_s) for r in nprof.itertuples()})
+    return nt
+
+
+def _null_cost(nt: dict, kind: str, k: int, B: int, P1: int, r: int) -> list:
+    """[seconds, CPU seconds] the null calls of one timed run took: a speculative run of r rounds at draft
+    length k ('spec'), or r target-only steps ('ar'), each after a prefill of P1 tokens."""
+    if kind == "ar":
+        return [nt[("t.prefill", P1, B)][j] + r * nt[("t.forward", 1, B)][j] for j in (0, 1)]
+    return [nt[("t.prefill", P1, B)][j] + nt[("d.prefill", P1, B)][j]
+            + r * (nt[("d.forward", 2, B)][j] + (k - 1) * nt[("d.forward", 1, B)][j]
+                   + nt[("t.forward", k + 1, B)][j] + nt[("t.rollback", 1, B)][j]
+                   + nt[("d.rollback", 1, B)][j]) for j in (0, 1)]
 
 
 @torch.no_grad()
@@ -247,13 +262,7 @@ def profile_sampler_overhead(vocab_size: int, ks: Sequence[int], batch_sizes: Se
     gp = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     prompts = {B: _random_prompts(B, prompt_len, vocab_size, gp) for B in bs}
-    # the null models' own per-call cost, to subtract
-    nt = {}
-    for role, m, ns in (("t", tnull, sorted({1} | {k + 1 for k in ks})), ("d", dnull, [1, 2])):
-        nprof = profile_model(m, role, ns, bs, context_len=prompt_len, prompt_len=prompt_len,
-                              repeats=max(repeats, 5), warmup=1, clock=clock, seed=seed)
-        nt.update({(r.op, r.n, r.batch): (r.mean_s, r.cpu_mean_s) for r in nprof.itertuples()})
-    P1 = prompt_len - 1
+    nt = _null_call_costs(tnull, dnull, ks, bs, prompt_len, max(repeats, 5), clock, seed)
     points = [("spec", k, B) for B in bs for k in ks] + [("ar", 1, B) for B in bs]
     samples: dict = {}
     cpu: dict = {}
@@ -264,21 +273,16 @@ def profile_sampler_overhead(vocab_size: int, ks: Sequence[int], batch_sizes: Se
                 sampler = sampler_cls(tnull, dnull, k, config)
                 res, dt, _, ct = timer(lambda: sampler.generate(prompts[B], rounds * (k + 1), None, g))
                 r = len(res.stats.rounds)
-                null_cost = [nt[("t.prefill", P1, B)][j] + nt[("d.prefill", P1, B)][j]
-                             + r * (nt[("d.forward", 2, B)][j] + (k - 1) * nt[("d.forward", 1, B)][j]
-                                    + nt[("t.forward", k + 1, B)][j] + nt[("t.rollback", 1, B)][j]
-                                    + nt[("d.rollback", 1, B)][j]) for j in (0, 1)]
             else:
                 res, dt, _, ct = timer(lambda: autoregressive_generate(tnull, prompts[B], max_new_tokens=rounds,
                                                                        config=config, generator=g))
                 r = rounds
-                null_cost = [nt[("t.prefill", P1, B)][j] + rounds * nt[("t.forward", 1, B)][j] for j in (0, 1)]
+            null_cost = _null_cost(nt, kind, k, B, prompt_len - 1, r)
             if rep >= warmup:
                 samples.setdefault((f"{kind}.overhead", k, B), []).append((dt - null_cost[0]) / r)
                 cpu.setdefault((f"{kind}.overhead", k, B), []).append((ct - null_cost[1]) / r)
     meta = {"model": f"sampler(V={vocab_size},{config.describe()},{str(dtype).replace('torch.', '')})",
-            "device": str(dev), "timer": "cuda_events" if timer.cuda else
-            ("virtual" if getattr(timer.clock, "virtual", False) else "perf_counter"), "context_len": prompt_len}
+            "device": str(dev), "timer": timer.kind, "context_len": prompt_len}
     return summarise(samples, meta, cpu=cpu)
 
 

@@ -1,10 +1,16 @@
 """Provenance of a result (config, seed, commit, versions, machine) and atomic writes.
 
-Every result file the harness writes carries :func:`metadata`: the experiment's config, the seed,
-the git commit (and whether the tree was dirty), library versions and a description of the
-machine (CPU, core count, load average, GPU if any).  Writes go to a temporary file in the target
-directory and are moved into place with ``os.replace``, so a reader never sees half a file and an
-interrupted run leaves the previous result intact.
+Every result file the harness writes carries :func:`metadata`: the format's ``schema_version``, the
+experiment's config, the seed, the git commit (and whether the tree was dirty), library versions, a
+description of the machine (CPU, core count, load average, GPU if any) and the command that made it.
+
+Provenance is portable: a path is recorded relative to the repository or the working directory (the
+home directory as ``~``), never as the absolute path of the machine that made it (:func:`portable`), and
+the command as it is typed (``python -m harness verify ...``, :func:`command_line`).
+
+Writes go to a temporary file in the target directory and are moved into place with ``os.replace``, so
+a reader never sees half a file and an interrupted run leaves the previous result intact.  Figures are
+reproducible: the same figure and provenance give the same bytes (no creation date in PDF or SVG).
 """
 from __future__ import annotations
 
@@ -13,15 +19,20 @@ import io
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["metadata", "git_commit", "versions", "machine", "atomic_write_bytes", "atomic_write_text",
-           "atomic_write_json", "atomic_write_parquet", "atomic_write_csv", "atomic_savefig",
-           "metadata_text"]
+__all__ = ["SCHEMA_VERSION", "metadata", "git_commit", "versions", "machine", "portable", "command_line",
+           "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_parquet",
+           "atomic_write_csv", "atomic_savefig", "metadata_text"]
+
+# Version of the layout of result files and their metadata; raise it when a reader would misread old files.
+# 1: schema_version added; paths relative; `command` as typed (python -m ...).
+SCHEMA_VERSION = 1
 
 # The source checkout this package runs from, if any: an installed copy (site-packages) has no .git
 # beside it, and then no commit is claimed (never the commit of some repository that happens to enclose it).
@@ -109,6 +120,8 @@ def _jsonable(x):
         return [_jsonable(v) for v in x]
     if isinstance(x, (str, int, float, bool)) or x is None:
         return x
+    if isinstance(x, os.PathLike):
+        return os.fspath(x)
     if hasattr(x, "item") and getattr(x, "ndim", 1) == 0:
         return x.item()
     if hasattr(x, "tolist"):
@@ -118,16 +131,95 @@ def _jsonable(x):
     return repr(x)
 
 
+# -- portable paths ---------------------------------------------------------------------------
+def _roots() -> list[tuple[str, str]]:
+    """(absolute prefix, what replaces it): the repository, the working directory, the home directory."""
+    out = []
+    if (_REPO / ".git").exists() or (_REPO / "pyproject.toml").exists():
+        out.append((_REPO, ""))
+    try:
+        out.append((Path.cwd(), ""))
+    except OSError:
+        pass
+    try:
+        out.append((Path.home(), "~"))
+    except (KeyError, RuntimeError):
+        pass
+    roots = []
+    for path, repl in out:
+        for form in dict.fromkeys((str(path), os.path.realpath(path))):
+            if form != os.sep:
+                roots.append((form.rstrip(os.sep), repl))
+    return roots
+
+
+def portable(value):
+    """``value`` with a leading absolute path made portable: relative to the repository (first) or the
+    working directory, the home directory as ``~``; other values unchanged.  ``--opt=/abs/path`` and
+    ``/abs/path[suffix]`` work too.  Paths outside those (``/tmp/x``) stay absolute."""
+    if isinstance(value, Path):
+        value = str(value)
+    if not isinstance(value, str):
+        return value
+    if value.startswith("-") and "=" in value:
+        opt, _, rest = value.partition("=")
+        return f"{opt}={portable(rest)}"
+    if not value.startswith(os.sep):
+        return value
+    for root, repl in _roots():
+        if value == root:
+            return repl or "."
+        if value.startswith(root + os.sep):
+            rest = value[len(root) + 1:]
+            return f"{repl}/{rest}" if repl else rest
+    return value
+
+
+def _portable_tree(x):
+    if isinstance(x, dict):
+        return {k: _portable_tree(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_portable_tree(v) for v in x]
+    return portable(x)
+
+
+def _program(argv0: str) -> str:
+    """How the running program is typed: ``python -m pkg.mod`` for a module of a package, else the script's
+    portable path after ``python`` (or the bare name of an executable such as ``pytest``)."""
+    if argv0 in ("", "-c", "-"):
+        return f"python {argv0}".strip()
+    path = Path(argv0)
+    if path.suffix != ".py":
+        return path.name
+    parts = [] if path.stem == "__main__" else [path.stem]
+    d = path.resolve().parent
+    while (d / "__init__.py").exists():
+        parts.insert(0, d.name)
+        d = d.parent
+    if parts and (path.resolve().parent / "__init__.py").exists():
+        return "python -m " + ".".join(parts)
+    return "python " + portable(str(path.resolve()))
+
+
+def command_line(argv=None) -> str:
+    """The command that made a result, as typed: ``python -m harness verify --out results/x`` (paths
+    portable, arguments shell-quoted)."""
+    argv = list(sys.argv if argv is None else argv) or [""]
+    return " ".join([_program(argv[0])] + [shlex.quote(portable(a)) for a in argv[1:]])
+
+
 def metadata(config: dict, seed) -> dict:
-    """Provenance record for one result: config, seed, commit, versions, machine, UTC timestamp."""
+    """Provenance record for one result: schema version, config, seed, commit, versions, machine, UTC
+    timestamp, command.  Paths in ``config`` are recorded portably (:func:`portable`)."""
     return {
-        "config": _jsonable(config),
+        "schema_version": SCHEMA_VERSION,
+        "config": _portable_tree(_jsonable(config)),
         "seed": _jsonable(seed),
         **git_commit(),
         "versions": versions(),
         "machine": machine(),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
+        "command": command_line(),
     }
 
 
@@ -200,13 +292,28 @@ def atomic_write_csv(path, df, meta: Optional[dict] = None) -> Path:
     return atomic_write_text(path, head + df.to_csv(index=False))
 
 
+# Formats whose writers stamp the time of writing, and the metadata key that stops it.
+_DATE_KEYS = {"pdf": "CreationDate", "svg": "Date", "ps": "CreationDate", "eps": "CreationDate"}
+
+
+def _figure_metadata(fmt: str, meta: Optional[dict]) -> Optional[dict]:
+    if fmt == "png":
+        return {"provenance": json.dumps(_jsonable(meta))} if meta is not None else None
+    return {_DATE_KEYS[fmt]: None} if fmt in _DATE_KEYS else None
+
+
 def atomic_savefig(fig, path, meta: Optional[dict] = None, **kwargs) -> Path:
-    """Save a matplotlib figure atomically; ``meta`` goes into the PNG's text chunks and a footer."""
+    """Save a matplotlib figure atomically; ``meta`` goes into the PNG's text chunks and a footer.
+
+    Reproducible: no creation date is written (PDF, SVG, PS), ``SOURCE_DATE_EPOCH`` is fixed to 0 when
+    unset and SVG ids are salted with a constant, so the same figure and ``meta`` give the same bytes."""
     path = Path(path)
+    os.environ.setdefault("SOURCE_DATE_EPOCH", "0")
     if meta is not None:
         fig.text(0.005, 0.005, metadata_text(meta), fontsize=5, color="0.4", ha="left", va="bottom")
     buf = io.BytesIO()
     fmt = path.suffix.lstrip(".") or "png"
-    pil_meta = {"provenance": json.dumps(_jsonable(meta))} if (meta is not None and fmt == "png") else None
-    fig.savefig(buf, format=fmt, metadata=pil_meta, **kwargs)
+    import matplotlib
+    with matplotlib.rc_context({"svg.hashsalt": "harness"}):  # SVG ids: a fixed salt, not a random one
+        fig.savefig(buf, format=fmt, metadata=_figure_metadata(fmt, meta), **kwargs)
     return atomic_write_bytes(path, buf.getvalue())

@@ -16,12 +16,24 @@ and the tables ``measured_table.tex`` (real-model runs, booktabs), ``synthetic_t
 ``fidelity.md`` (median and worst |predicted - measured| / measured) and ``summary.md`` (the
 negative-speedup cells, machine load).  Curves of the analytic model are evaluated from
 :mod:`harness.costmodel` at stored values (alpha_hat, c); nothing is run or timed here.
+
+Reproducible: what is written depends on the stored results alone.  The provenance figures and tables
+carry (footer, PNG metadata, a first line in each table) is that of the results they were drawn from,
+and no date or machine detail of the report run is written, so the report of one set of results is the
+same bytes wherever and whenever it is made.
+
+The results are read into one :class:`SweepResults`.  :data:`FIGURES` and :data:`TABLES` are the
+registries of what is drawn (each with the condition under which it applies), and :data:`SUITE_STYLES`
+says how each measured suite is shown (markers, grouping, its LaTeX table), so no drawing code branches
+on a suite's name.
 """
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -29,10 +41,73 @@ import pandas as pd
 from harness import costmodel as cm
 from harness.config import RESULTS
 from harness.provenance import atomic_savefig, atomic_write_text
+from harness.sweep_tables import PREDICTIONS, fidelity
 
-__all__ = ["add_arguments", "run", "make_report"]
+__all__ = ["add_arguments", "run", "make_report", "SweepResults", "FIGURES", "TABLES", "SUITE_STYLES"]
 
 K_SHOWN = (1, 2, 4, 8)
+CLOCK_MARKERS = {"wall": "o", "hybrid": "D", "spin": "v", "virtual": "x"}
+COST_CURVE_SUITE = "profile"  # the suite whose profiles are cost curves (the others' are in-cell profiles)
+
+
+@dataclass(frozen=True)
+class SweepResults:
+    """A sweep's stored results: ``meta.json`` and the tables (None where the sweep wrote none)."""
+
+    path: Path
+    meta: dict
+    grid: Optional[pd.DataFrame]
+    measured: Optional[pd.DataFrame]
+    profiles: Optional[pd.DataFrame]
+
+    @classmethod
+    def load(cls, path) -> "SweepResults":
+        path = Path(path)
+        if not (path / "meta.json").exists():
+            raise FileNotFoundError(f"`--results` {str(path)!r} holds no sweep results (no meta.json); "
+                                    "run `python -m harness sweep` first")
+        grid = pd.read_parquet(path / "grid.parquet") if (path / "grid.parquet").exists() else None
+        return cls(path, json.loads((path / "meta.json").read_text()), grid, _read_csv(path / "measured.csv"),
+                   _read_csv(path / "profiles.csv"))
+
+    @property
+    def has_measured(self) -> bool:
+        return self.measured is not None and len(self.measured) > 0
+
+    def suite(self, name: str) -> pd.DataFrame:
+        """The measured rows of suite ``name`` (an empty frame when there are none)."""
+        if self.measured is None:
+            return pd.DataFrame()
+        return self.measured[self.measured.suite == name]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of the speedup-vs-alpha figure: measured ``points`` at cost ratio ``c``."""
+
+    c: float
+    points: pd.DataFrame
+    title: str  # formatted with the panel's c
+    markers: dict  # clock -> marker
+
+
+@dataclass(frozen=True)
+class SuiteStyle:
+    """How a measured suite is shown.
+
+    panels        measured rows -> panels of the speedup-vs-alpha figure
+    marker        heatmap marker of a cell with measured S >= 1; ``below`` of one with S < 1
+    by            the column whose groups are the lines of the tokens-per-call figure
+    alpha_is_set  True: the group's value is the set alpha (the line is drawn at it), else alpha_hat
+    table         (key, file, caption, label) of its LaTeX table
+    """
+
+    panels: Callable[[pd.DataFrame], list]
+    marker: str
+    below: str
+    by: str
+    alpha_is_set: bool
+    table: tuple
 
 
 def _plt():
@@ -61,46 +136,57 @@ def _k_colors(plt):
 
 
 # -- figures --------------------------------------------------------------------------------------
-def fig_speedup_vs_alpha(plt, grid, measured, out, meta, formats):
-    syn = measured[measured.suite == "synthetic"] if measured is not None else pd.DataFrame()
-    real = measured[measured.suite == "real"] if measured is not None else pd.DataFrame()
-    if len(real):  # the 1-layer draft and its noise mixtures share one network, so one c
-        real = real[real.draft.str.startswith("draft") | (real.draft == "uniform")]
-    cs = sorted(syn["c_set"].unique()) if len(syn) else [0.1]
-    panels = [("synthetic", c) for c in cs] + ([("real", float(real["c_profiled"].median()))] if len(real) else [])
+def _synthetic_panels(m: pd.DataFrame) -> list[Panel]:
+    cs = sorted(m["c_set"].unique()) if len(m) else [0.1]  # no synthetic runs: the analytic curves at c = 0.1
+    return [Panel(c, m[np.isclose(m.c_set, c)] if len(m) else m, "synthetic: c = {:.3g}", CLOCK_MARKERS)
+            for c in cs]
+
+
+def _real_panels(m: pd.DataFrame) -> list[Panel]:
+    if len(m):  # the 1-layer draft and its noise mixtures share one network, so one c
+        m = m[m.draft.str.startswith("draft") | (m.draft == "uniform")]
+    if not len(m):
+        return []
+    return [Panel(float(m["c_profiled"].median()), m, "tiny HF pair (1-layer draft, noised): c ≈ {:.2g}",
+                  {clock: "s" for clock in CLOCK_MARKERS})]
+
+
+def _speedup_panel(ax, panel: Panel, grid, col) -> None:
+    title_c = panel.c
+    if grid is not None:  # the stored grid at the c nearest to this panel's
+        cg = grid["c"].unique()
+        c_near = float(cg[np.argmin(np.abs(np.log(cg) - np.log(panel.c)))])
+        for k in K_SHOWN:
+            g = grid[(grid.c == c_near) & (grid.k == k)].sort_values("alpha")
+            ax.plot(g.alpha, g.speedup, color=col[k], lw=1.2, label=f"analytic k={k}")
+        title_c = c_near
+    pts = panel.points
+    for k in K_SHOWN if len(pts) else ():
+        for clock, mk in panel.markers.items():
+            m = pts[(pts.k == k) & (pts.clock == clock)]
+            if len(m):
+                ax.scatter(m.alpha_hat, m.speedup_measured, color=col[k], s=18 if mk != "D" else 12,
+                           edgecolor=None if mk == "x" else "k", lw=0.4, zorder=3, marker=mk,
+                           label=f"measured k={k}" + ("" if clock == "wall" else f" ({clock})"))
+    ax.axhline(1.0, color="0.3", ls="--", lw=0.8)
+    ax.axvline(title_c, color="0.6", ls=":", lw=0.8)
+    ax.set_xlabel(r"acceptance $\alpha$ (measured $\hat\alpha$ for points)")
+    ax.set_ylabel("speedup S over target-only")
+    ax.set_title(panel.title.format(title_c))
+    ax.set_xlim(0, 1)
+
+
+def fig_speedup_vs_alpha(plt, res: SweepResults, out, formats):
+    panels = [p for name, style in SUITE_STYLES.items() for p in style.panels(res.suite(name))]
     ncols = 2 if len(panels) > 1 else 1
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows + 0.6), squeeze=False)
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
     col = _k_colors(plt)
-    for ax, (suite, c) in zip(axes.ravel(), panels):
-        if grid is not None:  # the stored grid at the c nearest to this panel's
-            cg = grid["c"].unique()
-            c_near = float(cg[np.argmin(np.abs(np.log(cg) - np.log(c)))])
-            for k in K_SHOWN:
-                g = grid[(grid.c == c_near) & (grid.k == k)].sort_values("alpha")
-                ax.plot(g.alpha, g.speedup, color=col[k], lw=1.2, label=f"analytic k={k}")
-            title_c = c_near
-        else:
-            title_c = c
-        pts = syn[np.isclose(syn.c_set, c)] if suite == "synthetic" else real
-        for k in K_SHOWN:
-            for clock, mk in (("wall", "o"), ("hybrid", "D"), ("spin", "v"), ("virtual", "x")):
-                m = pts[(pts.k == k) & (pts.clock == clock)]
-                if len(m):
-                    mk = mk if suite == "synthetic" else "s"
-                    ax.scatter(m.alpha_hat, m.speedup_measured, color=col[k], s=18 if mk != "D" else 12,
-                               edgecolor=None if mk == "x" else "k", lw=0.4, zorder=3, marker=mk,
-                               label=f"measured k={k}" + ("" if clock == "wall" else f" ({clock})"))
-        ax.axhline(1.0, color="0.3", ls="--", lw=0.8)
-        ax.axvline(title_c, color="0.6", ls=":", lw=0.8)
-        ax.set_xlabel(r"acceptance $\alpha$ (measured $\hat\alpha$ for points)")
-        ax.set_ylabel("speedup S over target-only")
-        ax.set_title(f"synthetic: c = {title_c:.3g}" if suite == "synthetic" else
-                     f"tiny HF pair (1-layer draft, noised): c ≈ {title_c:.2g}")
-        ax.set_xlim(0, 1)
-    handles, labels = {}, {}
+    for ax, panel in zip(axes.ravel(), panels):
+        _speedup_panel(ax, panel, res.grid, col)
+    handles = {}
     for ax in axes.ravel():
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
@@ -109,7 +195,7 @@ def fig_speedup_vs_alpha(plt, grid, measured, out, meta, formats):
     fig.legend([handles[lab] for lab in order], order, loc="lower center", ncol=4, fontsize=6, frameon=False,
                bbox_to_anchor=(0.5, 0.018))
     fig.tight_layout(rect=(0, 0.02 + 0.028 * nleg * 2 / nrows, 1, 1))
-    return [str(atomic_savefig(fig, out / f"speedup_vs_alpha.{fmt}", meta)) for fmt in formats]
+    return [str(atomic_savefig(fig, out / f"speedup_vs_alpha.{fmt}", res.meta)) for fmt in formats]
 
 
 def _grid_matrix(grid, k=None):
@@ -121,8 +207,26 @@ def _grid_matrix(grid, k=None):
     return piv_s.columns.values, piv_s.index.values, piv_s.values, piv_k.values
 
 
-def fig_heatmap(plt, grid, measured, out, meta, formats, k_fixed=4):
+def _measured_on_heatmap(ax, res: SweepResults, k: int) -> None:
+    """Measured cells at draft length ``k`` over a heatmap: open markers S >= 1, crosses S < 1."""
+    for suite, style in SUITE_STYLES.items():
+        mm = res.suite(suite)
+        mm = mm[mm.k == k] if len(mm) else mm
+        if not len(mm):
+            continue
+        cx = mm.c_set.where(mm.c_set.notna(), mm.c_profiled)
+        up = mm.speedup_measured >= 1
+        ax.scatter(mm.alpha_hat[up], cx[up], marker=style.marker, facecolor="w", edgecolor="k", s=16, lw=0.6,
+                   label=f"{suite}: measured S ≥ 1")
+        ax.scatter(mm.alpha_hat[~up], cx[~up], marker=style.below, color="k", s=16, lw=0.8,
+                   label=f"{suite}: measured S < 1")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", fontsize=6)
+
+
+def fig_heatmap(plt, res: SweepResults, out, formats, k_fixed=4):
     from matplotlib.colors import TwoSlopeNorm
+    grid = res.grid
     fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.2))
     for ax, k in zip(axes, (None, k_fixed)):
         a, c, S, _ = _grid_matrix(grid, k)
@@ -136,25 +240,14 @@ def fig_heatmap(plt, grid, measured, out, meta, formats, k_fixed=4):
         ax.set_ylabel(r"cost ratio $c = T_{draft}/T_{target}$")
         ax.set_title("S at the best k (1..%d)" % int(grid.k.max()) if k is None else f"S at k = {k}")
         fig.colorbar(im, ax=ax, label="speedup S")
-        if measured is not None and k is not None:
-            m = measured[(measured.k == k)]
-            for suite, mk in (("synthetic", "o"), ("real", "s")):
-                mm = m[m.suite == suite]
-                if not len(mm):
-                    continue
-                cx = mm.c_set.where(mm.c_set.notna(), mm.c_profiled)
-                up = mm.speedup_measured >= 1
-                ax.scatter(mm.alpha_hat[up], cx[up], marker=mk, facecolor="w", edgecolor="k", s=16, lw=0.6,
-                           label=f"{suite}: measured S ≥ 1")
-                ax.scatter(mm.alpha_hat[~up], cx[~up], marker="x" if suite == "synthetic" else "+", color="k", s=16, lw=0.8,
-                           label=f"{suite}: measured S < 1")
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(loc="lower right", fontsize=6)
-    return _save(fig, out, "speedup_heatmap", meta, formats)
+        if res.measured is not None and k is not None:
+            _measured_on_heatmap(ax, res, k)
+    return _save(fig, out, "speedup_heatmap", res.meta, formats)
 
 
-def fig_optimal_k(plt, grid, out, meta, formats):
+def fig_optimal_k(plt, res: SweepResults, out, formats):
     from matplotlib.colors import BoundaryNorm
+    grid = res.grid
     a, c, S, K = _grid_matrix(grid)
     kmax = int(grid.k.max())
     Km = np.ma.masked_where(S < 1.0, K)
@@ -169,10 +262,11 @@ def fig_optimal_k(plt, grid, out, meta, formats):
     ax.set_ylabel(r"cost ratio $c$")
     ax.set_title("best k (grey: no k gains, S < 1)")
     fig.colorbar(im, ax=ax, label="optimal k", ticks=[1, 2, 4, 8, 12, 16][: 6 if kmax >= 16 else 4])
-    return _save(fig, out, "optimal_k", meta, formats)
+    return _save(fig, out, "optimal_k", res.meta, formats)
 
 
-def fig_pred_vs_meas(plt, measured, out, meta, formats):
+def fig_pred_vs_meas(plt, res: SweepResults, out, formats):
+    measured = res.measured
     fig, ax = plt.subplots(figsize=(4.2, 4.0))
     lo = float(min(measured.speedup_measured.min(), measured.speedup_analytic.min(),
                    measured.speedup_measured_model.min())) * 0.9
@@ -202,16 +296,15 @@ def fig_pred_vs_meas(plt, measured, out, meta, formats):
     ax.set_ylabel("predicted speedup")
     ax.set_title("predicted vs measured")
     ax.legend(loc="lower right", fontsize=5.5)
-    return _save(fig, out, "pred_vs_meas", meta, formats)
+    return _save(fig, out, "pred_vs_meas", res.meta, formats)
 
 
-def fig_tokens_per_call(plt, measured, out, meta, formats):
-    suites = [s for s in ("synthetic", "real") if (measured.suite == s).any()]
+def fig_tokens_per_call(plt, res: SweepResults, out, formats):
+    suites = [s for s in SUITE_STYLES if len(res.suite(s))]
     fig, axes = plt.subplots(1, len(suites), figsize=(3.8 * len(suites), 3.0), squeeze=False)
     for ax, suite in zip(axes[0], suites):
-        m = measured[measured.suite == suite]
-        key = "alpha_set" if suite == "synthetic" else "draft"
-        groups = list(m.groupby(key))
+        m, style = res.suite(suite), SUITE_STYLES[suite]
+        groups = list(m.groupby(style.by))
         cmap = plt.get_cmap("plasma")
         for i, (name, g) in enumerate(groups):
             col = cmap(i / max(len(groups), 1) * 0.9)
@@ -219,9 +312,9 @@ def fig_tokens_per_call(plt, measured, out, meta, formats):
                                                    alpha=("alpha_hat", "mean"))
             ax.scatter(g.k, g.tpc, color=col, s=16, zorder=3)
             ks = np.arange(1, int(g.k.max()) + 1)
-            a = float(name) if suite == "synthetic" else float(g.alpha.mean())
+            a = float(name) if style.alpha_is_set else float(g.alpha.mean())
             ax.plot(ks, cm.expected_tokens(min(a, 1.0), ks), color=col, lw=1,
-                    label=(rf"$\alpha$={a:g}" if suite == "synthetic" else f"{name} ($\\hat\\alpha$={a:.2f})"))
+                    label=(rf"$\alpha$={a:g}" if style.alpha_is_set else f"{name} ($\\hat\\alpha$={a:.2f})"))
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(m.k.unique()))
         ax.set_xticklabels([str(k) for k in sorted(m.k.unique())])
@@ -229,11 +322,12 @@ def fig_tokens_per_call(plt, measured, out, meta, formats):
         ax.set_ylabel("tokens per target call")
         ax.set_title(f"{suite}: points measured, lines E(alpha, k)")
         ax.legend(fontsize=6)
-    return _save(fig, out, "tokens_per_call", meta, formats)
+    return _save(fig, out, "tokens_per_call", res.meta, formats)
 
 
-def fig_cost_curves(plt, profiles, out, meta, formats):
-    f = profiles[(profiles.suite == "profile") & (profiles.op.str.endswith(".forward"))]
+def fig_cost_curves(plt, res: SweepResults, out, formats):
+    profiles = res.profiles
+    f = profiles[(profiles.suite == COST_CURVE_SUITE) & (profiles.op.str.endswith(".forward"))]
     if not len(f):
         return []
     models = list(f.model.unique())
@@ -258,7 +352,7 @@ def fig_cost_curves(plt, profiles, out, meta, formats):
     dev = ", ".join(sorted(f.device.unique()))
     axes[1].set_title(f"T(1, B): batch size ({dev})")
     axes[1].legend(fontsize=6)
-    return _save(fig, out, "cost_curves", meta, formats)
+    return _save(fig, out, "cost_curves", res.meta, formats)
 
 
 # -- tables ---------------------------------------------------------------------------------------
@@ -266,46 +360,53 @@ def _tex_escape(s) -> str:
     return str(s).replace("_", r"\_").replace("%", r"\%").replace("+", "+")
 
 
-def latex_table(m: pd.DataFrame, caption: str, label: str) -> str:
-    cols = [("draft", "draft"), ("k", "$k$"), ("alpha_hat", r"$\hat\alpha$"), ("acceptance_rate", "acc./drafted"),
-            ("mean_acceptance_length", "mean acc. len."), ("c_profiled", "$c$"),
-            ("tokens_per_s_ar", "tok/s target"), ("tokens_per_s_spec", "tok/s spec."),
-            ("speedup_measured", "$S$ meas."), ("speedup_analytic", "$S$ analytic"),
-            ("speedup_measured_model", "$S$ model")]
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{l" + "r" * (len(cols) - 1) + "}",
-             r"\toprule", " & ".join(h for _, h in cols) + r" \\", r"\midrule"]
+def _speedup_cell(bold_below_one: bool) -> Callable:
+    return lambda v: (r"\textbf{%.2f}" if (bold_below_one and v < 1) else "%.2f") % v
+
+
+# (column of measured.csv, header, format) of the LaTeX tables
+TEX_COLUMNS = (
+    ("draft", "draft", _tex_escape), ("k", "$k$", lambda v: str(int(v))),
+    ("alpha_hat", r"$\hat\alpha$", "{:.2f}".format), ("acceptance_rate", "acc./drafted", "{:.2f}".format),
+    ("mean_acceptance_length", "mean acc. len.", "{:.2f}".format), ("c_profiled", "$c$", "{:.3f}".format),
+    ("tokens_per_s_ar", "tok/s target", "{:.0f}".format), ("tokens_per_s_spec", "tok/s spec.", "{:.0f}".format),
+    ("speedup_measured", "$S$ meas.", _speedup_cell(True)), ("speedup_analytic", "$S$ analytic", _speedup_cell(False)),
+    ("speedup_measured_model", "$S$ model", _speedup_cell(False)),
+)
+
+
+def results_line(meta: dict) -> str:
+    """Where a table's numbers come from: the stored results' name, commit, seed and time of creation."""
+    commit = (meta.get("commit") or "unknown")[:10] + ("+dirty" if meta.get("dirty") else "")
+    name = meta.get("config", {}).get("name", "?")
+    return (f"drawn from the stored results of sweep `{name}` (commit {commit}, seed {meta.get('seed')}, "
+            f"created {meta.get('created_utc')}, schema {meta.get('schema_version', 0)})")
+
+
+def latex_table(m: pd.DataFrame, caption: str, label: str, meta: Optional[dict] = None) -> str:
+    """A booktabs table of measured rows (one per draft and k); ``meta`` (the results' provenance) goes into
+    a leading comment line.  Bold: a measured speedup below 1."""
+    lines = [f"% {results_line(meta)}"] if meta is not None else []
+    lines += [r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{l" + "r" * (len(TEX_COLUMNS) - 1) + "}",
+              r"\toprule", " & ".join(h for _, h, _ in TEX_COLUMNS) + r" \\", r"\midrule"]
     for r in m.sort_values(["draft", "k"]).itertuples():
-        vals = []
-        for c, _ in cols:
-            v = getattr(r, c)
-            if c == "draft":
-                vals.append(_tex_escape(v))
-            elif c == "k":
-                vals.append(str(int(v)))
-            elif c.startswith("tokens_per_s"):
-                vals.append(f"{v:.0f}")
-            elif c.startswith("speedup"):
-                vals.append((r"\textbf{%.2f}" if (c == "speedup_measured" and v < 1) else "%.2f") % v)
-            else:
-                vals.append(f"{v:.3f}" if c == "c_profiled" else f"{v:.2f}")
-        lines.append(" & ".join(vals) + r" \\")
+        lines.append(" & ".join(fmt(getattr(r, c)) for c, _, fmt in TEX_COLUMNS) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", rf"\label{{{label}}}", r"\end{table}", ""]
     return "\n".join(lines)
 
 
 def fidelity_md(measured: pd.DataFrame) -> str:
-    """Median / worst |predicted - measured| / measured per group of runs and time basis."""
+    """Median / worst |predicted - measured| / measured per group of runs and time basis
+    (:func:`harness.sweep_tables.fidelity`, the figures of ``fidelity.json``, as a markdown table)."""
     lines = ["| runs | time | cells | analytic median | analytic worst | measured model median | measured model worst "
              "| accounting median | accounting worst |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, g in [("all", measured)] + list(measured.groupby("group")):
-        for basis, pre in (("clock", ""), ("cpu", "cpu_")):
-            e = {m: g[f"{pre}err_{m}"].dropna() for m in ("analytic", "measured_model", "accounting")}
-            if not len(e["analytic"]):
+    for name, fid in fidelity(measured).items():
+        for basis in ("clock", "cpu"):
+            if "analytic" not in fid.get(basis, {}):
                 continue
-            lines.append(f"| {name} | {basis} | {len(e['analytic'])} | {e['analytic'].median():.1%} | "
-                         f"{e['analytic'].max():.1%} | {e['measured_model'].median():.1%} | "
-                         f"{e['measured_model'].max():.1%} | {e['accounting'].median():.1%} | "
-                         f"{e['accounting'].max():.1%} |")
+            f = fid[basis]
+            lines.append(f"| {name} | {basis} | {f['analytic']['cells']} | " + " | ".join(
+                f"{f[m]['median']:.1%} | {f[m]['worst']:.1%}" for m in PREDICTIONS) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -337,42 +438,75 @@ def summary_md(measured: pd.DataFrame, meta: dict) -> str:
     return "\n".join(out)
 
 
+# -- registries -----------------------------------------------------------------------------------
+SUITE_STYLES = {
+    "synthetic": SuiteStyle(_synthetic_panels, "o", "x", "alpha_set", True, (
+        "synthetic_table", "synthetic_table.tex", "Synthetic-cost runs (set call costs, exact acceptance).",
+        "tab:synthetic")),
+    "real": SuiteStyle(_real_panels, "s", "+", "draft", False, (
+        "measured_table", "measured_table.tex", "Speculative sampling with the shipped tiny pair: measured against "
+        "target-only decoding (interleaved, same run). Bold: negative speedup.", "tab:measured")),
+}
+
+
+@dataclass(frozen=True)
+class Output:
+    """One figure or table: written when ``applies(results)``; ``make(plt, results, out, formats)`` -> paths
+    (figures) or ``make(results)`` -> text (tables, written to ``file``)."""
+
+    name: str
+    applies: Callable[[SweepResults], bool]
+    make: Callable
+    file: Optional[str] = None
+
+
+def _has_grid(res: SweepResults) -> bool:
+    return res.grid is not None
+
+
+def _has_measured(res: SweepResults) -> bool:
+    return res.has_measured
+
+
+FIGURES = (
+    Output("speedup_vs_alpha", lambda r: r.grid is not None or r.measured is not None, fig_speedup_vs_alpha),
+    Output("speedup_heatmap", _has_grid, fig_heatmap),
+    Output("optimal_k", _has_grid, fig_optimal_k),
+    Output("pred_vs_meas", _has_measured, fig_pred_vs_meas),
+    Output("tokens_per_call", _has_measured, fig_tokens_per_call),
+    Output("cost_curves", lambda r: r.profiles is not None and "suite" in r.profiles, fig_cost_curves),
+)
+
+
+def _suite_table(suite: str, style: SuiteStyle) -> Output:
+    key, file, caption, label = style.table
+    return Output(key, lambda r: len(r.suite(suite)) > 0,
+                  lambda r: latex_table(r.suite(suite), caption, label, r.meta), file)
+
+
+TABLES = tuple(_suite_table(s, st) for s, st in SUITE_STYLES.items()) + (
+    Output("fidelity", _has_measured, lambda r: f"Fidelity, {results_line(r.meta)}.\n\n" + fidelity_md(r.measured),
+           "fidelity.md"),
+    Output("summary", _has_measured, lambda r: summary_md(r.measured, r.meta), "summary.md"),
+)
+
+
 # -- driver ---------------------------------------------------------------------------------------
 def make_report(results: Path, out: Path = None, formats=("png", "pdf")) -> dict:
-    results = Path(results)
-    out = results / "figures" if out is None else Path(out)
-    if not (results / "meta.json").exists():
-        raise FileNotFoundError(f"`--results` {str(results)!r} holds no sweep results (no meta.json); "
-                                "run `python -m harness sweep` first")
-    meta = json.loads((results / "meta.json").read_text())
-    grid = pd.read_parquet(results / "grid.parquet") if (results / "grid.parquet").exists() else None
-    measured = _read_csv(results / "measured.csv")
-    profiles = _read_csv(results / "profiles.csv")
+    """Draw every figure and write every table that applies to the results in ``results``; returns
+    {name: path or [paths]}."""
+    res = SweepResults.load(results)
+    out = res.path / "figures" if out is None else Path(out)
     plt = _plt()
     written = {}
-    if grid is not None or measured is not None:
-        written["speedup_vs_alpha"] = fig_speedup_vs_alpha(plt, grid, measured, out, meta, formats)
-    if grid is not None:
-        written["speedup_heatmap"] = fig_heatmap(plt, grid, measured, out, meta, formats)
-        written["optimal_k"] = fig_optimal_k(plt, grid, out, meta, formats)
-    if measured is not None and len(measured):
-        written["pred_vs_meas"] = fig_pred_vs_meas(plt, measured, out, meta, formats)
-        written["tokens_per_call"] = fig_tokens_per_call(plt, measured, out, meta, formats)
-        real = measured[measured.suite == "real"]
-        if len(real):
-            written["measured_table"] = str(atomic_write_text(out / "measured_table.tex", latex_table(
-                real, "Speculative sampling with the shipped tiny pair: measured against target-only decoding "
-                      "(interleaved, same run). Bold: negative speedup.", "tab:measured")))
-        syn = measured[measured.suite == "synthetic"]
-        if len(syn):
-            written["synthetic_table"] = str(atomic_write_text(out / "synthetic_table.tex", latex_table(
-                syn, "Synthetic-cost runs (set call costs, exact acceptance).", "tab:synthetic")))
-        written["fidelity"] = str(atomic_write_text(out / "fidelity.md", fidelity_md(measured)))
-        written["summary"] = str(atomic_write_text(out / "summary.md", summary_md(measured, meta)))
-    if profiles is not None and "suite" in profiles:
-        cc = fig_cost_curves(plt, profiles, out, meta, formats)
-        if cc:
-            written["cost_curves"] = cc
+    for fig in FIGURES:
+        if fig.applies(res):
+            paths = fig.make(plt, res, out, formats)
+            if paths:
+                written[fig.name] = paths
+    for table in TABLES:
+        if table.applies(res):
+            written[table.name] = str(atomic_write_text(out / table.file, table.make(res)))
     plt.close("all")
     return written
 

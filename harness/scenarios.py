@@ -12,14 +12,12 @@ exact law, so the battery uses its target-scoring tests only).
 """
 from __future__ import annotations
 
-import copy
 import importlib
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.config import VERIFY_DIR
+from harness.config import VERIFY_DIR, overlay, read_toml
 from specimpl.errors import check_arg
 from specimpl.ngram import NGramModel, disjoint_draft, noisy_draft, random_ngram, tempered_draft
 from specimpl.sampling import SamplingConfig
@@ -32,21 +30,11 @@ DEFAULT_FILE = "default.toml"
 
 
 def _read(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"scenario file {path} is not valid TOML: {e}") from None
+    """A scenario file's tables (:func:`harness.config.read_toml`).
 
-
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
+    TODO(merge): kept only because harness/verify.py imports it on main; use ``harness.config.read_toml``.
+    """
+    return read_toml(path, "scenario file")
 
 
 @dataclass(frozen=True)
@@ -75,7 +63,7 @@ def load_settings(directory: Optional[Path] = None) -> RunSettings:
     d = Path(directory) if directory is not None else SCENARIO_DIR
     path = d / DEFAULT_FILE
     check_arg(path.is_file(), "scenario directory", str(d), f"a folder holding {DEFAULT_FILE}")
-    run = _read(path).get("run", {})
+    run = read_toml(path, "scenario file").get("run", {})
     try:
         s = RunSettings(
             family_alpha=float(run["family_alpha"]), power=float(run["power"]),
@@ -171,8 +159,8 @@ def load_scenario(name: str, directory: Optional[Path] = None) -> Scenario:
     path = d / f"{name}.toml"
     if not path.is_file():
         raise ValueError(f"`--scenario` must be one of {list_scenarios(d)}; got {name!r} (no file {path})")
-    base = _read(d / DEFAULT_FILE).get("scenario", {})
-    raw = _merge(base, _read(path))
+    base = read_toml(d / DEFAULT_FILE, "scenario file").get("scenario", {})
+    raw = overlay(base, read_toml(path, "scenario file"))  # not strict (yet): unknown keys are kept
     return scenario_from_dict(name, raw)
 
 

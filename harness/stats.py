@@ -16,6 +16,11 @@ probability ``power`` at level ``alpha`` and its sample size.  Each test has two
 deviation for ``n`` and ``n`` for a deviation — that ``tests/test_stats.py`` checks against each
 other.  Randomness is injected (``numpy.random.Generator`` / ``torch.Generator`` or integer seeds).
 
+What scipy provides is taken from scipy (χ², noncentral χ², KS, exact binomial test and its
+Clopper–Pearson interval, ``optimize.brentq``); what it does not is written here and tested: pooling,
+the planners, the TV bounds, Holm, the Anderson–Darling limiting law's tail below 0.001 and the
+two-sample midrank A².
+
 Contents
 --------
 * χ² / G goodness of fit with cells pooled from the expected probabilities alone, asymptotic or
@@ -28,10 +33,11 @@ Contents
   consecutive pairs (:func:`pit_pair_test`).
 * Certified upper confidence bounds on TV (:func:`tv_upper_bound`, :func:`tv_upper_bound_ncx2`) and on
   the Kolmogorov distance of PIT values (:func:`kolmogorov_upper_bound`).
-* Exact binomial test of an acceptance count (:func:`binomial_test`) and its planners; accepted-length
-  histogram (:func:`accepted_length_gof`).
-* Multiple testing (:func:`holm`, :func:`bonferroni`, :func:`benjamini_hochberg`, :func:`split_budget`)
-  and a simulator of any test's false-alarm rate (:func:`false_alarm_rate`).
+* Exact binomial test of an acceptance count (:func:`binomial_test`) and its planners (the accepted-length
+  histogram is a :func:`chi2_gof` against its exact law).
+* Multiple testing (:func:`holm`, hand-written: scipy has none; :func:`split_budget`) and a simulator of
+  any test's false-alarm rate (:func:`false_alarm_rate`).  Benjamini–Hochberg is
+  ``scipy.stats.false_discovery_control``.
 * The von Neumann sampler's verification (:func:`verify_von_neumann`).
 """
 from __future__ import annotations
@@ -60,11 +66,11 @@ __all__ = [
     # PIT
     "randomized_pit", "pit_from_probs", "pit_uniformity_test", "pit_position_tests", "pit_pair_test",
     # bounds
-    "tv_distance", "tv_upper_bound", "tv_upper_bound_ncx2", "kolmogorov_upper_bound",
+    "tv_upper_bound", "tv_upper_bound_ncx2", "kolmogorov_upper_bound",
     # binomial and acceptance
-    "binomial_test", "binomial_min_detectable_deviation", "binomial_n_for_deviation", "accepted_length_gof",
+    "binomial_test", "binomial_min_detectable_deviation", "binomial_n_for_deviation",
     # multiple testing and calibration
-    "holm", "bonferroni", "benjamini_hochberg", "split_budget", "false_alarm_rate",
+    "holm", "split_budget", "false_alarm_rate",
     "verify_von_neumann",
 ]
 
@@ -102,6 +108,11 @@ def _as_probs(name: str, probs, size: Optional[int] = None, atol: float = 1e-6) 
     s = p.sum()
     check_arg(abs(s - 1) <= atol, name, f"probabilities summing to {s!r}", "probabilities that sum to 1")
     return p / s
+
+
+def _tv(x: np.ndarray, y: np.ndarray) -> float:
+    """TV = ½ Σ |x − y| between two laws on the same cells (every TV estimate here is this one)."""
+    return 0.5 * float(np.abs(x - y).sum())
 
 
 def _rng(seed) -> np.random.Generator:
@@ -369,12 +380,19 @@ def pool_cells(probs, n, min_expected: float = DEFAULT_MIN_EXPECTED) -> np.ndarr
     return labels
 
 
-def _pooled(counts: np.ndarray, probs: np.ndarray, labels: np.ndarray):
-    G = labels.max() + 1 if labels.size and labels.max() >= 0 else 0
+def _n_groups(labels: np.ndarray) -> int:
+    return int(labels.max() + 1) if labels.size and labels.max() >= 0 else 0
+
+
+def _pool(labels: np.ndarray, weights: np.ndarray, n_groups: int) -> np.ndarray:
+    """Sums of ``weights`` over each group of :func:`pool_cells` labels (cells labelled −1 left out)."""
     ok = labels >= 0
-    obs = np.bincount(labels[ok], weights=counts[ok], minlength=G)
-    pp = np.bincount(labels[ok], weights=probs[ok], minlength=G)
-    return obs, pp
+    return np.bincount(labels[ok], weights=weights[ok], minlength=n_groups)
+
+
+def _pooled(counts: np.ndarray, probs: np.ndarray, labels: np.ndarray):
+    G = _n_groups(labels)
+    return _pool(labels, counts, G), _pool(labels, probs, G)
 
 
 def _statistic(obs: np.ndarray, exp: np.ndarray, kind: str) -> np.ndarray:
@@ -404,14 +422,6 @@ def chi2_null_statistics(probs, n: int, n_resamples: int, rng=None, statistic: s
     return out
 
 
-def tv_distance(counts, probs) -> float:
-    """TV(Q̂, P) = ½ Σ |counts/n − P|."""
-    c = _as_counts("counts", counts)
-    p = _as_probs("probs", probs, c.size)
-    check_arg(c.sum() > 0, "counts", "all zeros", "at least one draw")
-    return 0.5 * float(np.abs(c / c.sum() - p).sum())
-
-
 def chi2_gof(counts, probs, *, statistic: str = "pearson", min_expected: float = DEFAULT_MIN_EXPECTED,
              null: str = "asymptotic", n_resamples: int = 9999, rng=None, alpha: float = DEFAULT_ALPHA,
              power: float = DEFAULT_POWER) -> Chi2Result:
@@ -435,7 +445,7 @@ def chi2_gof(counts, probs, *, statistic: str = "pearson", min_expected: float =
     G = obs.size
     exp = n * pp
     df = G - 1
-    tv_hat = 0.5 * float(np.abs(c / n - p).sum())
+    tv_hat = _tv(c / n, p)
     mdt = chi2_min_detectable_tv(n, G, alpha, power) if G >= 2 else math.inf
     method = statistic
     if n_imp > 0:
@@ -502,20 +512,18 @@ def chi2_homogeneity(counts_a, counts_b, probs=None, *, min_expected: float = DE
             ref = ref / ref.sum()
         how = "pooled from probs"
     labels = pool_cells(ref, min(n_a, n_b), min_expected)
-    ok = labels >= 0
-    G = int(labels.max() + 1) if ok.any() else 0
-    A = np.bincount(labels[ok], weights=a[ok], minlength=G)
-    B = np.bincount(labels[ok], weights=b[ok], minlength=G)
+    G = _n_groups(labels)
+    A, B = _pool(labels, a, G), _pool(labels, b, G)
     C = A + B
     keep = C > 0
     A, B, C = A[keep], B[keep], C[keep]
     G = A.size
-    tv_hat = 0.5 * float(np.abs(a / n_a - b / n_b).sum())
+    tv_hat = _tv(a / n_a, b / n_b)
     if G < 2:
         return HomogeneityResult(0.0, 1.0, 0, n_a, n_b, G, float(min(n_a, n_b)), tv_hat, math.inf, alpha, power,
                                  f"pearson 2xK, {how}, single cell")
     EA, EB = n_a * C / N, n_b * C / N
-    stat = float(((A - EA) ** 2 / EA).sum() + ((B - EB) ** 2 / EB).sum())
+    stat = float(_statistic(A, EA, "pearson") + _statistic(B, EB, "pearson"))
     df = G - 1
     return HomogeneityResult(stat, float(stats.chi2.sf(stat, df)), df, n_a, n_b, G, float(min(EA.min(), EB.min())),
                              tv_hat, chi2_homogeneity_min_detectable_tv(n_a, n_b, G, alpha, power), alpha, power,
@@ -826,7 +834,7 @@ def tv_upper_bound(counts, probs, delta: float = 1e-4) -> TVBound:
     n = int(c.sum())
     check_arg(n >= 1, "counts", "all zeros", "at least one draw")
     k = c.size
-    tv_hat = 0.5 * float(np.abs(c / n - p).sum())
+    tv_hat = _tv(c / n, p)
     mcd = 0.5 * math.sqrt(k / n) + math.sqrt(math.log(1 / delta) / (2 * n))
     bhc = math.sqrt((k * math.log(2) + math.log(1 / delta)) / (2 * n))
     if mcd <= bhc:
@@ -850,14 +858,14 @@ def tv_upper_bound_ncx2(counts, probs, delta: float = 1e-4, min_expected: float 
     check_arg(bool(e.min() >= min_expected), "counts",
               f"{n} draws (smallest expected count {e.min():.3g})",
               f"enough draws for expected counts >= {min_expected:g} in every cell (or use tv_upper_bound)")
-    tv_hat = 0.5 * float(np.abs(c / n - p).sum())
+    tv_hat = _tv(c / n, p)
     method = "asymptotic: noncentral chi-square inversion"
     if c[~pos].sum() > 0:
         return TVBound(tv_hat, 1.0, delta, n, c.size, method + " (impossible cells hit)")
     df = int(pos.sum()) - 1
     if df < 1:
         return TVBound(tv_hat, 0.0, delta, n, c.size, method + " (single cell)")
-    x2 = float(((c[pos] - e) ** 2 / e).sum())
+    x2 = float(_statistic(c[pos], e, "pearson"))
     f = lambda lam: stats.ncx2.cdf(x2, df, lam) - delta if lam > 0 else stats.chi2.cdf(x2, df) - delta  # noqa
     if f(0.0) <= 0:
         lam_u = 0.0
@@ -941,24 +949,12 @@ def binomial_test(k: int, n: int, p0: float, *, alpha: float = DEFAULT_ALPHA,
                           "exact binomial, two-sided")
 
 
-def accepted_length_gof(counts, probs, **kwargs) -> Chi2Result:
-    """χ² of the accepted-length histogram ``counts`` (k + 1,) — rounds with 0..k accepted drafts — against
-    its exact probabilities ``probs``; keyword arguments as in :func:`chi2_gof`."""
-    return chi2_gof(counts, probs, **kwargs)
-
-
 # --------------------------------------------------------------------------- multiple testing
 def _as_pvalues(pvalues) -> np.ndarray:
     p = np.asarray(pvalues, dtype=np.float64)
     check_arg(p.ndim == 1, "pvalues", f"array of shape {p.shape}", "a 1-D array")
     check_arg(bool(np.all((p >= 0) & (p <= 1))), "pvalues", "values outside [0, 1] or NaN", "p-values in [0, 1]")
     return p
-
-
-def bonferroni(pvalues) -> np.ndarray:
-    """Bonferroni-adjusted p-values min(1, m p)."""
-    p = _as_pvalues(pvalues)
-    return np.minimum(1.0, p * p.size)
 
 
 def holm(pvalues) -> np.ndarray:
@@ -970,21 +966,6 @@ def holm(pvalues) -> np.ndarray:
         return p.copy()
     order = np.argsort(p, kind="stable")
     adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out = np.empty(m)
-    out[order] = adj
-    return out
-
-
-def benjamini_hochberg(pvalues) -> np.ndarray:
-    """Benjamini–Hochberg adjusted p-values (false discovery rate).  For *localising* which tests
-    deviate after the Holm gate has failed — not for the pass/fail decision."""
-    p = _as_pvalues(pvalues)
-    m = p.size
-    if m == 0:
-        return p.copy()
-    order = np.argsort(p, kind="stable")
-    adj = np.minimum.accumulate((m / np.arange(m, 0, -1) * p[order][::-1]))[::-1]
-    adj = np.minimum(1.0, adj)
     out = np.empty(m)
     out[order] = adj
     return out

@@ -113,9 +113,6 @@ class VirtualClock:
     def wait_until(self, deadline: float) -> None:
         self.t = max(self.t, deadline)
 
-    def advance(self, dt: float) -> None:
-        self.t += dt
-
 
 class TimedModel(LanguageModel):
     """``inner`` with each prefill / forward taking ``cost(n tokens fed, B)`` on ``clock``."""

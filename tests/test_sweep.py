@@ -1,12 +1,14 @@
 """Sweeps as data: configuration, plan, resumable cells, exact accounting on a virtual clock, report."""
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from harness import report, sweep
+from harness.sweep_tables import StoredCell, measured_row
 
 TINY = """
 name = "tiny"
@@ -59,19 +61,19 @@ def test_default_config_is_valid_and_overlays_are_checked(tmp_path):
     bad.write_text('suites = ["grid", "lottery"]\n')
     with pytest.raises(ValueError, match="`suites` must be"):
         sweep.load_config(bad)
-    with pytest.raises(FileNotFoundError, match="--config"):
+    with pytest.raises(ValueError, match="--config"):
         sweep.load_config(tmp_path / "missing.toml")
 
 
 def test_cell_ids_are_stable_and_follow_every_setting(tmp_path):
     (tmp_path / "a.toml").write_text(TINY)
     a = sweep.plan(sweep.load_config(tmp_path / "a.toml"))
-    assert [c["id"] for c in a] == [c["id"] for c in sweep.plan(sweep.load_config(tmp_path / "a.toml"))]
-    assert len({c["id"] for c in a}) == len(a) == 3
+    assert [c.id for c in a] == [c.id for c in sweep.plan(sweep.load_config(tmp_path / "a.toml"))]
+    assert len({c.id for c in a}) == len(a) == 3
     (tmp_path / "b.toml").write_text(TINY.replace("max_new_tokens = 12", "max_new_tokens = 13"))
     b = sweep.plan(sweep.load_config(tmp_path / "b.toml"))
-    assert a[0]["id"] == b[0]["id"]  # the grid did not change
-    assert not {c["id"] for c in a[1:]} & {c["id"] for c in b[1:]}
+    assert a[0].id == b[0].id  # the grid did not change
+    assert not {c.id for c in a[1:]} & {c.id for c in b[1:]}
 
 
 def test_virtual_clock_accounting_is_exact_and_negative_regime_measured(tiny):
@@ -104,7 +106,7 @@ def test_resume_skips_stored_cells_and_redoes_missing_ones(tiny, monkeypatch):
     real = sweep.run_cell
 
     def counting(cell, cfg):
-        calls.append(cell["id"])
+        calls.append(cell.id)
         return real(cell, cfg)
 
     monkeypatch.setattr(sweep, "run_cell", counting)
@@ -158,8 +160,32 @@ def test_real_model_cell_runs_and_gives_both_time_bases():
         "drafts": ["draft"], "k": [2], "max_new_tokens": 8, "prompt_len": 8, "repeats": 1, "profile_repeats": 1}})
     (cell,) = sweep.plan(cfg)
     rec = json.loads(json.dumps(sweep.run_cell(cell, cfg)))  # what the JSON file holds
-    row = sweep._measured_row(rec, n_sim=50)
+    row = measured_row(StoredCell.from_record(rec), n_sim=50)
     for key in ("speedup_measured", "speedup_measured_model", "speedup_analytic", "cpu_speedup_measured",
                 "cpu_speedup_measured_model", "c_profiled", "alpha_hat"):
         assert np.isfinite(row[key]), key
     assert row["tokens_per_target_call"] >= 1
+
+
+def test_report_of_a_grid_only_sweep(tmp_path):
+    """A valid sweep of the grid alone: the report draws the model's figures and writes no measured tables."""
+    (tmp_path / "g.toml").write_text(TINY.replace('suites = ["grid", "synthetic"]', 'suites = ["grid"]'))
+    out = tmp_path / "out"
+    assert sweep.run(_args(tmp_path / "g.toml", out)) == 0
+    written = report.make_report(out, formats=("png",))
+    assert set(written) == {"speedup_vs_alpha", "speedup_heatmap", "optimal_k"}
+    assert json.loads((out / "meta.json").read_text())["schema_version"] >= 1
+
+
+def test_report_is_byte_reproducible(tmp_path):
+    """The report of the committed results, made twice, gives the same bytes (no date of the report run, the
+    provenance of the results), so `python -m harness report` leaves a clean checkout clean."""
+    results = report.RESULTS / "sweep" / "default"
+    results = results if results.is_absolute() else Path(__file__).resolve().parent.parent / results
+    a = report.make_report(results, tmp_path / "a")
+    b = report.make_report(results, tmp_path / "b")
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "b").iterdir()) and len(names) >= 10 and a.keys() == b.keys()
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert "drawn from the stored results of sweep `default`" in (tmp_path / "a" / "measured_table.tex").read_text()

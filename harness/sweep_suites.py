@@ -1,0 +1,466 @@
+"""The sweep's suites: what a cell is, each suite's typed cell settings, and how one cell is computed.
+
+A suite turns its table of the sweep file into cells — one frozen settings record each, whose fields
+(with the suite's name) are hashed into the cell's id — and computes one cell into a JSON-able payload.
+:data:`SUITES` is the registry the sweep looks suites up in; adding a suite is adding an entry.
+
+    grid       :class:`GridParams`: the analytic model S(alpha, c, k) on a grid (a DataFrame payload)
+    synthetic  :class:`SyntheticParams`: timed n-gram pairs with exact alpha and set c (:mod:`harness.synthetic`)
+    real       :class:`RealParams`: the shipped tiny HF pair and its draft variants
+    profile    :class:`ProfileParams`: per-call cost curves T(n, B) of named models (random weights allowed)
+
+The measured suites (synthetic, real) share one protocol, :func:`measure_pair`: ``repeats``
+interleaved pairs (target-only, speculative; the order alternates) after one warm-up pair, and between
+pairs one pass of the profiler over exactly the calls the cost model needs, so the predictions use
+costs profiled under the same machine load as the runs.  Its result is a :class:`Measurement`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from harness import costmodel as cm
+from harness.profiler import profile_model, profile_pair, summarise
+from harness.synthetic import CallCost, HybridClock, VirtualClock, WallClock, synthetic_pair
+from specimpl.autoregressive import autoregressive_generate
+from specimpl.errors import check_arg
+from specimpl.sampling import SamplingConfig
+from specimpl.speculative import speculative_generate
+
+__all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealParams", "ProfileParams",
+           "Measurement", "measure_pair", "resolve_model", "SHAPES", "CLOCKS"]
+
+CLOCKS = ("wall", "hybrid", "spin", "virtual")
+
+# Llama-shaped architectures for cost curves with random weights (timing does not depend on weights).
+SHAPES = {
+    "llama-1.1b": dict(hidden_size=2048, num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4,
+                       intermediate_size=5632, vocab_size=32000),  # TinyLlama-1.1B
+    "llama-160m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
+                       intermediate_size=3072, vocab_size=32000),  # JackFram/llama-160m
+    "llama-68m": dict(hidden_size=768, num_hidden_layers=2, num_attention_heads=12, num_key_value_heads=12,
+                      intermediate_size=3072, vocab_size=32000),  # JackFram/llama-68m
+}
+
+
+# -- cell settings, one record type per suite -----------------------------------------------------
+class _Params:
+    @classmethod
+    def from_settings(cls, settings: dict):
+        """The record from a stored cell's ``params`` (which also hold ``suite``)."""
+        return cls(**{f.name: settings[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class GridParams(_Params):
+    """The [grid] table: ``alpha`` = linspace(start, stop, num), ``c`` = logspace, plus ``c_extra``; k = 1..k_max."""
+
+    alpha: list
+    c: list
+    c_extra: list
+    k_max: int
+
+
+@dataclass(frozen=True)
+class _MeasuredParams(_Params):
+    """Settings every measured cell has; the properties say how its row of measured.csv is labelled."""
+
+    prompt_len: int
+    max_new_tokens: int
+    repeats: int
+    profile_repeats: int
+    temperature: float
+    k: int
+    batch: int
+
+    clock_name = "wall"
+    device_name = "cpu"
+    alpha_set = math.nan  # alpha set by construction (synthetic), else NaN
+    c_set = math.nan  # c set by construction (synthetic), else NaN
+    cpu_basis = False  # also report on process CPU time (real models on a CPU device)
+
+    @property
+    def label(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def group(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class SyntheticParams(_MeasuredParams):
+    """One synthetic cell: target cost ``target_ms`` (1 + token_slope (n - 1)) (1 + batch_slope (B - 1)),
+    draft cost c times that, acceptance exactly ``alpha``, timed on ``clock``."""
+
+    target_ms: float
+    token_slope: float
+    batch_slope: float
+    vocab_size: int
+    support: int
+    alpha: float
+    c: float
+    clock: str
+
+    device_name = "cpu"
+
+    @property
+    def clock_name(self) -> str:
+        return self.clock
+
+    @property
+    def alpha_set(self) -> float:
+        return self.alpha
+
+    @property
+    def c_set(self) -> float:
+        return self.c
+
+    @property
+    def label(self) -> str:
+        return f"alpha={self.alpha}"
+
+    @property
+    def group(self) -> str:
+        return f"synthetic/{self.clock}"
+
+
+@dataclass(frozen=True)
+class RealParams(_MeasuredParams):
+    """One real-model cell: the tiny pair's target against draft variant ``draft`` on ``device``."""
+
+    dtype: str
+    draft: str
+    device: str
+
+    @property
+    def device_name(self) -> str:
+        return self.device
+
+    @property
+    def cpu_basis(self) -> bool:
+        return str(self.device) == "cpu"
+
+    @property
+    def label(self) -> str:
+        return self.draft
+
+    @property
+    def group(self) -> str:
+        return f"tiny-pair/{self.device}"
+
+
+@dataclass(frozen=True)
+class ProfileParams(_Params):
+    """One cost-curve cell: ``model`` ('tiny:<variant>' or 'random:<shape>') timed at n tokens × batch sizes."""
+
+    n: list
+    batch: list
+    context_len: int
+    repeats: int
+    dtype: str
+    model: str
+    device: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of a sweep: ``id`` = readable name + hash of every setting (and the suite's name)."""
+
+    suite: str
+    id: str
+    params: Any  # the suite's settings record
+
+    @property
+    def settings(self) -> dict:
+        """The settings as stored in the cell's file (and hashed into its id)."""
+        return {**asdict(self.params), "suite": self.suite}
+
+
+def _hash(obj) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _cell(suite: str, name: str, params) -> Cell:
+    return Cell(suite, f"{name}-{_hash({**asdict(params), 'suite': suite})}", params)
+
+
+def _pick(table: dict, cls, **more) -> dict:
+    """The fields of ``cls`` from a suite's table, with ``more`` (the cell's own values) laid over."""
+    return {f.name: more[f.name] if f.name in more else table[f.name] for f in fields(cls)}
+
+
+# -- cells of each suite ----------------------------------------------------------------------------
+def _grid_cells(table: dict, cfg: dict) -> list[Cell]:
+    return [_cell("grid", "grid", GridParams(**table))]
+
+
+def _synthetic_cells(table: dict, cfg: dict) -> list[Cell]:
+    return [_cell("synthetic", f"syn_{clock}_a{a:g}_c{c:g}_k{k}_B{B}",
+                  SyntheticParams(**_pick(table, SyntheticParams, alpha=a, c=c, k=k, batch=B, clock=clock)))
+            for clock in table["clock"] for B in table["batch"] for c in table["c"] for a in table["alpha"]
+            for k in table["k"]]
+
+
+def _real_cells(table: dict, cfg: dict) -> list[Cell]:
+    return [_cell("real", f"real_{d}_k{k}_B{B}".replace("+", "_"),
+                  RealParams(**_pick(table, RealParams, draft=d, k=k, batch=B, device=cfg["device"])))
+            for B in table["batch"] for d in table["drafts"] for k in table["k"]]
+
+
+def _profile_cells(table: dict, cfg: dict) -> list[Cell]:
+    return [_cell("profile", f"prof_{m}".replace(":", "_").replace("+", "_"),
+                  ProfileParams(**_pick(table, ProfileParams, model=m, device=cfg["device"])))
+            for m in table["models"]]
+
+
+# -- checks of each suite's table -----------------------------------------------------------------
+def _check_measured(name: str, table: dict) -> None:
+    for key in ("k", "batch"):
+        v = table[key]
+        check_arg(isinstance(v, list) and v and all(isinstance(x, int) and x >= 1 for x in v), f"{name}.{key}", v,
+                  "a non-empty list of integers >= 1")
+    check_arg(isinstance(table["repeats"], int) and table["repeats"] >= 1, f"{name}.repeats", table["repeats"],
+              "an integer >= 1")
+
+
+def _check_synthetic(table: dict) -> None:
+    """Checks [synthetic]; a single ``clock`` becomes a list."""
+    clocks = table["clock"] if isinstance(table["clock"], list) else [table["clock"]]
+    check_arg(len(clocks) > 0 and all(c in CLOCKS for c in clocks), "synthetic.clock", table["clock"],
+              f"one of {list(CLOCKS)} or a list of them")
+    table["clock"] = clocks
+    _check_measured("synthetic", table)
+    for a in table["alpha"]:
+        check_arg(0 <= a <= 1, "synthetic.alpha", table["alpha"], "numbers in [0, 1]")
+
+
+# -- models -----------------------------------------------------------------------------------------
+def _dtype(name: str):
+    check_arg(name in ("float32", "float16", "bfloat16", "float64"), "dtype", name,
+              "'float32', 'float16', 'bfloat16' or 'float64'")
+    return getattr(torch, name)
+
+
+_PAIRS: dict = {}
+
+
+def _tiny(name: str, device: str, dtype: str):
+    """The shipped tiny pair's target ('target'), or a draft variant (names of specimpl.hf_drafts.tiny_pair_variants)."""
+    from specimpl.hf import load_tiny_pair
+    from specimpl.hf_drafts import tiny_pair_variants
+    key = (str(device), dtype)
+    if key not in _PAIRS:
+        _PAIRS.clear()  # one pair in memory at a time
+        _PAIRS[key] = load_tiny_pair(device=device, dtype=_dtype(dtype))
+    target, draft = _PAIRS[key]
+    if name == "target":
+        return target
+    return tiny_pair_variants(target, draft, [name])[name]
+
+
+def _random_hf(shape: str, device: str, dtype: str, seed: int):
+    """A Llama-shaped causal LM with random weights (for cost curves only)."""
+    check_arg(shape in SHAPES, "shape", shape, f"one of {sorted(SHAPES)}")
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from specimpl.hf import HFModel
+    torch.manual_seed(seed)
+    conf = LlamaConfig(**SHAPES[shape], max_position_embeddings=4096)
+    with torch.device(device):
+        net = LlamaForCausalLM(conf).to(_dtype(dtype)).eval()
+    return HFModel(net, name=f"random-{shape}", logits_dtype=torch.float32)
+
+
+def resolve_model(spec: str, device: str, dtype: str = "float32", seed: int = 0):
+    """'tiny:<variant>' (shipped pair) or 'random:<shape>' (random weights, see SHAPES)."""
+    kind, _, name = spec.partition(":")
+    if kind == "tiny":
+        return _tiny(name, device, dtype)
+    if kind == "random":
+        return _random_hf(name, device, dtype, seed)
+    raise ValueError(f"`model` must be 'tiny:<variant>' or 'random:<shape>'; got {spec!r}")
+
+
+def _clock(name: str):
+    return {"wall": WallClock(), "spin": WallClock(spin=True), "hybrid": HybridClock(), "virtual": VirtualClock()}[name]
+
+
+# -- the measured-cell protocol ---------------------------------------------------------------------
+@dataclass
+class Measurement:
+    """What a measured cell records (the keys of its JSON file besides the settings and provenance).
+
+    timings        one row per run: rep, arm ('ar' or 'spec'), seconds, cpu_seconds, tokens (+ rounds)
+    accepted_hist  rounds with n = 0..k accepted drafts, over every speculative run
+    round_batches  the active batch of each round, one list per speculative run
+    profile        the in-cell profile (rows of :func:`harness.profiler.summarise`)
+    """
+
+    timings: list
+    accepted_hist: list
+    emitted: int
+    target_calls: int
+    draft_calls: int
+    round_batches: list
+    profile: list
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Measurement":
+        return cls(**{f.name: rec[f.name] for f in fields(cls)})
+
+
+def _merge_profiles(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    f = pd.concat(frames, ignore_index=True)
+    samples, cpu, meta = {}, {}, {}
+    for r in f.itertuples():
+        key = (r.op, int(r.n), int(r.batch))
+        samples.setdefault(key, []).extend(r.samples_s)
+        cpu.setdefault(key, []).extend(r.cpu_samples_s)
+        meta[key] = {"model": r.model, "device": r.device, "timer": r.timer, "context_len": r.context_len}
+    rows = [summarise({key: xs}, meta[key], cpu={key: cpu[key]}) for key, xs in samples.items()]
+    return pd.concat(rows, ignore_index=True).sort_values(["op", "batch", "n"], ignore_index=True)
+
+
+def _timer(clock, dev: torch.device) -> Callable:
+    """fn -> (result, seconds on ``clock``, process CPU seconds) with CUDA synchronised around the call."""
+    def timed(fn):
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        c0 = time.process_time()
+        t0 = clock.now()
+        out = fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        dt = clock.now() - t0
+        return out, dt, (dt if getattr(clock, "virtual", False) else time.process_time() - c0)
+    return timed
+
+
+class _SpecTally:
+    """Acceptance and call counts summed over a cell's speculative runs."""
+
+    def __init__(self, k: int):
+        self.hist = np.zeros(k + 1, dtype=np.int64)
+        self.emitted = self.target_calls = self.draft_calls = 0
+        self.round_batches: list[list[int]] = []
+
+    def add(self, stats) -> int:
+        """Add one run's SpecStats; returns its number of rounds."""
+        self.hist += stats.accepted_hist
+        f = stats.frame()
+        self.emitted += int(f["emitted"].sum())
+        self.target_calls += int(f["target_calls"].sum())
+        self.draft_calls += int(f["draft_calls"].sum())
+        self.round_batches.append(f["batch"].astype(int).tolist())
+        return len(f)
+
+
+def measure_pair(target, draft, prompts, *, k: int, max_new_tokens: int, config: SamplingConfig, repeats: int,
+                 seed: int, clock, device: str = "cpu", profile_repeats: int = 1) -> Measurement:
+    """Interleaved target-only / speculative runs of one cell, with in-cell profiling between pairs."""
+    dev = torch.device(device)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    B, N, P = len(prompts), max_new_tokens, len(prompts[0])
+    timed = _timer(clock, dev)
+    arms = {"ar": lambda: autoregressive_generate(target, prompts, max_new_tokens=N, config=config, generator=g),
+            "spec": lambda: speculative_generate(target, draft, prompts, k=k, max_new_tokens=N, config=config,
+                                                 generator=g)}
+    with torch.no_grad():
+        arms["ar"](), arms["spec"]()  # warm-up pair, discarded
+        timings, profiles, tally = [], [], _SpecTally(k)
+        for rep in range(repeats):
+            for arm in (("ar", "spec") if rep % 2 == 0 else ("spec", "ar")):
+                res, dt, ct = timed(arms[arm])
+                row = {"rep": rep, "arm": arm, "seconds": dt, "cpu_seconds": ct, "tokens": int(res.lengths.sum())}
+                if arm == "spec":
+                    row["rounds"] = tally.add(res.stats)
+                timings.append(row)
+            profiles.append(profile_pair(target, draft, [k], [B], prompt_len=P, max_new_tokens=N, config=config,
+                                         repeats=profile_repeats, warmup=0, clock=clock, seed=seed + rep))
+    return Measurement(timings, tally.hist.tolist(), tally.emitted, tally.target_calls, tally.draft_calls,
+                       tally.round_batches, _merge_profiles(profiles).to_dict(orient="records"))
+
+
+# -- computing one cell of each suite ---------------------------------------------------------------
+def _run_grid(p: GridParams, seed: int) -> dict:
+    a = np.linspace(*p.alpha[:2], int(p.alpha[2]))
+    c = np.logspace(math.log10(p.c[0]), math.log10(p.c[1]), int(p.c[2]))
+    c = np.unique(np.concatenate([c, np.asarray(p.c_extra, dtype=float)]))
+    ks = np.arange(1, p.k_max + 1)
+    A, C, K = np.meshgrid(a, c, ks, indexing="ij")
+    return {"grid": pd.DataFrame({"alpha": A.ravel(), "c": C.ravel(), "k": K.ravel().astype(np.int16),
+                                  "speedup": cm.analytic_speedup(A, C, K).ravel(),
+                                  "expected_tokens": cm.expected_tokens(A, K).ravel()})}
+
+
+def _run_synthetic(p: SyntheticParams, seed: int) -> dict:
+    clock = _clock(p.clock)
+    tc = CallCost(p.target_ms / 1e3, p.token_slope, p.batch_slope)
+    target, draft, _, _ = synthetic_pair(p.alpha, p.c, tc, p.vocab_size, p.support, seed=seed % 2**31, clock=clock)
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(0, p.vocab_size, (p.batch, p.prompt_len), generator=g).tolist()
+    m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
+                     config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed, clock=clock,
+                     profile_repeats=p.profile_repeats)
+    return {**asdict(m), "c_set": p.c, "alpha_exact": p.alpha}
+
+
+def _run_real(p: RealParams, seed: int) -> dict:
+    from specimpl.hf import tiny_pair_prompts
+    target = _tiny("target", p.device, p.dtype)
+    draft = _tiny(p.draft, p.device, p.dtype)
+    prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
+    m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
+                     config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed,
+                     clock=WallClock(), device=p.device, profile_repeats=p.profile_repeats)
+    return asdict(m)
+
+
+def _run_profile(p: ProfileParams, seed: int) -> dict:
+    model = resolve_model(p.model, p.device, p.dtype, seed)
+    prof = profile_model(model, "model", p.n, p.batch, context_len=p.context_len, repeats=p.repeats, warmup=2,
+                         seed=seed)
+    prof["model"] = p.model
+    return {"profile": prof.to_dict(orient="records")}
+
+
+# -- the registry -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Suite:
+    """One kind of sweep cell.
+
+    params    the settings record of its cells
+    cells     (its table of the sweep file, the whole config) -> cells, in run order
+    run       (settings, seed) -> payload (JSON-able; a DataFrame value is stored as parquet beside the cell)
+    check     validates (and normalises) its table of the sweep file
+    feeds     the sweep's tables its cells feed: 'grid' (grid.parquet), 'measured' (measured.csv,
+              timings.csv, fidelity.json), 'profiles' (profiles.csv)
+    """
+
+    name: str
+    params: type
+    cells: Callable[[dict, dict], list]
+    run: Callable[[Any, int], dict]
+    check: Callable[[dict], None] = lambda table: None
+    feeds: frozenset = frozenset()
+
+    def params_of(self, settings: dict):
+        return self.params.from_settings(settings)
+
+
+SUITES: dict[str, Suite] = {s.name: s for s in (
+    Suite("grid", GridParams, _grid_cells, _run_grid, feeds=frozenset({"grid"})),
+    Suite("synthetic", SyntheticParams, _synthetic_cells, _run_synthetic, _check_synthetic,
+          frozenset({"measured", "profiles"})),
+    Suite("real", RealParams, _real_cells, _run_real, lambda t: _check_measured("real", t),
+          frozenset({"measured", "profiles"})),
+    Suite("profile", ProfileParams, _profile_cells, _run_profile, feeds=frozenset({"profiles"})),
+)}

@@ -1,0 +1,64 @@
+"""Provenance is portable (no absolute path of the machine that made a result), versioned, and figures are
+byte-reproducible."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import provenance as pv
+
+REPO = Path(pv.__file__).resolve().parent.parent
+
+
+def test_metadata_records_no_absolute_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [str(REPO / "harness" / "__main__.py"), "verify", "--out",
+                                     str(tmp_path / "out"), f"--config={REPO / 'harness/experiments/sweep/gpu.toml'}"])
+    config = {"out": REPO / "results" / "hf" / "alpha.csv", "cwd_file": str(tmp_path / "x.csv"),
+              "nested": {"model": f"{REPO}/specimpl/assets/tiny_pair/target[:2]"}, "home": str(Path.home() / "d"),
+              "name": "default", "k": [1, 2]}
+    meta = pv.metadata(config, 7)
+    assert meta["schema_version"] == pv.SCHEMA_VERSION >= 1
+    text = json.dumps(meta)
+    for root in {str(REPO), os.path.realpath(REPO), str(tmp_path), str(Path.home())}:
+        assert root + os.sep not in text, root
+    assert meta["config"] == {"out": "results/hf/alpha.csv", "cwd_file": "x.csv",
+                              "nested": {"model": "specimpl/assets/tiny_pair/target[:2]"}, "home": "~/d",
+                              "name": "default", "k": [1, 2]}
+    assert meta["command"] == "python -m harness verify --out out --config=harness/experiments/sweep/gpu.toml"
+
+
+@pytest.mark.parametrize("argv0, typed", [
+    ("harness/__main__.py", "python -m harness"),
+    ("harness/realmodel.py", "python -m harness.realmodel"),
+    ("experiments/train_tiny_pair.py", "python experiments/train_tiny_pair.py"),
+])
+def test_command_is_recorded_as_typed(argv0, typed):
+    assert pv.command_line([str(REPO / argv0), "pit", "a b"]) == f"{typed} pit 'a b'"
+    assert pv.command_line(["/usr/local/bin/pytest", "-q"]) == "pytest -q"
+
+
+def test_paths_outside_the_repository_and_working_directory_stay_as_they_are(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert pv.portable("/nonexistent-root/x") == "/nonexistent-root/x"
+    assert pv.portable("relative/x") == "relative/x" and pv.portable(3) == 3
+    assert pv.portable(str(REPO)) == "."
+
+
+@pytest.mark.parametrize("fmt", ["png", "pdf", "svg"])
+def test_figures_are_byte_reproducible(tmp_path, fmt):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def draw(path):
+        fig, ax = plt.subplots(figsize=(2, 2))
+        ax.plot([0, 1], [1, 0])
+        pv.atomic_savefig(fig, path, {"seed": 1, "commit": "abc"})
+        plt.close(fig)
+        return path.read_bytes()
+
+    first = draw(tmp_path / f"a.{fmt}")
+    assert first == draw(tmp_path / f"b.{fmt}")
+    assert b"CreationDate" not in first
