@@ -250,13 +250,19 @@ def scenario_dir(ctx: Ctx, files: dict[str, str], name: str = "sd") -> Path:
 
 
 GOOD_SAMPLER = """
-    # a correct sampler: a thin wrapper around the reference one (PROBE_SLEEP: seconds to wait per call)
+    # a correct sampler: a thin wrapper around the reference one.  With PROBE_MARK set it also leaves a mark
+    # file <PROBE_MARK>_N<max_new_tokens> (which scenario has started) and waits PROBE_SLEEP s per call
+    # on the 10-token scenario (alpha_one), so that an interrupt can land there.
     import os, time
     from specimpl import SamplingConfig, speculative_generate
 
     def fn(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
            generator=None):
-        time.sleep(float(os.environ.get("PROBE_SLEEP", "0")))
+        mark = os.environ.get("PROBE_MARK")
+        if mark:
+            open(f"{mark}_N{max_new_tokens}", "a").close()
+            if max_new_tokens == 10:
+                time.sleep(float(os.environ.get("PROBE_SLEEP", "0")))
         return speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
                                     eos_token_id=eos_token_id, generator=generator)
 """
@@ -282,16 +288,25 @@ def tests_csv(out: Path):
     return pd.read_csv(out / "tests.csv", comment="#")
 
 
+def complete_files(root: Path, exclude=()) -> list[Path]:
+    """Files under ``root``, leaving out half-written ones (atomic writes' ``_tmp<name>.*``, dot files)."""
+    if not root.exists():
+        return []
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(("_tmp", "."))
+                  and p.name not in exclude)
+
+
 def file_with_traceback(root: Path) -> Optional[Path]:
+    """A file under ``root`` (any text file up to 4 MB) holding a Python traceback."""
     if not root.exists():
         return None
     for p in sorted(root.rglob("*")):
-        if p.is_file() and p.suffix in ("", ".log", ".txt", ".md", ".json", ".err"):
-            try:
-                if "Traceback (most recent call last)" in p.read_text(errors="replace"):
-                    return p
-            except OSError:
-                pass
+        try:
+            if p.is_file() and p.stat().st_size < 4 << 20 and \
+                    "Traceback (most recent call last)" in p.read_text(errors="replace"):
+                return p
+        except OSError:
+            pass
     return None
 
 
@@ -307,18 +322,32 @@ def file_with_traceback(root: Path) -> Optional[Path]:
        timeout=120, slow=True)
 def _resume_swaps_sampler(ctx: Ctx):
     ctx.write("my.py", GOOD_SAMPLER)
-    state = ctx.path("out", "_tmp_state")
+    out = ctx.path("out")
+    mark = ctx.path("mark")
+    alpha_one = Path(f"{mark}_N10")  # alpha_one has max_new_tokens = 10, base 8: base is drawn when it starts
+
+    def saved():
+        return complete_files(out)
+
     p = ctx.spawn("verify", "--sampler", "my.py:fn", "--scenario", "base", "--scenario", "alpha_one",
-                  "--draws", 20000, *QUIET, "--out", "out", env={"PROBE_SLEEP": "0.1"})
-    first = ctx.interrupt_when(p, lambda: len(list(state.glob("*.pkl"))) >= 2, timeout=60)
-    saved = len(list(state.glob("*.pkl")))
-    if first.out != "interrupted" or saved == 0:
-        return f"could not interrupt after base ({first.out}, {describe(first)}; {saved} state files)", False
+                  "--draws", 20000, *QUIET, "--out", "out", env={"PROBE_MARK": mark, "PROBE_SLEEP": "0.1"})
+    t_ready = []
+
+    def ready():  # alpha_one has started and something is saved (or 1 s has passed since it started)
+        if not alpha_one.exists():
+            return False
+        t_ready.append(time.monotonic())
+        return bool(saved()) or time.monotonic() - t_ready[0] > 1.0
+
+    first = ctx.interrupt_when(p, ready, timeout=60)
+    if first.out != "interrupted":
+        return f"could not interrupt during alpha_one ({first.out}, {describe(first)})", False
+    n_saved = len([f for f in saved() if "tmp" in str(f.relative_to(out)) or f.suffix == ".pkl"])
     ctx.write("my.py", LOSSY_SAMPLER)
     second = ctx.harness("verify", "--sampler", "my.py:fn", "--scenario", "base", "--draws", 20000, *QUIET,
                          "--out", "out", timeout=60)
     ok = second.rc == 1 or (second.rc == 2 and "sampler" in second.err.lower())
-    return f"interrupted with {saved} state files; rerun with the lossy sampler: {describe(second)}", ok
+    return f"interrupted in alpha_one, {n_saved} state files kept; rerun with the lossy sampler: {describe(second)}", ok
 
 
 @probe("calibrate_reuses_seed_across_configs",
@@ -333,17 +362,22 @@ def _calibrate_reuses_seed(ctx: Ctx):
     import pandas as pd
     base = (SCENARIO_SRC / "base.toml").read_text()
     sd = scenario_dir(ctx, {"base.toml": base + "\nk = 7\n"})
-    store = ctx.path("cal", "_tmp_seeds")
+    cal = ctx.path("cal")
+    finals = {"per_test.csv", "family_wise.csv", "pvalues.parquet", "summary.md"}
+
+    def stored():  # any intermediate file of the run (the seed store: cal/_tmp_seeds/*.parquet today)
+        return complete_files(cal, exclude=finals)
     first = None
     for draws in (20000, 100000):  # a larger run if the first one finished before the interrupt landed
         shutil.rmtree(ctx.path("cal"), ignore_errors=True)
         p = ctx.spawn("calibrate", "--scenario-dir", sd, "--scenario", "base", "--seeds", 3, "--draws", draws,
                       "--out", "cal", "--no-progress")
-        first = ctx.interrupt_when(p, lambda: any(store.glob("*.parquet")), timeout=60)
-        if first.out == "interrupted" and any(store.glob("*.parquet")):
+        first = ctx.interrupt_when(p, lambda: bool(stored()), timeout=60)
+        if first.out == "interrupted":
             break
     else:
         return f"could not interrupt after the first seed ({first.out}, {describe(first)})", False
+    n_stored = len(stored())
     (sd / "base.toml").write_text(base + "\nk = 16\n")
     second = ctx.harness("calibrate", "--scenario-dir", sd, "--scenario", "base", "--seeds", 3, "--draws", draws,
                          "--out", "cal", "--no-progress", timeout=60)
@@ -355,7 +389,8 @@ def _calibrate_reuses_seed(ctx: Ctx):
     except (OSError, ValueError, KeyError, IndexError) as e:
         return f"rerun {describe(second)}; fresh {describe(fresh)}; no p-value table ({type(e).__name__})", False
     ok = second.rc == 0 and all(n == want for n in per_seed)
-    return f"rerun exit {second.rc}; tests per seed {per_seed}, fresh k = 16 run: {want}", ok
+    return (f"interrupted with {n_stored} stored file(s); rerun exit {second.rc}; tests per seed {per_seed}, "
+            f"fresh k = 16 run: {want}"), ok
 
 
 # ============================================================================== 3-6: statistics
@@ -833,6 +868,7 @@ def _lib_typo(ctx: Ctx):
     for path in ("./no_such_dir/model", "models/targt"):
         r = ctx.python(f"""
             import time
+            from transformers import AutoConfig, AutoTokenizer  # imports are not what is timed
             from specimpl.hf import load_pair
             tic = time.perf_counter()
             try:
