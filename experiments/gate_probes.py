@@ -314,8 +314,8 @@ def file_with_traceback(root: Path) -> Optional[Path]:
 @probe("resume_swaps_sampler",
        "A run interrupted after its first scenario resumes from the saved draws even when the sampler file "
        "was replaced by a lossy one: `verify --sampler my.py:fn --scenario base --scenario alpha_one` is "
-       "interrupted (SIGINT) once base's state is under out/_tmp_state/ (the correct sampler waits 0.1 s per "
-       "call so the interrupt lands during alpha_one), my.py becomes an accept-every-draft sampler, and "
+       "interrupted (SIGINT) once base is drawn and saved (out/_tmp_state/) and alpha_one has started (the "
+       "correct sampler waits 0.1 s per call on alpha_one so that the interrupt lands there), my.py becomes an accept-every-draft sampler, and "
        "`--scenario base` is rerun into the same --out.",
        "exit 1 (lossy: the changed sampler is redrawn and caught), or exit 2 refusing the stale state; "
        "never exit 0 from the old draws",
