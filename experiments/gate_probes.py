@@ -1,0 +1,1045 @@
+"""The probe table of the issue "A gate that cannot be fooled": every failure a demanding new user found
+by probing the CLI, the scenario files, the library API and the result files, as one reproducible script.
+
+    python experiments/gate_probes.py                       # every probe -> results/gate/probes.{csv,md}
+    python experiments/gate_probes.py --only sampler_raises cli_threads_0
+    python experiments/gate_probes.py --list                # the registry: name, problem, expected
+    python experiments/gate_probes.py --out /tmp/g --stem probes_before
+
+Each probe runs in a fresh temporary directory (the current directory of every command it starts, so
+nothing lands in the repository), with this interpreter (``sys.executable -m harness ...``) and
+``PYTHONPATH`` set to the repository holding this file: it measures the checkout it lives in.  Library
+probes run in a ``python -c`` subprocess, so a crash or a hang cannot take the script down.  Every
+command has a timeout.
+
+A probe states the problem (the issue's words), the *correct* outcome, and a check that returns the
+observed outcome (exit status and the first line or two of stderr, or the exception raised) and whether
+it is correct.  The script is a measuring instrument, not a gate: it exits 0 whatever the probes show
+(2 for bad arguments of its own, 1 only if the script itself breaks).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "results" / "gate"
+SCENARIO_SRC = REPO / "harness" / "experiments" / "verify"
+MAX_TEXT = 260  # characters of observed text kept per probe
+
+# Quiet, small runs: every verify probe passes these unless it needs otherwise.
+QUIET = ("--no-real-model", "--no-figures", "--no-progress")
+
+
+# --------------------------------------------------------------------------------------- registry
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    problem: str  # the issue's words (and how the probe adapts them)
+    expected: str  # the correct outcome
+    fn: Callable[["Ctx"], tuple[str, bool]]
+    timeout: float  # seconds for the whole probe (each command gets what is left)
+    slow: bool = False  # longer than ~10 s on a quiet 2-core machine
+
+
+REGISTRY: list[Probe] = []
+
+
+def probe(name: str, problem: str, expected: str, timeout: float = 60.0, slow: bool = False):
+    def deco(fn):
+        if any(p.name == name for p in REGISTRY):
+            raise ValueError(f"probe {name!r} registered twice")
+        REGISTRY.append(Probe(name, " ".join(problem.split()), " ".join(expected.split()), fn, timeout, slow))
+        return fn
+    return deco
+
+
+# ------------------------------------------------------------------------------------ running things
+@dataclass
+class Proc:
+    rc: Optional[int]  # None when killed on timeout
+    out: str
+    err: str
+    wall: float
+    timed_out: bool = False
+
+
+class ProbeTimeout(Exception):
+    pass
+
+
+def _env(extra: Optional[dict] = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("MPLBACKEND", "Agg")
+    env["PYTHONUNBUFFERED"] = "1"
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(k, "1")
+    env.pop("PYTHONSTARTUP", None)
+    if extra:
+        for k, v in extra.items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = str(v)
+    return env
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    """End the process group of a command this script started (by its own id)."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Ctx:
+    """A probe's temporary directory, its deadline, and the commands it runs there."""
+
+    def __init__(self, probe_: Probe, tmp: Path):
+        self.probe = probe_
+        self.tmp = tmp
+        self.deadline = time.monotonic() + probe_.timeout
+
+    def remaining(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0.5:
+            raise ProbeTimeout(f"probe ran past its {self.probe.timeout:g} s")
+        return left
+
+    def path(self, *parts) -> Path:
+        return self.tmp.joinpath(*parts)
+
+    def write(self, rel: str, text: str) -> Path:
+        p = self.path(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"))
+        return p
+
+    def run(self, argv: list, timeout: Optional[float] = None, env: Optional[dict] = None) -> Proc:
+        t = min(timeout or 1e9, self.remaining())
+        tic = time.perf_counter()
+        p = subprocess.Popen([str(a) for a in argv], cwd=self.tmp, env=_env(env), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=t)
+            return Proc(p.returncode, out, err, time.perf_counter() - tic)
+        except subprocess.TimeoutExpired:
+            _kill_group(p)
+            out, err = p.communicate()
+            return Proc(None, out or "", err or "", time.perf_counter() - tic, timed_out=True)
+
+    def harness(self, *args, timeout: Optional[float] = None, env: Optional[dict] = None) -> Proc:
+        return self.run([sys.executable, "-m", "harness", *args], timeout, env)
+
+    def spawn(self, *args, env: Optional[dict] = None) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "harness", *[str(a) for a in args]], cwd=self.tmp,
+                                env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+
+    def interrupt_when(self, p: subprocess.Popen, ready: Callable[[], bool], timeout: float) -> Proc:
+        """Send SIGINT to ``p`` as soon as ``ready()``; Proc.rc None only on timeout.  Proc.out is
+        'interrupted' or 'finished' (whether the condition was met before the command ended)."""
+        tic = time.perf_counter()
+        end = time.monotonic() + min(timeout, self.remaining())
+        state = "finished"
+        while p.poll() is None:
+            if ready():
+                p.send_signal(signal.SIGINT)
+                state = "interrupted"
+                break
+            if time.monotonic() > end:
+                _kill_group(p)
+                state = "timeout"
+                break
+            time.sleep(0.01)
+        try:
+            _, err = p.communicate(timeout=max(1.0, min(30.0, end - time.monotonic() + 5)))
+        except subprocess.TimeoutExpired:
+            _kill_group(p)
+            _, err = p.communicate()
+            state = "timeout"
+        return Proc(p.returncode if state != "timeout" else None, state, err, time.perf_counter() - tic,
+                    timed_out=state == "timeout")
+
+    def python(self, *code: str, timeout: Optional[float] = None, env: Optional[dict] = None) -> dict:
+        """Run a library snippet in a subprocess.  The snippet's parts (each dedented on its own) become the
+        body of ``def _probe():``, which may return a short string; the answer is {'raised': exception type
+        name or None, 'mro', 'msg', 'value', 'proc'}."""
+        body = textwrap.indent("\n".join(textwrap.dedent(c).strip("\n") for c in code), "    ")
+        src = (f"import json, sys\n"
+               f"def _probe():\n{body}\n"
+               f"try:\n"
+               f"    _v = _probe()\n"
+               f"    _r = {{'raised': None, 'mro': [], 'msg': '', 'value': None if _v is None else str(_v)}}\n"
+               f"except Exception as _e:\n"
+               f"    _r = {{'raised': type(_e).__name__, 'mro': [c.__name__ for c in type(_e).__mro__],\n"
+               f"          'msg': str(_e), 'value': None}}\n"
+               f"print('@@PROBE@@' + json.dumps(_r))\n")
+        proc = self.run([sys.executable, "-c", src], timeout, env)
+        m = re.search(r"^@@PROBE@@(.*)$", proc.out, re.M)
+        if m is None:
+            return {"raised": "crash", "mro": [], "msg": describe(proc), "value": None, "proc": proc}
+        r = json.loads(m.group(1))
+        r["proc"] = proc
+        return r
+
+
+# ------------------------------------------------------------------------------------ describing
+def _lines(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def has_traceback(text: str) -> bool:
+    return "Traceback (most recent call last)" in text
+
+
+def stderr_head(err: str, n: int = 2) -> str:
+    lines = _lines(err)
+    if not lines:
+        return "(no stderr)"
+    if has_traceback(err):
+        return f"traceback; {lines[-1]}"
+    return " / ".join(lines[:n])
+
+
+def describe(proc: Proc, n: int = 2) -> str:
+    if proc.timed_out:
+        return f"timed out after {proc.wall:.0f} s" + (f"; {stderr_head(proc.err, n)}" if proc.err.strip() else "")
+    return f"exit {proc.rc}: {stderr_head(proc.err, n)}"
+
+
+def raised(r: dict) -> str:
+    if r["raised"] is None:
+        return f"returned: {r['value']}"
+    return f"raises {r['raised']}: {_lines(r['msg'])[0] if _lines(r['msg']) else ''}"
+
+
+def is_value_error(r: dict) -> bool:
+    return "ValueError" in r.get("mro", [])
+
+
+def trim(s: str, n: int = MAX_TEXT) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------- shared fixtures
+def scenario_dir(ctx: Ctx, files: dict[str, str], name: str = "sd") -> Path:
+    """A scenario folder holding a copy of the shipped default.toml plus ``files`` (name -> TOML text)."""
+    d = ctx.path(name)
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SCENARIO_SRC / "default.toml", d / "default.toml")
+    for fname, text in files.items():
+        (d / fname).write_text(textwrap.dedent(text).lstrip("\n"))
+    return d
+
+
+GOOD_SAMPLER = """
+    # a correct sampler: a thin wrapper around the reference one.  With PROBE_MARK set it also leaves a mark
+    # file <PROBE_MARK>_N<max_new_tokens> (which scenario has started) and waits PROBE_SLEEP s per call
+    # on the 10-token scenario (alpha_one), so that an interrupt can land there.
+    import os, time
+    from specimpl import SamplingConfig, speculative_generate
+
+    def fn(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
+           generator=None):
+        mark = os.environ.get("PROBE_MARK")
+        if mark:
+            open(f"{mark}_N{max_new_tokens}", "a").close()
+            if max_new_tokens == 10:
+                time.sleep(float(os.environ.get("PROBE_SLEEP", "0")))
+        return speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
+                                    eos_token_id=eos_token_id, generator=generator)
+"""
+
+LOSSY_SAMPLER = """
+    # a lossy sampler: the acceptance uniforms are 0, so every draft is accepted (harness.bugs.AcceptEverything)
+    import torch
+    from specimpl import SamplingConfig, SpeculativeSampler
+
+    class AcceptAll(SpeculativeSampler):
+        def uniforms(self, B, generator, dtype, device):
+            u_draft, u_acc, u_fin = super().uniforms(B, generator, dtype, device)
+            return u_draft, torch.zeros_like(u_acc), u_fin
+
+    def fn(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
+           generator=None):
+        return AcceptAll(target, draft, k, config).generate(prompts, max_new_tokens, eos_token_id, generator)
+"""
+
+
+def tests_csv(out: Path):
+    import pandas as pd
+    return pd.read_csv(out / "tests.csv", comment="#")
+
+
+def complete_files(root: Path, exclude=()) -> list[Path]:
+    """Files under ``root``, leaving out half-written ones (atomic writes' ``_tmp<name>.*``, dot files)."""
+    if not root.exists():
+        return []
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(("_tmp", "."))
+                  and p.name not in exclude)
+
+
+def file_with_traceback(root: Path) -> Optional[Path]:
+    """A file under ``root`` (any text file up to 4 MB) holding a Python traceback."""
+    if not root.exists():
+        return None
+    for p in sorted(root.rglob("*")):
+        try:
+            if p.is_file() and p.stat().st_size < 4 << 20 and \
+                    "Traceback (most recent call last)" in p.read_text(errors="replace"):
+                return p
+        except OSError:
+            pass
+    return None
+
+
+# ============================================================================== 1-2: resumption
+@probe("resume_swaps_sampler",
+       "A run interrupted after its first scenario resumes from the saved draws even when the sampler file "
+       "was replaced by a lossy one: `verify --sampler my.py:fn --scenario base --scenario alpha_one` is "
+       "interrupted (SIGINT) once base is drawn and saved (out/_tmp_state/) and alpha_one has started (the "
+       "correct sampler waits 0.1 s per call on alpha_one so that the interrupt lands there), my.py becomes an accept-every-draft sampler, and "
+       "`--scenario base` is rerun into the same --out.",
+       "exit 1 (lossy: the changed sampler is redrawn and caught), or exit 2 refusing the stale state; "
+       "never exit 0 from the old draws",
+       timeout=120, slow=True)
+def _resume_swaps_sampler(ctx: Ctx):
+    ctx.write("my.py", GOOD_SAMPLER)
+    out = ctx.path("out")
+    mark = ctx.path("mark")
+    alpha_one = Path(f"{mark}_N10")  # alpha_one has max_new_tokens = 10, base 8: base is drawn when it starts
+
+    def saved():
+        return complete_files(out)
+
+    p = ctx.spawn("verify", "--sampler", "my.py:fn", "--scenario", "base", "--scenario", "alpha_one",
+                  "--draws", 20000, *QUIET, "--out", "out", env={"PROBE_MARK": mark, "PROBE_SLEEP": "0.1"})
+    t_ready = []
+
+    def ready():  # alpha_one has started and something is saved (or 1 s has passed since it started)
+        if not alpha_one.exists():
+            return False
+        t_ready.append(time.monotonic())
+        return bool(saved()) or time.monotonic() - t_ready[0] > 1.0
+
+    first = ctx.interrupt_when(p, ready, timeout=60)
+    if first.out != "interrupted":
+        return f"could not interrupt during alpha_one ({first.out}, {describe(first)})", False
+    n_saved = len([f for f in saved() if "tmp" in str(f.relative_to(out)) or f.suffix == ".pkl"])
+    ctx.write("my.py", LOSSY_SAMPLER)
+    second = ctx.harness("verify", "--sampler", "my.py:fn", "--scenario", "base", "--draws", 20000, *QUIET,
+                         "--out", "out", timeout=60)
+    ok = second.rc == 1 or (second.rc == 2 and "sampler" in second.err.lower())
+    return f"interrupted in alpha_one, {n_saved} state files kept; rerun with the lossy sampler: {describe(second)}", ok
+
+
+@probe("calibrate_reuses_seed_across_configs",
+       "calibrate keys a stored seed by draws and scenario names only, so a seed computed for k = 7 is "
+       "reused after the scenario is edited to k = 16.  Adapted: a finished calibrate run deletes its stored "
+       "seeds, so the probe interrupts `calibrate --scenario-dir sd --scenario base --seeds 3 --draws 20000` "
+       "(k = 7) once the first seed is under cal/_tmp_seeds/, edits base.toml to k = 16 and reruns; the "
+       "tests per seed in pvalues.parquet are compared with a fresh k = 16 run.",
+       "every seed of the rerun has the fresh k = 16 test count (the k = 7 seed is redrawn, not reused)",
+       timeout=150, slow=True)
+def _calibrate_reuses_seed(ctx: Ctx):
+    import pandas as pd
+    base = (SCENARIO_SRC / "base.toml").read_text()
+    sd = scenario_dir(ctx, {"base.toml": base + "\nk = 7\n"})
+    cal = ctx.path("cal")
+    finals = {"per_test.csv", "family_wise.csv", "pvalues.parquet", "summary.md"}
+
+    def stored():  # any intermediate file of the run (the seed store: cal/_tmp_seeds/*.parquet today)
+        return complete_files(cal, exclude=finals)
+    first = None
+    for draws in (20000, 100000):  # a larger run if the first one finished before the interrupt landed
+        shutil.rmtree(ctx.path("cal"), ignore_errors=True)
+        p = ctx.spawn("calibrate", "--scenario-dir", sd, "--scenario", "base", "--seeds", 3, "--draws", draws,
+                      "--out", "cal", "--no-progress")
+        first = ctx.interrupt_when(p, lambda: bool(stored()), timeout=60)
+        if first.out == "interrupted":
+            break
+    else:
+        return f"could not interrupt after the first seed ({first.out}, {describe(first)})", False
+    n_stored = len(stored())
+    (sd / "base.toml").write_text(base + "\nk = 16\n")
+    second = ctx.harness("calibrate", "--scenario-dir", sd, "--scenario", "base", "--seeds", 3, "--draws", draws,
+                         "--out", "cal", "--no-progress", timeout=60)
+    fresh = ctx.harness("calibrate", "--scenario-dir", sd, "--scenario", "base", "--seeds", 1, "--draws", 2000,
+                        "--out", "cal_fresh", "--no-progress", timeout=60)
+    try:
+        per_seed = pd.read_parquet(ctx.path("cal", "pvalues.parquet")).groupby("seed").size().tolist()
+        want = int(pd.read_parquet(ctx.path("cal_fresh", "pvalues.parquet")).groupby("seed").size().iloc[0])
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        return f"rerun {describe(second)}; fresh {describe(fresh)}; no p-value table ({type(e).__name__})", False
+    ok = second.rc == 0 and all(n == want for n in per_seed)
+    return (f"interrupted with {n_stored} stored file(s); rerun exit {second.rc}; tests per seed {per_seed}, "
+            f"fresh k = 16 run: {want}"), ok
+
+
+# ============================================================================== 3-6: statistics
+@probe("few_draws_false_alarm",
+       "The reference sampler fails its own battery at small draw counts: `verify --scenario base --draws 500 "
+       "--no-controls --no-real-model` with seeds 1, 2, 3.",
+       "exit 0 for every seed", timeout=60)
+def _few_draws(ctx: Ctx):
+    rcs, notes = [], []
+    for seed in (1, 2, 3):
+        r = ctx.harness("verify", "--scenario", "base", "--draws", 500, "--no-controls", *QUIET, "--seed", seed,
+                        "--out", f"out{seed}", timeout=40)
+        rcs.append("timeout" if r.timed_out else r.rc)
+        if r.rc != 0:
+            notes.append(f"seed {seed}: {stderr_head(r.err, 2)}")
+    return f"exit {rcs}" + (f"; {notes[0]}" if notes else ""), all(rc == 0 for rc in rcs)
+
+
+def _unreachable(ctx: Ctx, name: str, k: int, n: int, timeout: float):
+    sd = scenario_dir(ctx, {f"{name}.toml": f"k = {k}\nmax_new_tokens = {n}\n"})
+    r = ctx.harness("verify", "--scenario-dir", sd, "--scenario", name, "--draws", 20000, "--no-controls", *QUIET,
+                    "--out", "out", timeout=timeout)
+    try:
+        t = tests_csv(ctx.path("out"))
+        t = t[t.scenario == name]
+        beyond = int(((t.position >= n) & (t.family == "acceptance")).sum())
+        counts = f"{len(t)} tests on {name}, {beyond} acceptance tests at draft positions >= N = {n}"
+    except (OSError, ValueError, AttributeError) as e:
+        beyond, counts = None, f"no tests.csv ({type(e).__name__})"
+    return r, beyond, counts
+
+
+@probe("k32_short_output",
+       "k larger than the output: a scenario with k = 32, max_new_tokens = 8 (custom --scenario-dir), 20,000 "
+       "draws, reference sampler, fails.",
+       "exit 0", timeout=60)
+def _k32(ctx: Ctx):
+    r, beyond, counts = _unreachable(ctx, "k32", 32, 8, 50)
+    return f"{describe(r, 1)}; {counts}", r.rc == 0
+
+
+@probe("k1000_unreachable_tests",
+       "k = 1000 with max_new_tokens = 8: fails, and the battery tests draft positions that can never be "
+       "reached (spending the budget on them).",
+       "exit 0 and no tests on unreachable positions (acceptance tests at draft positions >= N)",
+       timeout=90, slow=True)
+def _k1000(ctx: Ctx):
+    r, beyond, counts = _unreachable(ctx, "k1000", 1000, 8, 80)
+    return f"{describe(r, 1)}; {counts}", r.rc == 0 and beyond == 0
+
+
+@probe("calibrate_500_inconsistent_exit0",
+       "`calibrate --draws 500 --seeds 2 --scenario base` reports 'consistent: NO' yet exits 0.",
+       "a non-zero exit whenever the summary says consistent: NO (or a consistent result and exit 0)",
+       timeout=60)
+def _calibrate_500(ctx: Ctx):
+    r = ctx.harness("calibrate", "--draws", 500, "--seeds", 2, "--scenario", "base", "--out", "cal",
+                    "--no-progress", timeout=50)
+    summ = ctx.path("cal", "summary.md")
+    text = summ.read_text() if summ.exists() else ""
+    no = bool(re.search(r"\|\s*NO\s*\|", text))
+    status = "summary says consistent: NO" if no else ("summary consistent" if text else "no summary.md")
+    ok = (r.rc not in (0, None)) if no else (r.rc == 0 and bool(text))
+    return f"{describe(r, 1)}; {status}", ok
+
+
+# ============================================================================== 7-11: broken samplers
+def _sampler_run(ctx: Ctx, body: str, draws: int = 2000):
+    ctx.write("bad.py", body)
+    return ctx.harness("verify", "--sampler", "bad.py:fn", "--scenario", "base", "--draws", draws, *QUIET,
+                       "--out", "out", timeout=60)
+
+
+SIG = ("def fn(target, draft, prompts, *, k, max_new_tokens, config=None, eos_token_id=None, "
+       "generator=None):\n")
+
+
+@probe("sampler_raises",
+       "A sampler that raises (RuntimeError inside fn) is reported as a failed verification (exit 1) instead "
+       "of a sampler failure.",
+       "exit 3, the exception summarised on stderr without a traceback, a log file under --out holding the "
+       "traceback", timeout=60)
+def _sampler_raises(ctx: Ctx):
+    r = _sampler_run(ctx, SIG + "    raise RuntimeError('boom from the sampler')\n")
+    log = file_with_traceback(ctx.path("out"))
+    mention = "boom from the sampler" in r.err
+    ok = r.rc == 3 and mention and not has_traceback(r.err) and log is not None
+    return (f"{describe(r, 1)}; traceback on stderr: {has_traceback(r.err)}; log with traceback: "
+            f"{log.relative_to(ctx.tmp) if log else 'none'}"), ok
+
+
+@probe("sampler_wrong_signature",
+       "A sampler with the wrong signature, fn(a, b).",
+       "exit 3 (sampler failure; exit 2 also accepted if refused up front naming the signature), no traceback",
+       timeout=60)
+def _sampler_signature(ctx: Ctx):
+    r = _sampler_run(ctx, "def fn(a, b):\n    return None\n")
+    return describe(r), r.rc in (2, 3) and not has_traceback(r.err)
+
+
+@probe("sampler_wrong_shapes",
+       "A sampler returning tokens of the wrong shape ((B, N + 1)) is reported as a failed verification.",
+       "exit 3, the shape problem named, no traceback", timeout=60)
+def _sampler_shapes(ctx: Ctx):
+    r = _sampler_run(ctx, """
+        import torch
+        from specimpl import SamplingConfig, speculative_generate
+        from specimpl.speculative import GenerationResult
+
+        def fn(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
+               generator=None):
+            res = speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
+                                       eos_token_id=eos_token_id, generator=generator)
+            tok = torch.cat([res.tokens, res.tokens[:, :1]], dim=1)
+            return GenerationResult(tokens=tok, lengths=res.lengths, stats=res.stats, timings=res.timings)
+    """)
+    return describe(r), r.rc == 3 and not has_traceback(r.err)
+
+
+@probe("sampler_sys_exit_0",
+       "A sampler that calls sys.exit(0) ends the run with exit 0 and no output.",
+       "exit 3, reported as a sampler failure (a clear message, or a report written)", timeout=60)
+def _sampler_sys_exit(ctx: Ctx):
+    r = _sampler_run(ctx, "import sys\n" + SIG + "    sys.exit(0)\n")
+    wrote = sorted(p.name for p in ctx.path("out").glob("*") if p.is_file()) if ctx.path("out").exists() else []
+    return f"{describe(r)}; files in out: {wrote[:4] or 'none'}", r.rc == 3 and bool(r.err.strip() or wrote)
+
+
+@probe("sampler_keyboard_interrupt",
+       "A sampler raising KeyboardInterrupt (e.g. a blocking call interrupted) dies with a traceback.",
+       "exit 3 (sampler failure, reported) or 130 (judged an interrupt), without a traceback", timeout=60)
+def _sampler_kbi(ctx: Ctx):
+    r = _sampler_run(ctx, SIG + "    raise KeyboardInterrupt\n")
+    return describe(r), r.rc in (3, 130) and not has_traceback(r.err)
+
+
+# ============================================================================== 12-16: scenario files
+def _bad_scenario(ctx: Ctx, text: str, key: str, value: str):
+    sd = scenario_dir(ctx, {"bad.toml": text})
+    r = ctx.harness("verify", "--scenario-dir", sd, "--scenario", "bad", "--draws", 2000, "--no-controls", *QUIET,
+                    "--out", "out", timeout=60)
+    err = r.err
+    names = "bad.toml" in err and key in err and value in err
+    one = len(_lines(err)) == 1
+    ok = r.rc == 2 and names and one and not has_traceback(err)
+    detail = f"names file/key/value: {names}; stderr lines: {len(_lines(err))}"
+    return f"{describe(r, 1)}; {detail}", ok
+
+
+_SCEN_EXPECT = "exit 2, one line naming bad.toml, the key and its value"
+
+
+@probe("scenario_draft_kind_bogus", 'Scenario file with draft.kind = "bogus".', _SCEN_EXPECT)
+def _scen_kind(ctx: Ctx):
+    return _bad_scenario(ctx, '[draft]\nkind = "bogus"\n', "kind", "bogus")
+
+
+@probe("scenario_eos_out_of_vocab", "Scenario file with eos_token_id = 99 on a vocabulary of 8.", _SCEN_EXPECT)
+def _scen_eos(ctx: Ctx):
+    return _bad_scenario(ctx, "eos_token_id = 99\n", "eos_token_id", "99")
+
+
+@probe("scenario_target_order_0", "Scenario file with target.order = 0.", _SCEN_EXPECT)
+def _scen_order(ctx: Ctx):
+    return _bad_scenario(ctx, "[target]\norder = 0\n", "order", "0")
+
+
+@probe("scenario_empty_prompt", "Scenario file with prompt = [].", _SCEN_EXPECT)
+def _scen_prompt(ctx: Ctx):
+    return _bad_scenario(ctx, "prompt = []\n", "prompt", "[]")
+
+
+@probe("scenario_typo_key",
+       "Misspelt keys are silently ignored: `temprature = 0.5` under [sampling], and `vocab_sise = 8` under "
+       "[target] (two runs).",
+       "exit 2 for each, one line naming bad.toml and the unknown key", timeout=60)
+def _scen_typo(ctx: Ctx):
+    res = []
+    for text, key in (("[sampling]\ntemprature = 0.5\n", "temprature"), ("[target]\nvocab_sise = 8\n", "vocab_sise")):
+        sd = scenario_dir(ctx, {"bad.toml": text}, name=f"sd_{key}")
+        r = ctx.harness("verify", "--scenario-dir", sd, "--scenario", "bad", "--draws", 2000, "--no-controls",
+                        *QUIET, "--out", f"out_{key}", timeout=30)
+        ok = r.rc == 2 and "bad.toml" in r.err and key in r.err and len(_lines(r.err)) == 1
+        res.append((key, r, ok))
+    obs = "; ".join(f"{key}: {describe(r, 1)}" for key, r, _ in res)
+    return obs, all(ok for _, _, ok in res)
+
+
+# ============================================================================== 17-25: CLI
+@probe("cli_seed_negative", "`verify --seed -1`.", "exit 2, one line naming --seed", timeout=40)
+def _seed_neg(ctx: Ctx):
+    r = ctx.harness("verify", "--scenario", "base", "--draws", 2000, "--no-controls", *QUIET, "--seed", -1,
+                    "--out", "out", timeout=35)
+    return describe(r), r.rc == 2 and "--seed" in r.err and not has_traceback(r.err)
+
+
+@probe("cli_out_uncreatable", "`verify --out` a folder that cannot be created (under a regular file).",
+       "exit 2, one line naming --out and the path", timeout=40)
+def _out_bad(ctx: Ctx):
+    ctx.write("afile", "not a folder\n")
+    r = ctx.harness("verify", "--scenario", "base", "--draws", 2000, "--no-controls", *QUIET,
+                    "--out", "afile/out", timeout=35)
+    return describe(r), r.rc == 2 and "afile" in r.err and not has_traceback(r.err)
+
+
+@probe("cli_scenario_repeated", "`verify --scenario base --scenario base`.",
+       "exit 2 naming the duplicate, or run once with a note that the duplicate was dropped", timeout=40)
+def _scen_dup(ctx: Ctx):
+    r = ctx.harness("verify", "--scenario", "base", "--scenario", "base", "--draws", 2000, "--no-controls", *QUIET,
+                    "--out", "out", timeout=35)
+    runs_note = ""
+    try:
+        import pandas as pd
+        runs = pd.read_csv(ctx.path("out", "runs.csv"), comment="#")
+        runs_note = f"; runs.csv rows for base: {int((runs.scenario == 'base').sum())}"
+    except (OSError, ValueError, AttributeError):
+        pass
+    noted = bool(re.search(r"duplicate|more than once|twice|repeated|dropp", r.err, re.I))
+    ok = (r.rc == 2 and "base" in r.err and not has_traceback(r.err)) or (r.rc == 0 and noted)
+    return describe(r, 1) + runs_note, ok
+
+
+@probe("cli_threads_0", "`verify --threads 0` is silently taken as 1.", "exit 2, one line naming --threads",
+       timeout=40)
+def _threads0(ctx: Ctx):
+    r = ctx.harness("verify", "--scenario", "base", "--draws", 2000, "--no-controls", *QUIET, "--threads", 0,
+                    "--out", "out", timeout=35)
+    return describe(r, 1), r.rc == 2 and "--threads" in r.err
+
+
+@probe("sweep_empty_suites",
+       "`sweep --suites ''` runs the full default sweep.  Probed with --list (print the plan and exit), so no "
+       "sweep runs.",
+       "exit 2 naming --suites", timeout=40)
+def _sweep_empty(ctx: Ctx):
+    r = ctx.harness("sweep", "--suites", "", "--list", "--out", "sw", timeout=35)
+    planned = [ln.split()[1] for ln in r.out.splitlines() if ln.startswith(("todo", "stored")) and len(ln.split()) > 1]
+    suites = sorted(set(planned))
+    note = f"; plan: {len(planned)} cells of suites {suites}" if planned else ""
+    return describe(r, 1) + note, r.rc == 2 and "--suites" in r.err
+
+
+@probe("sweep_config_unknown_key",
+       "A sweep config with an unknown key (`[grid]` `alpah = ...`) ends in a traceback.  Probed with --list.",
+       "exit 2, one line naming the file and the key", timeout=40)
+def _sweep_unknown(ctx: Ctx):
+    ctx.write("bad_sweep.toml", 'name = "probe"\n[grid]\nalpah = [0.0, 0.9, 10]\n')
+    r = ctx.harness("sweep", "--config", "bad_sweep.toml", "--list", "--out", "sw", timeout=35)
+    ok = r.rc == 2 and "alpah" in r.err and "bad_sweep.toml" in r.err and len(_lines(r.err)) == 1
+    return describe(r, 1), ok
+
+
+@probe("report_missing_results", "`report --results <a folder that does not exist>` ends in a traceback.",
+       "exit 2, one line naming --results and the path", timeout=40)
+def _report_missing(ctx: Ctx):
+    r = ctx.harness("report", "--results", "no_such_results", timeout=35)
+    ok = r.rc == 2 and "no_such_results" in r.err and not has_traceback(r.err)
+    return describe(r, 1), ok
+
+
+@probe("stale_figures",
+       "A second run into the same --out leaves the first run's files beside its own: verify with figures "
+       "(correct sampler), then with --no-figures and a lossy sampler.",
+       "after the second run the out folder holds only files written by it (no figures/ from the first)",
+       timeout=90, slow=True)
+def _stale_figures(ctx: Ctx):
+    ctx.write("good.py", GOOD_SAMPLER)
+    ctx.write("lossy.py", LOSSY_SAMPLER)
+    r1 = ctx.harness("verify", "--sampler", "good.py:fn", "--scenario", "base", "--draws", 20000, "--no-real-model",
+                     "--no-progress", "--out", "out", timeout=60)
+    time.sleep(1.1)  # mtime resolution
+    t2 = time.time()
+    r2 = ctx.harness("verify", "--sampler", "lossy.py:fn", "--scenario", "base", "--draws", 20000, *QUIET,
+                     "--out", "out", timeout=60)
+    out = ctx.path("out")
+    stale = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.stat().st_mtime < t2 - 0.5)
+    obs = (f"first {describe(r1, 0).split(':')[0]}, second {describe(r2, 0).split(':')[0]}; files older than the "
+           f"second run: {stale[:4] or 'none'}" + (f" (+{len(stale) - 4})" if len(stale) > 4 else ""))
+    return obs, r2.rc == 1 and not stale
+
+
+@probe("report_grid_only",
+       "`report` on a valid grid-only sweep (`sweep --suites grid`) fails.",
+       "exit 0 (figures of the grid drawn)", timeout=90, slow=True)
+def _report_grid(ctx: Ctx):
+    s = ctx.harness("sweep", "--suites", "grid", "--out", "sw", "--no-progress", timeout=60)
+    if s.rc != 0:
+        return f"the grid sweep itself failed: {describe(s)}", False
+    r = ctx.harness("report", "--results", "sw", "--formats", "png", timeout=60)
+    return describe(r, 1), r.rc == 0
+
+
+# ============================================================================== 26-35: library API
+_LIB_SETUP = """
+    import torch
+    from specimpl import (LanguageModel, SamplingConfig, autoregressive_generate, noisy_draft, random_ngram,
+                          speculative_generate)
+    t = random_ngram(8, 2, seed=0)
+    d = noisy_draft(t, 0.5)
+    g = lambda s=0: torch.Generator().manual_seed(s)
+"""
+
+_WRAP_MODEL = """
+    class Poisoned(LanguageModel):
+        # target logits poisoned by `poison(logits, tokens)`: the generic (model-call) path
+        def __init__(self, inner, poison):
+            self.inner, self.poison = inner, poison
+            self.vocab_size, self.dtype, self.name = inner.vocab_size, torch.float32, 'poisoned'
+        def prefill(self, prompts):
+            return self.inner.prefill(prompts)
+        def forward(self, state, tokens, n_new=None):
+            return self.poison(self.inner.forward(state, tokens, n_new).clone(), tokens)
+        def rollback(self, state, lengths):
+            return self.inner.rollback(state, lengths)
+        def select(self, state, index):
+            return self.inner.select(state, index)
+
+    def both(tp):
+        out = []
+        for name, call in (('spec', lambda: speculative_generate(tp, d, [[0]] * 200, k=4, max_new_tokens=8,
+                                                                 generator=g())),
+                           ('ar', lambda: autoregressive_generate(tp, [[0]] * 200, max_new_tokens=8,
+                                                                  generator=g()))):
+            try:
+                tok = call().tokens
+                share = float((tok == tp.vocab_size - 1).float().mean())
+                out.append(f'{name}: returned ({share:.0%} of tokens = last id {tp.vocab_size - 1})')
+            except ValueError as e:
+                out.append(f'{name}: ValueError: {str(e)[:90]}')
+            except Exception as e:
+                out.append(f'{name}: {type(e).__name__}: {str(e)[:90]}')
+        return '; '.join(out)
+"""
+
+
+def _lib_both(ctx: Ctx, poison: str):
+    r = ctx.python(_LIB_SETUP, _WRAP_MODEL, poison, "return both(Poisoned(t, poison))", timeout=60)
+    if r["raised"] is not None:
+        return raised(r), False
+    parts = r["value"].split("; ")
+    return r["value"], all(": ValueError" in p for p in parts)
+
+
+@probe("lib_nan_logits",
+       "NaN in one target logit row (a LanguageModel whose forward returns NaN logits after token 3): "
+       "speculative_generate and autoregressive_generate emit the last vocabulary id instead of failing.",
+       "both raise ValueError (non-finite logits)", timeout=60)
+def _lib_nan(ctx: Ctx):
+    return _lib_both(ctx, """
+        def poison(logits, tokens):
+            logits[tokens == 3] = float('nan')
+            return logits
+    """)
+
+
+@probe("lib_inf_logits",
+       "±inf logits: +inf in one entry after token 3, and a row all -inf after token 5 (two runs); softmax "
+       "turns either into NaN.",
+       "both samplers raise ValueError for each", timeout=60)
+def _lib_inf(ctx: Ctx):
+    obs, oks = [], []
+    for label, body in (("+inf", "logits[..., 2][tokens == 3] = float('inf')"),
+                        ("row -inf", "logits[tokens == 5] = float('-inf')")):
+        o, ok = _lib_both(ctx, f"def poison(logits, tokens):\n    {body}\n    return logits\n")
+        obs.append(f"{label}: {o}")
+        oks.append(ok)
+    return " | ".join(obs), all(oks)
+
+
+@probe("lib_tiny_temperature",
+       "SamplingConfig(temperature=1e-39) on float32 tables: logits / T overflows to inf, the output is garbage "
+       "(every token the last id).",
+       "a ValueError (at SamplingConfig or at the call), or the greedy output (the T -> 0 limit)", timeout=60)
+def _lib_temp(ctx: Ctx):
+    r = ctx.python(_LIB_SETUP, """
+        cfg = SamplingConfig(temperature=1e-39)
+        tok = speculative_generate(t, d, [[0]] * 50, k=4, max_new_tokens=8, config=cfg, generator=g()).tokens
+        greedy = speculative_generate(t, d, [[0]] * 50, k=4, max_new_tokens=8, config=SamplingConfig(greedy=True),
+                                      generator=g()).tokens
+        return f'tokens[0] = {tok[0].tolist()}, equal to greedy: {bool((tok == greedy).all())}'
+    """, timeout=60)
+    ok = is_value_error(r) or (r["raised"] is None and "equal to greedy: True" in (r["value"] or ""))
+    return raised(r), ok
+
+
+@probe("lib_float_prompt", "prompts=[[0.7]] is silently truncated to token 0.",
+       "raises ValueError naming `prompts`", timeout=60)
+def _lib_float_prompt(ctx: Ctx):
+    r = ctx.python(_LIB_SETUP, """
+        res = speculative_generate(t, d, [[0.7]], k=4, max_new_tokens=4, generator=g())
+        return f'tokens {res.tokens.tolist()}'
+    """)
+    return raised(r), is_value_error(r) and "prompts" in r["msg"]
+
+
+@probe("lib_uint8_prompts",
+       "A uint8 token tensor as prompts on a vocabulary of 300: id 255 is refused with a message quoting it "
+       "as outside [0, 300) (the comparison overflows uint8).",
+       "accepted, or a clear message about the dtype (never a valid id quoted as invalid)", timeout=60)
+def _lib_uint8(ctx: Ctx):
+    r = ctx.python(_LIB_SETUP, """
+        t3, d3 = random_ngram(300, 1, seed=0), random_ngram(300, 1, seed=1)
+        res = speculative_generate(t3, d3, torch.tensor([[255]], dtype=torch.uint8), k=2, max_new_tokens=4,
+                                   generator=g())
+        return f'tokens {res.tokens.tolist()}'
+    """)
+    if r["raised"] is None:
+        return raised(r), True
+    quotes_valid = "255" in r["msg"] and "300" in r["msg"] and "uint8" not in r["msg"] and "dtype" not in r["msg"]
+    return raised(r), not quotes_valid and r["raised"] in ("ValueError", "TypeError")
+
+
+@probe("lib_k_numpy_int", "k=np.int64(4) is refused as not an integer.", "accepted", timeout=60)
+def _lib_k_np(ctx: Ctx):
+    r = ctx.python(_LIB_SETUP, """
+        import numpy as np
+        res = speculative_generate(t, d, [[0]], k=np.int64(4), max_new_tokens=4, generator=g())
+        return f'tokens {res.tokens.tolist()}'
+    """)
+    return raised(r), r["raised"] is None
+
+
+@probe("lib_generator_int", "generator=7 fails deep inside torch.rand with a message about rand().",
+       "raises an error (ValueError or TypeError) naming `generator`", timeout=60)
+def _lib_gen(ctx: Ctx):
+    r = ctx.python(_LIB_SETUP, """
+        res = speculative_generate(t, d, [[0]], k=4, max_new_tokens=4, generator=7)
+        return f'tokens {res.tokens.tolist()}'
+    """)
+    return raised(r), r["raised"] in ("ValueError", "TypeError") and "generator" in r["msg"] and "rand()" not in r["msg"]
+
+
+@probe("lib_verify_block_checked_short_vocab",
+       "verify_block_checked with target probabilities p of V - 1 columns (q and x on V = 8): the error blames "
+       "`q`, whose shape is right, with a V taken from p.",
+       "a ValueError naming `p` (or the vocabulary / column mismatch of p and q)", timeout=60)
+def _lib_vbc(ctx: Ctx):
+    r = ctx.python("""
+        import torch
+        from specimpl import verify_block_checked
+        torch.manual_seed(0)
+        B, k, V = 2, 4, 8
+        p = torch.softmax(torch.randn(B, k + 1, V - 1), -1)
+        q = torch.softmax(torch.randn(B, k, V), -1)
+        x = torch.randint(0, V, (B, k))
+        n, y = verify_block_checked(p, q, x, torch.rand(B, k), torch.rand(B))
+        return f'n {n.tolist()}, y {y.tolist()}'
+    """)
+    msg = r["msg"]
+    ok = is_value_error(r) and ("`p`" in msg or re.search(r"vocab|column", msg, re.I) is not None)
+    return raised(r), ok
+
+
+@probe("lib_load_pair_empty_dir",
+       "specimpl.hf.load_pair on an empty directory says 'Unrecognized model ... model_type'.",
+       "a clear error naming the path and what is missing (config.json), not 'Unrecognized model'", timeout=60)
+def _lib_empty_dir(ctx: Ctx):
+    ctx.path("empty_model").mkdir()
+    r = ctx.python("""
+        from specimpl.hf import load_pair
+        load_pair('empty_model', 'empty_model')
+    """, env={"HF_HUB_OFFLINE": "1"})
+    msg = r["msg"]
+    ok = r["raised"] not in (None, "crash") and "empty_model" in msg and "Unrecognized model" not in msg
+    return raised(r), ok
+
+
+@probe("lib_load_pair_path_typo",
+       "A local path typo is tried as a hub id, with retries.  Two forms, HF_HUB_OFFLINE unset: "
+       "'./no_such_dir/model' and 'models/targt' where ./models exists (a typo inside a local folder).",
+       "each fails fast (< 3 s) with an error naming the path", timeout=120, slow=True)
+def _lib_typo(ctx: Ctx):
+    ctx.path("models").mkdir()
+    obs, oks = [], []
+    for path in ("./no_such_dir/model", "models/targt"):
+        r = ctx.python(f"""
+            import time
+            from transformers import AutoConfig, AutoTokenizer  # imports are not what is timed
+            from specimpl.hf import load_pair
+            tic = time.perf_counter()
+            try:
+                load_pair({path!r}, {path!r})
+            except Exception as e:
+                raise type(e)(f'[{{time.perf_counter() - tic:.1f}} s] {{e}}') from None
+            return f'loaded?! in {{time.perf_counter() - tic:.1f}} s'
+        """, timeout=55, env={"HF_HUB_OFFLINE": None, "TRANSFORMERS_OFFLINE": None})
+        m = re.match(r"\[([\d.]+) s\]", r["msg"] or "")
+        secs = float(m.group(1)) if m else None
+        first = _lines(r["msg"])[0] if _lines(r["msg"]) else ""
+        obs.append(f"{path}: " + (f"{r['raised']} after {secs:.1f} s: {first[m.end():].strip()[:80]}" if m
+                                  else raised(r)))
+        oks.append(secs is not None and secs < 3 and path.strip("./").split("/")[-1] in r["msg"])
+    return " | ".join(obs), all(oks)
+
+
+# ============================================================================== 36: provenance
+@probe("provenance_dirty",
+       "Committed result files claim a dirty tree or a commit that is not in this branch's history: every "
+       "results/**/meta.json, the '# provenance:' line of every CSV and the provenance of every parquet file.",
+       "every committed result names a commit that is an ancestor of HEAD, with dirty = false", timeout=60)
+def _provenance(ctx: Ctx):
+    ls = subprocess.run(["git", "-C", str(REPO), "ls-files", "results"], capture_output=True, text=True, timeout=20)
+    files = [f for f in ls.stdout.split() if f.endswith(("meta.json", ".csv", ".parquet"))
+             and not f.startswith("results/gate/")]
+    dirty, foreign, missing, checked = [], [], [], 0
+    ancestors: dict[str, bool] = {}
+    for rel in files:
+        path = REPO / rel
+        meta = None
+        try:
+            if rel.endswith(".json"):
+                meta = json.loads(path.read_text())
+            elif rel.endswith(".csv"):
+                with open(path) as f:
+                    first = f.readline()
+                if first.startswith("# provenance:"):
+                    meta = json.loads(first.split(":", 1)[1])
+            else:
+                import pyarrow.parquet as pq
+                md = pq.read_schema(path).metadata or {}
+                if b"provenance" in md:
+                    meta = json.loads(md[b"provenance"])
+        except (OSError, ValueError) as e:
+            missing.append(f"{rel} ({type(e).__name__})")
+            continue
+        if meta is None or "commit" not in meta:
+            missing.append(rel)
+            continue
+        checked += 1
+        c = meta.get("commit")
+        if meta.get("dirty") is not False:
+            dirty.append(rel)
+        if not c:
+            foreign.append(f"{rel} (no commit)")
+            continue
+        if c not in ancestors:
+            a = subprocess.run(["git", "-C", str(REPO), "merge-base", "--is-ancestor", c, "HEAD"],
+                               capture_output=True, timeout=20)
+            ancestors[c] = a.returncode == 0
+        if not ancestors[c]:
+            foreign.append(f"{rel} ({c[:10]})")
+
+    def names(xs):
+        return ", ".join(x.replace("results/", "") for x in xs[:5]) + (f" (+{len(xs) - 5})" if len(xs) > 5 else "")
+
+    obs = (f"{checked} files with provenance; dirty: {len(dirty)}" + (f" [{names(dirty)}]" if dirty else "") +
+           f"; commit not an ancestor of HEAD: {len(foreign)}" + (f" [{names(foreign)}]" if foreign else "") +
+           (f"; no provenance: {len(missing)} [{names(missing)}]" if missing else ""))
+    return obs, checked > 0 and not dirty and not foreign and not missing
+
+
+# ------------------------------------------------------------------------------------------- driver
+def run_probe(p: Probe, keep: bool = False) -> dict:
+    """Run one probe in a fresh temporary directory; never raises."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"gate_{p.name}_"))
+    tic = time.perf_counter()
+    err = ""
+    try:
+        ctx = Ctx(p, tmp)
+        observed, ok = p.fn(ctx)
+    except ProbeTimeout as e:
+        observed, ok, err = f"probe timed out ({e})", False, "timeout"
+    except Exception as e:  # noqa: BLE001 - a probe that breaks is recorded, not fatal
+        observed, ok, err = f"probe error: {type(e).__name__}: {e}", False, "probe error"
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {"probe": p.name, "problem": p.problem, "expected": p.expected, "observed": trim(observed),
+            "ok": bool(ok), "seconds": round(time.perf_counter() - tic, 1), "probe_error": err,
+            "tmp": str(tmp) if keep else ""}
+
+
+def _commit() -> dict:
+    def git(*a):
+        r = subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True, timeout=20)
+        return r.stdout.strip() if r.returncode == 0 else None
+    try:
+        sha = git("rev-parse", "HEAD")
+        st = git("status", "--porcelain", "--untracked-files=no")
+        branch = git("rev-parse", "--abbrev-ref", "HEAD")
+    except (OSError, subprocess.SubprocessError):
+        sha = st = branch = None
+    return {"commit": sha, "dirty": None if st is None else bool(st), "branch": branch}
+
+
+def _md_cell(s) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def write_outputs(rows: list[dict], out: Path, stem: str, wall: float) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    info = _commit()
+    n_ok = sum(r["ok"] for r in rows)
+    csv_path, md_path = out / f"{stem}.csv", out / f"{stem}.md"
+    cols = ["n", "probe", "ok", "observed", "expected", "problem", "seconds", "probe_error"]
+    with open(csv_path, "w", newline="") as f:
+        f.write(f"# gate probes: commit {info['commit']} dirty {info['dirty']} branch {info['branch']}\n")
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for i, r in enumerate(rows, 1):
+            w.writerow({**r, "n": i})
+    when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    L = ["# Gate probes", "",
+         f"Commit `{info['commit']}`" + (" (**dirty** tree)" if info["dirty"] else " (clean tree)") +
+         f", branch `{info['branch']}`; {when}; Python {sys.version.split()[0]}; {wall:.0f} s.",
+         "", f"**{n_ok} of {len(rows)} probes behave correctly.**", "",
+         "Produced by `python experiments/gate_probes.py` (each probe in a fresh temporary directory, with this "
+         "checkout on PYTHONPATH). *expected* is the correct behaviour; *observed* is what this commit does.", "",
+         "| # | probe | problem | expected | observed | ok |", "|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows, 1):
+        L.append(f"| {i} | `{r['probe']}` | {_md_cell(r['problem'])} | {_md_cell(r['expected'])} | "
+                 f"{_md_cell(r['observed'])} | {'yes' if r['ok'] else '**no**'} |")
+    md_path.write_text("\n".join(L) + "\n")
+    return csv_path, md_path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these probes")
+    ap.add_argument("--skip", nargs="+", metavar="NAME", default=[], help="leave these probes out")
+    ap.add_argument("--quick", action="store_true", help="leave out the probes marked slow")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the table goes (default results/gate)")
+    ap.add_argument("--stem", default="probes", help="file names <stem>.csv and <stem>.md (default probes)")
+    ap.add_argument("--list", action="store_true", help="print the registry and exit")
+    ap.add_argument("--keep", action="store_true", help="keep each probe's temporary directory")
+    args = ap.parse_args(argv)
+    known = [p.name for p in REGISTRY]
+    unknown = [n for n in (args.only or []) + args.skip if n not in known]
+    if unknown:
+        ap.error(f"unknown probe(s) {unknown}; known: {', '.join(known)}")
+    if args.list:
+        for i, p in enumerate(REGISTRY, 1):
+            print(f"{i:2d} {p.name}{' [slow]' if p.slow else ''}\n   problem:  {p.problem}\n   expected: {p.expected}")
+        return 0
+    chosen = [p for p in REGISTRY if (not args.only or p.name in args.only) and p.name not in args.skip
+              and not (args.quick and p.slow)]
+    tic = time.perf_counter()
+    rows = []
+    for i, p in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}] {p.name} ...", end=" ", file=sys.stderr, flush=True)
+        row = run_probe(p, keep=args.keep)
+        rows.append(row)
+        print(f"{'ok ' if row['ok'] else 'NOT'} ({row['seconds']:.0f} s) {row['observed'][:110]}", file=sys.stderr)
+    wall = time.perf_counter() - tic
+    csv_path, md_path = write_outputs(rows, args.out, args.stem, wall)
+    n_ok = sum(r["ok"] for r in rows)
+    print(f"{n_ok} of {len(rows)} probes behave correctly ({wall:.0f} s); table: {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

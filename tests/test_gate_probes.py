@@ -1,0 +1,101 @@
+"""The probe table of experiments/gate_probes.py: a well-formed registry, and a few fast probes that run.
+
+The probes measure the harness; these tests only check the instrument (never whether a probe passes:
+that is what the table reports, before and after fixes).
+"""
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "experiments" / "gate_probes.py"
+
+
+@pytest.fixture(scope="module")
+def gp():
+    spec = importlib.util.spec_from_file_location("gate_probes", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gate_probes"] = mod  # dataclasses look their module up here
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ISSUE_PROBES = [  # the issue's list, in its order (library and provenance probes included)
+    "resume_swaps_sampler", "calibrate_reuses_seed_across_configs", "few_draws_false_alarm", "k32_short_output",
+    "k1000_unreachable_tests", "calibrate_500_inconsistent_exit0", "sampler_raises", "sampler_wrong_signature",
+    "sampler_wrong_shapes", "sampler_sys_exit_0", "sampler_keyboard_interrupt", "scenario_draft_kind_bogus",
+    "scenario_eos_out_of_vocab", "scenario_target_order_0", "scenario_empty_prompt", "scenario_typo_key",
+    "cli_seed_negative", "cli_out_uncreatable", "cli_scenario_repeated", "cli_threads_0", "sweep_empty_suites",
+    "sweep_config_unknown_key", "report_missing_results", "stale_figures", "report_grid_only", "lib_nan_logits",
+    "lib_inf_logits", "lib_tiny_temperature", "lib_float_prompt", "lib_uint8_prompts", "lib_k_numpy_int",
+    "lib_generator_int", "lib_verify_block_checked_short_vocab", "lib_load_pair_empty_dir",
+    "lib_load_pair_path_typo", "provenance_dirty",
+]
+
+
+def test_registry_is_well_formed(gp):
+    names = [p.name for p in gp.REGISTRY]
+    assert names == ISSUE_PROBES
+    assert len(set(names)) == len(names)
+    for p in gp.REGISTRY:
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", p.name), p.name
+        assert isinstance(p.problem, str) and len(p.problem) > 10, p.name
+        assert isinstance(p.expected, str) and len(p.expected) > 3, p.name
+        assert "\n" not in p.problem and "\n" not in p.expected, p.name
+        assert callable(p.fn), p.name
+        assert 0 < p.timeout <= 180, p.name
+    # the whole table stays within a few minutes even if every probe ran to its timeout but the slow ones
+    assert sum(p.timeout for p in gp.REGISTRY if not p.slow) < 30 * 60
+
+
+def test_stderr_summary(gp):
+    tb = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: `k` bad\n"
+    assert gp.stderr_head(tb) == "traceback; ValueError: `k` bad"
+    assert gp.stderr_head("first\n\nsecond\nthird\n") == "first / second"
+    assert gp.stderr_head("") == "(no stderr)"
+    proc = gp.Proc(rc=2, out="", err="python -m harness verify: error: bad\n", wall=0.1)
+    assert gp.describe(proc) == "exit 2: python -m harness verify: error: bad"
+    assert gp.describe(gp.Proc(rc=None, out="", err="", wall=5.0, timed_out=True)).startswith("timed out")
+
+
+@pytest.mark.parametrize("name", ["lib_k_numpy_int", "cli_threads_0"])
+def test_fast_probe_runs(gp, name):
+    p = next(p for p in gp.REGISTRY if p.name == name)
+    row = gp.run_probe(p)
+    assert row["probe"] == name and row["probe_error"] == "", row
+    assert isinstance(row["ok"], bool)
+    assert row["observed"] and len(row["observed"]) <= gp.MAX_TEXT
+    if name == "cli_threads_0":
+        assert row["observed"].startswith("exit ")
+    else:
+        assert row["observed"].startswith(("returned", "raises"))
+
+
+def test_cli_writes_table(gp, tmp_path, capsys):
+    rc = gp.main(["--only", "lib_float_prompt", "provenance_dirty", "--out", str(tmp_path), "--stem", "t"])
+    assert rc == 0
+    md = (tmp_path / "t.md").read_text()
+    assert re.search(r"Commit `[0-9a-f]{40}`", md)
+    assert "of 2 probes behave correctly" in md
+    assert "| 1 | `lib_float_prompt` |" in md and "| 2 | `provenance_dirty` |" in md
+    lines = (tmp_path / "t.csv").read_text().splitlines()
+    assert lines[0].startswith("# gate probes: commit ") and lines[1].startswith("n,probe,ok,")
+    assert len(lines) == 4
+    assert "of 2 probes behave correctly" in capsys.readouterr().out
+
+
+def test_unknown_probe_is_an_argument_error(gp):
+    with pytest.raises(SystemExit) as e:
+        gp.main(["--only", "no_such_probe"])
+    assert e.value.code == 2
+
+
+@pytest.mark.slow
+def test_interrupt_probe_runs(gp):
+    """The SIGINT-and-resume probe reaches its second run (about 10-20 s)."""
+    p = next(p for p in gp.REGISTRY if p.name == "resume_swaps_sampler")
+    row = gp.run_probe(p)
+    assert row["probe_error"] == "" and "rerun with the lossy sampler" in row["observed"], row
