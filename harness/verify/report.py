@@ -1,4 +1,4 @@
-"""The report of a verification run: tables, markdown summary and figures (drawn from the tables).
+"""The report of a verification: tables, markdown summary and figures (drawn from the tables).
 
 Files written to the report folder (all atomically, all carrying the run's provenance):
 
@@ -24,13 +24,12 @@ import numpy as np
 import pandas as pd
 
 from harness.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
-                                atomic_write_text, metadata, metadata_text)
+                                atomic_write_text, metadata)
+from harness.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
+from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST
 
-__all__ = ["build", "draw_figures", "TABLE_COLUMNS"]
+__all__ = ["build", "draw_figures"]
 
-TABLE_COLUMNS = ["scenario", "run", "role", "family", "test", "position", "loss_test", "statistic", "pvalue",
-                 "p_adjusted", "alpha_bonferroni", "min_detectable", "min_detectable_unit", "tv_hat", "tv_lower",
-                 "tv_upper", "tv_method", "expected", "observed", "verdict", "n", "df", "cells", "method"]
 PIT_COARSE = 64
 
 
@@ -56,8 +55,7 @@ def _distributions(runs, baselines, laws, real_runs=()) -> tuple[pd.DataFrame, p
         b = np.minimum((u * PIT_COARSE).astype(np.int64), PIT_COARSE - 1)
         h = np.stack([np.bincount(b[:, t], minlength=PIT_COARSE) for t in range(T)])  # (T, 64)
         p2, b2 = np.meshgrid(np.arange(T), np.arange(PIT_COARSE), indexing="ij")
-        from harness.realmodel import REAL_MODEL_SCENARIO
-        pit.append(pd.DataFrame({"run": rr.label, "role": rr.role, "scenario": REAL_MODEL_SCENARIO,
+        pit.append(pd.DataFrame({"run": rr.label, "role": rr.role, "scenario": REAL_MODEL,
                                  "position": p2.ravel(), "bin": b2.ravel(), "count": h.ravel()}))
     for r in list(runs) + list(baselines.values()):
         if r.acc is None or r.acc.n == 0:
@@ -87,11 +85,9 @@ def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passe
     summary = _summary(table, verdicts, runs, laws, config, meta, timing, passed)
     console = _console(verdicts, config, timing, passed, out)
     if out is not None:
-        out = Path(out)
-        cols = [c for c in TABLE_COLUMNS if c in table.columns] + [c for c in table.columns if c not in TABLE_COLUMNS]
-        t = table[cols] if len(table) else table
-        atomic_write_parquet(out / "tests.parquet", t, meta)
-        atomic_write_csv(out / "tests.csv", t, meta)
+        out = Path(out)  # the table's columns are harness.battery.TEST_COLUMNS, in order
+        atomic_write_parquet(out / "tests.parquet", table, meta)
+        atomic_write_csv(out / "tests.csv", table, meta)
         atomic_write_csv(out / "runs.csv", verdicts, meta)
         dist, pit = _distributions(runs, baselines, laws, real_runs)
         atomic_write_parquet(out / "distributions.parquet", dist, meta)
@@ -105,130 +101,155 @@ def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passe
 
 # ------------------------------------------------------------------------------------ summary
 def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
-    L = []
-    m = config["n_tests"]
-    L.append(f"# Verification report: {config['sampler']}")
-    L.append("")
-    L.append(f"**Result: {'PASS' if passed else 'FAIL'}** — "
-             + ("every scenario lossless, every buggy control caught, every lossless control passed"
-                if passed and config["sampler"] == "reference" else
-                ("lossless on every scenario" if passed else "see the failing rows below")))
-    L.append("")
-    mach = meta["machine"]
-    L.append(f"commit `{(meta.get('commit') or 'unknown')[:12]}`{' (dirty tree)' if meta.get('dirty') else ''}, "
-             f"seed {meta['seed']}, torch {meta['versions'].get('torch')}, numpy {meta['versions'].get('numpy')}, "
-             f"scipy {meta['versions'].get('scipy')}; {mach.get('cpu')}, {mach.get('cpus_available')} cores, "
-             f"load average at start {mach.get('loadavg_1_5_15')}; {meta['created_utc']}; "
-             f"`{meta.get('command')}`")
-    L.append("")
-    L.append("## Error budget and effort")
-    L.append(f"- One family: **{m} tests** (every scenario, control and the von Neumann sampler). Family-wise "
-             f"false-alarm budget **{config['family_alpha']:g}**, split by Holm; the planners use the Bonferroni "
-             f"level {config['family_alpha']:g}/{m} = **{config['alpha_bonferroni']:.3g}** per test and power "
-             f"**{config['power']:g}**.")
-    L.append(f"- TV upper bounds hold simultaneously with confidence {config['tv_confidence']:g} "
-             f"(δ = {config['tv_delta_each']:.2g} per bound).")
-    tot = timing["tokens_total"]
-    L.append(f"- Drew **{tot:,} tokens** ({timing['tokens_sampler']:,} from the sampler under test, "
-             f"{timing['tokens_target_only']:,} target-only, {timing['tokens_controls']:,} from controls) "
-             + (f"+ {timing['tokens_real_model']:,} tokens on the real model pair "
-                f"({timing['wall_real_model_s']:.0f} s incl. target scoring) " if timing.get("tokens_real_model") else "")
-             + f"+ {timing['von_neumann_proposals']:,} von Neumann proposals, in **{timing['wall_total_s']:.0f} s** "
-             f"(drawing {timing['wall_draw_s']:.0f} s = {tot / max(timing['wall_draw_s'], 1e-9) / 1e6:.2f} M "
-             f"tokens/s incl. statistics; tests {timing['wall_tests_s']:.0f} s).")
-    L.append("")
     is_vn = verdicts.scenario.str.startswith("von_neumann")
     is_rm = verdicts.scenario == REAL_MODEL
-    main = verdicts[verdicts.role.isin(["reference", "sampler"]) & ~is_vn & ~is_rm]
-    if len(main):
-        L.append("## Scenarios")
-        L.append("Detectable TV: the smallest TV(sampler, target) at one position that the per-position χ² "
-                 "detects with the stated power at its level (noncentral χ², ½√(λ*/n)). TV bound: upper "
-                 "confidence bound on TV(sampler, target) per position (max over positions) and on the joint "
-                 "of the first J tokens, method named in tests.csv (`tv_method`).")
-        L.append("")
-        L.append("| scenario | controls | exact α per draft position | sequences | verdict | min adj. p | "
-                 "detectable TV / position | TV bound / position (max) | TV bound, joint | PIT: detectable KS "
-                 "(pooled / position) |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|")
-        for _, v in main.iterrows():
-            sc = next(r.scenario for r in runs if r.label == v.run and r.scenario.name == v.scenario)
-            law = laws[v.scenario]
-            alpha = law.acceptance_law(sc.k).alpha
-            sub = table[(table.run == v.run) & (table.scenario == v.scenario)]
-            pit_pool = sub[(sub.family == "pit") & (sub.test == "pooled")]
-            pit_pos = sub[(sub.family == "pit") & (sub.test == "position")]
-            J = sc.joint_tokens
-            L.append(f"| {v.scenario} | {sc.describe()} | {', '.join(f'{a:.3f}' for a in alpha)} | "
-                     f"{int(v.sequences):,} | {v.verdict} | {_fmt(v.min_p_adjusted)} | {_fmt(v.mde_position_tv)} | "
-                     f"{_fmt(v.tv_position_upper_max)} | {_fmt(v.tv_joint_upper)} (J={J}) | "
-                     f"{_fmt(float(pit_pool.min_detectable.iloc[0]) if len(pit_pool) else float('nan'))} / "
-                     f"{_fmt(float(pit_pos.min_detectable.max()) if len(pit_pos) else float('nan'))} |")
-        L.append("")
-    L.extend(_real_model_section(verdicts[is_rm], config))
-    ctrl = verdicts[~verdicts.role.isin(["reference", "sampler"]) & ~is_vn]
-    if len(ctrl):
-        from harness.bugs import CATALOGUE
-        cat = {c.name: c for c in CATALOGUE}
-        L.append("## Controls (detection table)")
-        L.append("Buggy samplers must be caught (a loss test rejects after Holm); lossless ones must pass. "
-                 "Measured TV: plug-in TV(empirical law, exact target law) on the position, consecutive pair or "
-                 "first-J joint whose confidence interval lies highest, and on the first-J joint, with simultaneous "
-                 "confidence intervals (finite-sample bounds). Lossless controls: upper bounds.")
-        L.append("")
-        L.append("| control | kind | scenario (why) | outcome | tests that caught it | min adj. p (loss tests) | "
-                 "measured TV (most certain of positions, pairs, joint) [CI] | measured TV, joint of first J [CI] | "
-                 "acceptance |")
-        L.append("|---|---|---|---|---|---|---|---|---|")
-        for _, v in ctrl.iterrows():
-            if v.scenario == REAL_MODEL:
-                L.append(_real_detection_row(v))
-                continue
-            c = cat.get(v.run)
-            must = v.role in ("lossy", "lossy-by-design")
-            outcome = ("caught" if v.passed else "**MISSED**") if must else ("passed" if v.passed else "**FALSE ALARM**")
-            why = f"{v.scenario} ({c.shows_when})" if c and must else v.scenario
-            tvp = (f"{_fmt(v.tv_best)} on {v.tv_best_test} [{_fmt(v.tv_best_lower)}, {_fmt(v.tv_best_upper)}]"
-                   if must else f"≤ {_fmt(v.tv_position_upper_max)} (bound, worst position)")
-            tvj = (f"{_fmt(v.tv_joint)} [{_fmt(v.tv_joint_lower)}, {_fmt(v.tv_joint_upper)}]" if must
-                   else f"≤ {_fmt(v.tv_joint_upper)} (bound)")
-            L.append(f"| {v.run} | {v.role} | {why} | {outcome} | {v.caught_by or '—'} | {_fmt(v.min_p_adjusted_loss)} | "
-                     f"{tvp} | {tvj} | {v.efficiency} |")
-        L.append("")
-    vn = verdicts[verdicts.scenario.str.startswith("von_neumann")]
-    if len(vn):
-        L.append("## von Neumann sampler (KS, AD against the target CDF; exact binomial acceptance against 1/M)")
-        L.append("")
-        L.append("| sampler | envelope | proposals | accepted | acceptance (1/M) | verdict | outcome | min adj. p |")
-        L.append("|---|---|---|---|---|---|---|---|")
-        for _, v in vn.iterrows():
-            outcome = ("caught" if v.passed else "**MISSED**") if v.role == "lossy" else (
-                "passed" if v.passed else "**FALSE ALARM**")
-            L.append(f"| {v.run} | {v.scenario.replace('von_neumann_', '')} | {int(v.sequences):,} | {int(v.tokens):,} | "
-                     f"{v.acceptance:.4f} ({v.expected_acceptance:.4f}) | {v.verdict} | {outcome} | "
-                     f"{_fmt(v.min_p_adjusted)} |")
-        L.append("")
-    bad = verdicts[~verdicts.passed]
-    if len(bad):
-        L.append("## Failures")
-        for _, v in bad.iterrows():
-            L.append(f"- **{v.run}** on `{v.scenario}`: {v.verdict}" + (f"; rejected by {v.caught_by}"
-                                                                          if v.caught_by else ""))
-        L.append("")
-    L.append("## Method")
-    L.append("- `gof`: Pearson χ² against the exact target law — each position (bonus positions included), each "
-             "consecutive pair, the joint of the first J tokens — cells pooled from the target alone to expected "
-             "counts ≥ 100; a draw the target gives probability 0 rejects outright.")
-    L.append("- `two_sample`: χ² homogeneity against target-only sampling at the same budget (positions, joint); "
-             "KS and Anderson–Darling on each sequence's target log-probability.")
-    L.append("- `pit`: randomized PIT under the target's conditional given the emitted prefix (PAD absorbing after "
-             "EOS): iid U(0,1) under H0; KS pooled and per position on a 65,536-cell grid (conservative), χ² of "
-             "non-overlapping consecutive pairs on an m×m grid.")
-    L.append("- `acceptance`: per draft position, accepted − α_i·judged against the exact α_i of the reference "
-             "process (propagated exactly; α_i is not iid across positions), and the accepted-length histogram; "
-             "variance from the spread between sampler calls (t, Hotelling T²). A rejection here alone means "
-             "*inefficient* (or over-accepting), not lossy.")
-    if is_rm.any():
+    L = _header(config, meta, passed) + _budget(config, timing)
+    L += _scenarios(verdicts[verdicts.role.isin(UNDER_TEST) & ~is_vn & ~is_rm], table, runs, laws)
+    L += _real_model_section(verdicts[is_rm], config)
+    L += _controls(verdicts[~verdicts.role.isin(UNDER_TEST) & ~is_vn])
+    L += _von_neumann(verdicts[is_vn])
+    L += _failures(verdicts[~verdicts.passed])
+    L += _method(bool(is_rm.any()))
+    return "\n".join(L) + "\n"
+
+
+def _outcome(v) -> str:
+    """A run's outcome against its role: caught / MISSED (must be caught), passed / FALSE ALARM (must
+    pass), or not judged (a peer)."""
+    if v.role == "peer":
+        return "not judged"
+    if v.role in MUST_BE_CAUGHT:
+        return "caught" if v.passed else "**MISSED**"
+    return "passed" if v.passed else "**FALSE ALARM**"
+
+
+def _header(config, meta, passed) -> list[str]:
+    mach = meta["machine"]
+    return [f"# Verification report: {config['sampler']}", "",
+            f"**Result: {'PASS' if passed else 'FAIL'}** — "
+            + ("every scenario lossless, every buggy control caught, every lossless control passed"
+               if passed and config["sampler"] == "reference" else
+               ("lossless on every scenario" if passed else "see the failing rows below")), "",
+            f"commit `{(meta.get('commit') or 'unknown')[:12]}`{' (dirty tree)' if meta.get('dirty') else ''}, "
+            f"seed {meta['seed']}, torch {meta['versions'].get('torch')}, numpy {meta['versions'].get('numpy')}, "
+            f"scipy {meta['versions'].get('scipy')}; {mach.get('cpu')}, {mach.get('cpus_available')} cores, "
+            f"load average at start {mach.get('loadavg_1_5_15')}; {meta['created_utc']}; "
+            f"`{meta.get('command')}`", ""]
+
+
+def _budget(config, timing) -> list[str]:
+    m = config["n_tests"]
+    tot = timing["tokens_total"]
+    return ["## Error budget and effort",
+            f"- One family: **{m} tests** (every scenario, control and the von Neumann sampler). Family-wise "
+            f"false-alarm budget **{config['family_alpha']:g}**, split by Holm; the planners use the Bonferroni "
+            f"level {config['family_alpha']:g}/{m} = **{config['alpha_bonferroni']:.3g}** per test and power "
+            f"**{config['power']:g}**.",
+            f"- TV upper bounds hold simultaneously with confidence {config['tv_confidence']:g} "
+            f"(δ = {config['tv_delta_each']:.2g} per bound).",
+            f"- Drew **{tot:,} tokens** ({timing['tokens_sampler']:,} from the sampler under test, "
+            f"{timing['tokens_target_only']:,} target-only, {timing['tokens_controls']:,} from controls) "
+            + (f"+ {timing['tokens_real_model']:,} tokens on the real model pair "
+               f"({timing['wall_real_model_s']:.0f} s incl. target scoring) " if timing.get("tokens_real_model") else "")
+            + f"+ {timing['von_neumann_proposals']:,} von Neumann proposals, in **{timing['wall_total_s']:.0f} s** "
+            f"(drawing {timing['wall_draw_s']:.0f} s = {tot / max(timing['wall_draw_s'], 1e-9) / 1e6:.2f} M "
+            f"tokens/s incl. statistics; tests {timing['wall_tests_s']:.0f} s).", ""]
+
+
+def _scenarios(main, table, runs, laws) -> list[str]:
+    if not len(main):
+        return []
+    L = ["## Scenarios",
+         "Detectable TV: the smallest TV(sampler, target) at one position that the per-position χ² "
+         "detects with the stated power at its level (noncentral χ², ½√(λ*/n)). TV bound: upper "
+         "confidence bound on TV(sampler, target) per position (max over positions) and on the joint "
+         "of the first J tokens, method named in tests.csv (`tv_method`).", "",
+         "| scenario | controls | exact α per draft position | sequences | verdict | min adj. p | "
+         "detectable TV / position | TV bound / position (max) | TV bound, joint | PIT: detectable KS "
+         "(pooled / position) |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, v in main.iterrows():
+        sc = next(r.scenario for r in runs if r.label == v.run and r.scenario.name == v.scenario)
+        alpha = laws[v.scenario].acceptance_law(sc.k).alpha
+        sub = table[(table.run == v.run) & (table.scenario == v.scenario)]
+        pit_pool = sub[(sub.family == "pit") & (sub.test == "pooled")]
+        pit_pos = sub[(sub.family == "pit") & (sub.test == "position")]
+        L.append(f"| {v.scenario} | {sc.describe()} | {', '.join(f'{a:.3f}' for a in alpha)} | "
+                 f"{int(v.sequences):,} | {v.verdict} | {_fmt(v.min_p_adjusted)} | {_fmt(v.mde_position_tv)} | "
+                 f"{_fmt(v.tv_position_upper_max)} | {_fmt(v.tv_joint_upper)} (J={sc.joint_tokens}) | "
+                 f"{_fmt(float(pit_pool.min_detectable.iloc[0]) if len(pit_pool) else float('nan'))} / "
+                 f"{_fmt(float(pit_pos.min_detectable.max()) if len(pit_pos) else float('nan'))} |")
+    return L + [""]
+
+
+def _controls(ctrl) -> list[str]:
+    if not len(ctrl):
+        return []
+    from harness.bugs import CATALOGUE
+    cat = {c.name: c for c in CATALOGUE}
+    L = ["## Controls (detection table)",
+         "Buggy samplers must be caught (a loss test rejects after Holm); lossless ones must pass. "
+         "Measured TV: plug-in TV(empirical law, exact target law) on the position, consecutive pair or "
+         "first-J joint whose confidence interval lies highest, and on the first-J joint, with simultaneous "
+         "confidence intervals (finite-sample bounds). Lossless controls: upper bounds.", "",
+         "| control | kind | scenario (why) | outcome | tests that caught it | min adj. p (loss tests) | "
+         "measured TV (most certain of positions, pairs, joint) [CI] | measured TV, joint of first J [CI] | "
+         "acceptance |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for _, v in ctrl.iterrows():
+        if v.scenario == REAL_MODEL:
+            L.append(_real_detection_row(v))
+            continue
+        c = cat.get(v.run)
+        must = v.role in MUST_BE_CAUGHT
+        why = f"{v.scenario} ({c.shows_when})" if c and must else v.scenario
+        tvp = (f"{_fmt(v.tv_best)} on {v.tv_best_test} [{_fmt(v.tv_best_lower)}, {_fmt(v.tv_best_upper)}]"
+               if must else f"≤ {_fmt(v.tv_position_upper_max)} (bound, worst position)")
+        tvj = (f"{_fmt(v.tv_joint)} [{_fmt(v.tv_joint_lower)}, {_fmt(v.tv_joint_upper)}]" if must
+               else f"≤ {_fmt(v.tv_joint_upper)} (bound)")
+        L.append(f"| {v.run} | {v.role} | {why} | {_outcome(v)} | {v.caught_by or '—'} | "
+                 f"{_fmt(v.min_p_adjusted_loss)} | {tvp} | {tvj} | {v.efficiency} |")
+    return L + [""]
+
+
+def _von_neumann(vn) -> list[str]:
+    if not len(vn):
+        return []
+    L = ["## von Neumann sampler (KS, AD against the target CDF; exact binomial acceptance against 1/M)", "",
+         "| sampler | envelope | proposals | accepted | acceptance (1/M) | verdict | outcome | min adj. p |",
+         "|---|---|---|---|---|---|---|---|"]
+    for _, v in vn.iterrows():
+        L.append(f"| {v.run} | {v.scenario.replace('von_neumann_', '')} | {int(v.sequences):,} | {int(v.tokens):,} | "
+                 f"{v.acceptance:.4f} ({v.expected_acceptance:.4f}) | {v.verdict} | {_outcome(v)} | "
+                 f"{_fmt(v.min_p_adjusted)} |")
+    return L + [""]
+
+
+def _failures(bad) -> list[str]:
+    if not len(bad):
+        return []
+    L = ["## Failures"]
+    for _, v in bad.iterrows():
+        L.append(f"- **{v.run}** on `{v.scenario}`: {v.verdict}" + (f"; rejected by {v.caught_by}"
+                                                                      if v.caught_by else ""))
+    return L + [""]
+
+
+def _method(with_real_model: bool) -> list[str]:
+    L = ["## Method",
+         "- `gof`: Pearson χ² against the exact target law — each position (bonus positions included), each "
+         "consecutive pair, the joint of the first J tokens — cells pooled from the target alone to expected "
+         "counts ≥ 100; a draw the target gives probability 0 rejects outright.",
+         "- `two_sample`: χ² homogeneity against target-only sampling at the same budget (positions, joint); "
+         "KS and Anderson–Darling on each sequence's target log-probability.",
+         "- `pit`: randomized PIT under the target's conditional given the emitted prefix (PAD absorbing after "
+         "EOS): iid U(0,1) under H0; KS pooled and per position on a 65,536-cell grid (conservative), χ² of "
+         "non-overlapping consecutive pairs on an m×m grid.",
+         "- `acceptance`: per draft position, accepted − α_i·judged against the exact α_i of the reference "
+         "process (propagated exactly; α_i is not iid across positions), and the accepted-length histogram; "
+         "variance from the spread between sampler calls (t, Hotelling T²). A rejection here alone means "
+         "*inefficient* (or over-accepting), not lossy."]
+    if with_real_model:
         L.append("- `pit` on `real_model`: the sampler runs on the shipped tiny transformers pair "
                  "(`specimpl/assets/tiny_pair`, held-out stdlib prompts of ragged lengths, EOS off); each emitted "
                  "token's randomized PIT under the target's warped conditional, the target scoring each whole "
@@ -238,10 +259,7 @@ def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
                  "m×m grid. No exact law: no acceptance-law test, no TV bound.")
     L.append("- `von_neumann`: KS and AD of accepted points against the exact CDF; exact binomial test of the "
              "accepted count against 1/M.")
-    return "\n".join(L) + "\n"
-
-
-REAL_MODEL = "real_model"  # harness.realmodel.REAL_MODEL_SCENARIO (kept import-free here)
+    return L
 
 
 def _real_model_section(rm: pd.DataFrame, config) -> list[str]:
@@ -259,8 +277,7 @@ def _real_model_section(rm: pd.DataFrame, config) -> list[str]:
          "min adj. p, detectable | Kolmogorov bound | acceptance |",
          "|---|---|---|---|---|---|---|---|---|---|"]
     for _, v in rm.iterrows():
-        must = v.role == "lossy"
-        outcome = ("caught" if v.passed else "**MISSED**") if must else ("passed" if v.passed else "**FALSE ALARM**")
+        outcome = _outcome(v)
         if isinstance(v.error, str) and v.error:
             L.append(f"| {v.run} | {v.role} | {int(v.sequences):,} | **{v.verdict}** | — | — | — | — | — | — |")
             continue
@@ -278,8 +295,7 @@ def _real_model_section(rm: pd.DataFrame, config) -> list[str]:
 
 def _real_detection_row(v) -> str:
     """A real-model control in the detection table (measured: PIT distances, not TV to an exact law)."""
-    must = v.role == "lossy"
-    outcome = ("caught" if v.passed else "**MISSED**") if must else ("passed" if v.passed else "**FALSE ALARM**")
+    outcome = _outcome(v)
     if isinstance(v.error, str) and v.error:
         return f"| {v.run} | {v.role} | {REAL_MODEL} | **{v.verdict}** | — | — | — | — | — |"
     why = "real_model (tiny HF pair, KV-cached ragged batches)"
@@ -289,7 +305,7 @@ def _real_detection_row(v) -> str:
 
 
 def _console(verdicts, config, timing, passed, out) -> str:
-    lines = [f"verify {config['sampler']}: {'PASS' if passed else 'FAIL'} ({config['n_tests']} tests, family-wise "
+    lines = [f"{config.get('command', 'verify')} {config['sampler']}: {'PASS' if passed else 'FAIL'} ({config['n_tests']} tests, family-wise "
              f"alpha {config['family_alpha']:g}; {timing['tokens_total']:,} tokens in {timing['wall_total_s']:.0f} s)"]
     for _, v in verdicts.iterrows():
         mark = "ok  " if v.passed else "FAIL"
@@ -301,11 +317,14 @@ def _console(verdicts, config, timing, passed, out) -> str:
 
 
 # ------------------------------------------------------------------------------------ figures
+_Z = 4.0  # reference band of the figures: ±4 standard deviations under H0
+_CONTROL_ROLES = ["lossy", "lossy-by-design", "lossless"]
+
+
 def draw_figures(out: Path) -> list[Path]:
     """Figures from the stored tables of a report folder (``distributions.parquet``, ``pit_hist.parquet``)."""
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     out = Path(out)
     meta = json.loads((out / "meta.json").read_text())
@@ -313,68 +332,63 @@ def draw_figures(out: Path) -> list[Path]:
     pit = pd.read_parquet(out / "pit_hist.parquet")
     figdir = out / "figures"
     written = []
-    main_roles = ["reference", "sampler"]
-    z = 4.0  # reference band of the standardized residual plots
-
-    def residual_panel(ax, d, title):
-        d = d[d.expected > 0]
-        zs = (d.observed - d.expected) / np.sqrt(d.expected)
-        x = d.position + (d.symbol / (d.symbol.max() + 1)) * 0.8
-        ax.scatter(x, zs, s=6, c=d.symbol, cmap="tab10", vmin=0, vmax=9)
-        ax.axhline(z, color="0.6", lw=0.6, ls="--")
-        ax.axhline(-z, color="0.6", lw=0.6, ls="--")
-        ax.axhline(0, color="0.3", lw=0.6)
-        ax.set_title(title, fontsize=8)
-        ax.set_xlabel("position (symbols within)", fontsize=7)
-        ax.set_ylabel("(obs − exp)/√exp", fontsize=7)
-        ax.tick_params(labelsize=6)
-
-    # 1. observed vs expected per position, sampler under test
-    for roles, name, title in ((main_roles, "positions.png", "observed vs exact expected count per position "
+    # 1. observed vs expected per position: the sampler under test, then the controls
+    for roles, name, title in ((list(UNDER_TEST), "positions.png", "observed vs exact expected count per position "
                                 "and symbol (standardized)"),
-                               (["lossy", "lossy-by-design", "lossless"], "positions_controls.png",
+                               (_CONTROL_ROLES, "positions_controls.png",
                                 "controls: observed vs exact expected per position and symbol")):
-        d = dist[dist.role.isin(roles)]
-        if d.empty:
-            continue
-        groups = list(d.groupby(["run", "scenario"], sort=False))
-        cols = 4
-        rows = math.ceil(len(groups) / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows + 0.4), squeeze=False)
-        for ax, ((run, scen), g) in zip(axes.ravel(), groups):
-            residual_panel(ax, g, f"{run} / {scen}" if run not in ("reference",) else scen)
-        for ax in axes.ravel()[len(groups):]:
-            ax.axis("off")
-        fig.suptitle(title + f"; dashed: ±{z:g}", fontsize=9)
-        fig.tight_layout(rect=(0, 0.02, 1, 0.97))
-        written.append(atomic_savefig(fig, figdir / name, meta, dpi=110))
-        plt.close(fig)
-
+        d = dist[dist.role.isin(roles)] if len(dist) else dist
+        if not d.empty:
+            written.append(_grid_figure(d, _residual_panel, 2.4, title + f"; dashed: ±{_Z:g}", figdir / name, meta))
     # 2. PIT histograms (pooled over positions), with a ±4 sd band for the bin counts under H0
-    for roles, name in ((main_roles, "pit.png"), (["lossy", "lossy-by-design", "lossless"], "pit_controls.png")):
-        d = pit[pit.role.isin(roles)]
-        if d.empty:
-            continue
-        groups = list(d.groupby(["run", "scenario"], sort=False))
-        cols = 4
-        rows = math.ceil(len(groups) / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.2 * rows + 0.4), squeeze=False)
-        for ax, ((run, scen), g) in zip(axes.ravel(), groups):
-            h = g.groupby("bin")["count"].sum().sort_index().to_numpy()
-            n = h.sum()
-            dens = h / n * len(h)
-            sd = math.sqrt((1 / len(h)) * (1 - 1 / len(h)) / n) * len(h)
-            ax.bar(np.arange(len(h)) / len(h), dens, width=1 / len(h), align="edge", color="C0")
-            ax.axhspan(1 - z * sd, 1 + z * sd, color="0.85", zorder=0)
-            ax.axhline(1, color="k", lw=0.6)
-            ax.set_ylim(min(0.9, dens.min() * 0.98), max(1.1, dens.max() * 1.02))
-            ax.set_title(f"{run} / {scen}" if run != "reference" else scen, fontsize=8)
-            ax.tick_params(labelsize=6)
-        for ax in axes.ravel()[len(groups):]:
-            ax.axis("off")
-        fig.suptitle(f"randomized PIT density (64 cells, pooled over positions); grey: ±{z:g} sd under H0",
-                     fontsize=9)
-        fig.tight_layout(rect=(0, 0.02, 1, 0.97))
-        written.append(atomic_savefig(fig, figdir / name, meta, dpi=110))
-        plt.close(fig)
+    for roles, name in ((list(UNDER_TEST), "pit.png"), (_CONTROL_ROLES, "pit_controls.png")):
+        d = pit[pit.role.isin(roles)] if len(pit) else pit
+        if not d.empty:
+            written.append(_grid_figure(d, _pit_panel, 2.2, "randomized PIT density (64 cells, pooled over positions); "
+                                        f"grey: ±{_Z:g} sd under H0", figdir / name, meta))
     return written
+
+
+def _grid_figure(d: pd.DataFrame, panel, row_height: float, title: str, path: Path, meta) -> Path:
+    """One panel per (run, scenario) of ``d``, four to a row."""
+    import matplotlib.pyplot as plt
+    groups = list(d.groupby(["run", "scenario"], sort=False))
+    cols = 4
+    rows = math.ceil(len(groups) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, row_height * rows + 0.4), squeeze=False)
+    for ax, ((run, scen), g) in zip(axes.ravel(), groups):
+        panel(ax, g, f"{run} / {scen}" if run != "reference" else scen)
+    for ax in axes.ravel()[len(groups):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    written = atomic_savefig(fig, path, meta, dpi=110)
+    plt.close(fig)
+    return written
+
+
+def _residual_panel(ax, d, title):
+    d = d[d.expected > 0]
+    zs = (d.observed - d.expected) / np.sqrt(d.expected)
+    x = d.position + (d.symbol / (d.symbol.max() + 1)) * 0.8
+    ax.scatter(x, zs, s=6, c=d.symbol, cmap="tab10", vmin=0, vmax=9)
+    ax.axhline(_Z, color="0.6", lw=0.6, ls="--")
+    ax.axhline(-_Z, color="0.6", lw=0.6, ls="--")
+    ax.axhline(0, color="0.3", lw=0.6)
+    ax.set_title(title, fontsize=8)
+    ax.set_xlabel("position (symbols within)", fontsize=7)
+    ax.set_ylabel("(obs − exp)/√exp", fontsize=7)
+    ax.tick_params(labelsize=6)
+
+
+def _pit_panel(ax, g, title):
+    h = g.groupby("bin")["count"].sum().sort_index().to_numpy()
+    n = h.sum()
+    dens = h / n * len(h)
+    sd = math.sqrt((1 / len(h)) * (1 - 1 / len(h)) / n) * len(h)
+    ax.bar(np.arange(len(h)) / len(h), dens, width=1 / len(h), align="edge", color="C0")
+    ax.axhspan(1 - _Z * sd, 1 + _Z * sd, color="0.85", zorder=0)
+    ax.axhline(1, color="k", lw=0.6)
+    ax.set_ylim(min(0.9, dens.min() * 0.98), max(1.1, dens.max() * 1.02))
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(labelsize=6)
