@@ -22,7 +22,7 @@ from harness.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import RunSet
 
 __all__ = ["PlannedTest", "FamilyLevels", "plan_family", "family_levels", "evaluate_family", "holm_adjust",
-           "test_table", "family_config"]
+           "rows_table", "family_config"]
 
 
 @dataclass(frozen=True)
@@ -94,19 +94,16 @@ def holm_adjust(rows: list[TestRow], family_alpha: float) -> list[TestRow]:
     return out
 
 
-def test_table(rows: list[TestRow]) -> pd.DataFrame:
+def rows_table(rows: list[TestRow]) -> pd.DataFrame:
     """The rows as a DataFrame with the columns of ``tests.csv`` (:data:`harness.battery.TEST_COLUMNS`)."""
     return pd.DataFrame([vars(r) for r in rows], columns=list(TEST_COLUMNS))
-
-
-test_table.__test__ = False  # not a pytest test
 
 
 def evaluate_family(plan: list[PlannedTest], settings) -> tuple[pd.DataFrame, FamilyLevels]:
     """Evaluate every planned test at the family's levels and adjust by Holm; the table of tests."""
     levels = family_levels(plan, settings)
     rows = [_evaluate(p, levels, settings.power) for p in plan]
-    return test_table(holm_adjust(rows, settings.family_alpha)), levels
+    return rows_table(holm_adjust(rows, settings.family_alpha)), levels
 
 
 def family_config(settings, levels: FamilyLevels) -> dict:

@@ -2,10 +2,11 @@
 
 Files written to the report folder (all atomically, all carrying the run's provenance):
 
-    tests.parquet, tests.csv        one row per test: scenario, run, test, statistic, p-value, Holm-adjusted
-                                    p-value, minimum detectable effect (and its unit), TV estimate and
-                                    bounds, verdict
-    runs.csv                        one row per (sampler, scenario): verdict, tests that caught it, TV
+    tests.parquet, tests.csv        one row per test (:class:`harness.battery.TestRow`): scenario, run, test,
+                                    statistic, p-value, Holm-adjusted p-value, minimum detectable effect (and
+                                    its unit), TV estimate and bounds, verdict
+    runs.csv                        one row per (sampler, scenario) (:class:`harness.verify.verdicts.RunVerdict`):
+                                    verdict, tests that caught it, TV
     distributions.parquet           observed and expected counts per position and symbol, every run
     pit_hist.parquet                PIT histograms (64 cells) per position, every run (real-model runs too)
     summary.md                      the short human summary (budget, power, TV bounds, detection table,
