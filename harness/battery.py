@@ -4,9 +4,12 @@ Drawing and testing are split.  :class:`Accumulator` folds each sampler call's o
 sufficient statistics (counts per position, consecutive pairs and the first-J joint; a histogram of
 the randomized PIT per position and non-overlapping PIT pair grids; per-sequence target
 log-probabilities; the acceptance instrumentation of each call).  :func:`plan_tests` then lists every
-test of the run as a :class:`TestSpec` whose ``evaluate(alpha)`` returns one report row: the runner
-first counts all tests of the whole ``make verify`` run, splits the family-wise budget over them, and
-only then evaluates each at its Bonferroni level (for the planners) and adjusts all p-values by Holm.
+test of the run as a :class:`TestSpec` whose ``evaluate(alpha, power, delta)`` returns one
+:class:`TestRow` (a row of ``tests.csv``; its fields are the columns, :data:`TEST_COLUMNS`): the runner
+(:mod:`harness.verify.family`) first counts all tests of the whole ``make verify`` run, splits the
+family-wise budget over them, and only then evaluates each at its Bonferroni level (for the planners)
+and adjusts all p-values by Holm.  :func:`plan_pit_value_tests` and :func:`plan_von_neumann_tests` plan
+the real-model and von Neumann tests the same way.
 
 Families of tests (row field ``family``; ``loss`` marks the tests whose rejection means *lossy*):
 
@@ -22,6 +25,8 @@ Families of tests (row field ``family``; ``loss`` marks the tests whose rejectio
 * ``pit`` on raw PIT values (:func:`plan_pit_value_tests`, real models: no exact law, the target's
                   conditionals come from scoring): pooled KS (exact scipy null), KS per position, χ² of
                   consecutive pairs (even and odd offsets).  The same tests, at the run's Holm level.
+* ``von_neumann`` (:func:`plan_von_neumann_tests`) the rejection sampler: KS and AD of the accepted points
+                  against the target CDF, exact binomial acceptance against 1/M.
 * ``acceptance``  per draft position i, accepted − α_i · judged against the exact α_i of the reference
                   process; the accepted-length histogram against its exact expectation.  Rounds are not
                   independent, so both use the between-call variance (t / Hotelling T² over the
@@ -31,7 +36,7 @@ Families of tests (row field ``family``; ``loss`` marks the tests whose rejectio
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Callable, Optional
 
@@ -41,11 +46,12 @@ from scipy import stats as sps
 from harness import stats
 from harness.exact import ExactLaw
 
-__all__ = ["Accumulator", "TestSpec", "plan_tests", "ks_uniform_binned", "chunk_t_test", "hotelling_test",
-           "chunk_t_min_detectable", "chunk_t_n_for_deviation", "plan_chunks", "tv_interval",
-           "plan_pit_value_tests", "pit_pair_bins"]
+__all__ = ["Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "plan_pit_value_tests",
+           "plan_von_neumann_tests", "ks_uniform_binned", "chunk_t_test", "hotelling_test", "chunk_t_min_detectable",
+           "chunk_t_n_for_deviation", "plan_chunks", "tv_interval", "clopper_pearson"]
 
 LOGPROB_FLOOR = -1e9  # log-probability given to sequences the target cannot produce (finite for KS/AD)
+PIT_PAIR_TABLES = ("pairs_even", "pairs_odd")  # test names of the PIT pair tables at even and odd offsets
 
 
 # ----------------------------------------------------------------------------- small statistics
@@ -201,6 +207,20 @@ def hotelling_test(D, *, alpha: float, power: float, zero_dims=None) -> ChunkTRe
     return ChunkTResult(t2, p, C, dev, mde, alpha, power, f"Hotelling T² over {C} sampler calls (d={d})")
 
 
+def clopper_pearson(k: int, n: int, delta: float) -> tuple[float, float]:
+    """Exact (Clopper–Pearson) two-sided interval for a binomial proportion from ``k`` successes in ``n``
+    trials, holding with probability >= 1 - ``delta`` (delta/2 on each side); (0, 1) when n = 0.
+
+    The beta-quantile form of the interval that ``scipy.stats.binomtest(k, n).proportion_ci(1 - delta,
+    method="exact")`` finds by root finding: the same interval up to that solver's tolerance (~1e-8
+    relative at proportions near 1e-7), and exactly the numbers earlier reports hold."""
+    if n == 0:
+        return 0.0, 1.0
+    lo = 0.0 if k == 0 else float(sps.beta.ppf(delta / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(sps.beta.ppf(1 - delta / 2, k + 1, n - k))
+    return lo, hi
+
+
 def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
     """(tv_hat, lower, upper, method) for TV(Q, P) from counts of Q, holding with probability >= 1 - delta.
 
@@ -214,8 +234,7 @@ def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
     if int((P > 0).sum()) == 1:  # one-hot target (greedy): TV = Q(outside the one cell), a binomial proportion
         n = int(c.sum())
         m = n - int(c[P > 0].sum())
-        lo = 0.0 if m == 0 else float(sps.beta.ppf(delta / 2, m, n - m + 1))
-        hi = 1.0 if m == n else float(sps.beta.ppf(1 - delta / 2, m + 1, n - m))
+        lo, hi = clopper_pearson(m, n, delta)
         return m / n, lo, hi, "exact binomial (Clopper-Pearson; one-hot target)"
     fs = stats.tv_upper_bound(counts, probs, delta=delta / 2)
     eps = fs.upper - fs.tv_hat if fs.upper < 1 else math.inf
@@ -301,12 +320,8 @@ class Accumulator:
             b = np.minimum((u * self.pit_bins).astype(np.int64), self.pit_bins - 1)
             self.pit_hist += np.bincount((b + np.arange(N) * self.pit_bins).ravel(),
                                          minlength=N * self.pit_bins).reshape(N, self.pit_bins)
-            m = self.pair_bins
-            g = np.minimum((u * m).astype(np.int64), m - 1)  # (B, N)
-            for start in (0, 1):
-                ts = np.arange(start, N - 1, 2)
-                if ts.size:
-                    self.pit_pairs[start] += np.bincount((g[:, ts] * m + g[:, ts + 1]).ravel(), minlength=m * m)
+            for start, table in enumerate(stats.pit_pair_tables(u, self.pair_bins)[1]):
+                self.pit_pairs[start] += table
         if stats_obj is not None and getattr(stats_obj, "reached", None) is not None:
             self.chunks.append((B, np.asarray(stats_obj.reached, np.float64).copy(),
                                 np.asarray(stats_obj.accepted_at, np.float64).copy(),
@@ -319,22 +334,72 @@ class Accumulator:
 
 
 # -------------------------------------------------------------------------------------- the tests
-@dataclass
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class TestRow:
+    """One evaluated test: a row of ``tests.csv``, whose columns are these fields in this order.
+
+    A test's ``evaluate`` fills its result (from ``statistic`` on); the runner adds who was tested
+    (``scenario``, ``run``, ``role``, ``family``, ``test``, ``position`` (-1: none), ``loss_test``), the
+    Bonferroni level the planner used, and, after Holm over the whole family, ``p_adjusted``, ``reject``
+    and ``verdict``.  Fields a test does not report stay NaN (numbers) or None (text)."""
+
+    __test__ = False  # not a pytest test class
+
+    scenario: str = ""
+    run: str = ""
+    role: str = ""
+    family: str = ""
+    test: str = ""
+    position: int = -1
+    loss_test: bool = True
+    statistic: float = NAN
+    pvalue: float = NAN
+    p_adjusted: float = NAN
+    alpha_bonferroni: float = NAN
+    min_detectable: float = NAN
+    min_detectable_unit: Optional[str] = None
+    tv_hat: float = NAN
+    tv_lower: float = NAN
+    tv_upper: float = NAN
+    tv_method: Optional[str] = None
+    expected: float = NAN
+    observed: float = NAN
+    verdict: str = ""
+    n: float = NAN  # an int when reported
+    df: float = NAN  # an int when reported
+    cells: float = NAN  # an int when reported
+    method: Optional[str] = None
+    direction: float = NAN  # sign of measured - expected (acceptance tests)
+    kolmogorov_upper: float = NAN
+    kolmogorov_method: Optional[str] = None
+    reject: bool = False
+
+
+TEST_COLUMNS = tuple(f.name for f in fields(TestRow))  # the columns of tests.csv, in order
+
+
+@dataclass(frozen=True)
 class TestSpec:
-    """One test of a run; ``evaluate(alpha, power, delta)`` -> row dict (alpha: its Bonferroni level,
-    delta: the confidence budget of its TV bound)."""
+    """One test of a run; ``evaluate(alpha, power, delta)`` -> :class:`TestRow` with the result filled in
+    (alpha: its Bonferroni level, delta: the confidence budget of its TV bound, used when
+    ``wants_tv_bound``)."""
+
+    __test__ = False  # not a pytest test class
 
     family: str
     test: str
     position: Optional[int]
     loss: bool
-    evaluate: Callable[[float, float, float], dict]
+    evaluate: Callable[[float, float, float], TestRow]
     wants_tv_bound: bool = False
 
 
-def _row(statistic, pvalue, mde, mde_unit, method, **extra) -> dict:
-    return {"statistic": float(statistic), "pvalue": float(pvalue), "min_detectable": float(mde),
-            "min_detectable_unit": mde_unit, "method": method, **extra}
+def _row(statistic, pvalue, mde, mde_unit, method, **extra) -> TestRow:
+    return TestRow(statistic=float(statistic), pvalue=float(pvalue), min_detectable=float(mde),
+                   min_detectable_unit=mde_unit, method=method, **extra)
 
 
 def _gof(counts, probs, label_cells: str):
@@ -420,7 +485,7 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> lis
     for t in range(N):
         specs.append(TestSpec("gof", "position", t, True, _gof(acc.counts[t], marg[t], f"{W} symbols"), True))
     for t in range(N - 1):
-        specs.append(TestSpec("gof", "pair", t, True, _gof(acc.pairs[t], pairm[t], f"{W * W} pairs")))
+        specs.append(TestSpec("gof", "pair", t, True, _gof(acc.pairs[t], pairm[t], f"{W * W} pairs"), True))
     if joint is not None:
         specs.append(TestSpec("gof", f"joint[0:{J}]", None, True, _gof(acc.joint, joint, f"{W ** J} sequences"), True))
     if baseline is not None and baseline.n > 0:
@@ -436,7 +501,7 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> lis
         specs.append(TestSpec("pit", "pooled", None, True, _ks_pit(acc.pit_hist.sum(0))))
         for t in range(N):
             specs.append(TestSpec("pit", "position", t, True, _ks_pit(acc.pit_hist[t])))
-        for start, name in ((0, "pairs_even"), (1, "pairs_odd")):
+        for start, name in enumerate(PIT_PAIR_TABLES):
             if acc.pit_pairs[start].sum() > 0:
                 specs.append(TestSpec("pit", name, None, True, _pit_pairs(acc.pit_pairs[start], acc.pair_bins)))
     usable = [c for c in acc.chunks if c[1].shape == (k,)]
@@ -458,23 +523,14 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> lis
 
 
 # ------------------------------------------------------------------- raw PIT values (real models)
-def pit_pair_bins(n_pairs: int, max_bins: int = 16, min_expected: float = stats.DEFAULT_MIN_EXPECTED) -> int:
-    """Cells per axis m of the PIT pair grid: the largest m <= ``max_bins`` whose m² cells keep an
-    expected count >= ``min_expected`` with ``n_pairs`` pairs (as :func:`harness.stats.pit_pair_test`)."""
-    return int(max(2, min(max_bins, math.floor(math.sqrt(n_pairs / max(min_expected, 1e-9))))))
-
-
-def _unit_cdf(x):
-    return np.clip(x, 0.0, 1.0)
-
-
 def _ks_pit_values(x, with_bound: bool):
     def ev(alpha, power, delta):
-        r = stats.ks_1samp(x, _unit_cdf, alpha=alpha, power=power)
+        r = stats.pit_uniformity_test(x, alpha=alpha, power=power)
         row = _row(r.statistic, r.pvalue, r.min_detectable_distance, "Kolmogorov distance of PIT", r.method, n=r.n)
         if with_bound:  # certified: the PIT law is within this Kolmogorov distance of U(0, 1), w.p. 1 - delta
             kb = stats.kolmogorov_upper_bound(x, delta=delta)
-            row.update(kolmogorov_upper=kb.upper, kolmogorov_method=f"DKW, delta {delta:.2g} (Kolmogorov <= TV)")
+            row = replace(row, kolmogorov_upper=kb.upper,
+                          kolmogorov_method=f"DKW, delta {delta:.2g} (Kolmogorov <= TV)")
         return row
     return ev
 
@@ -484,25 +540,45 @@ def plan_pit_value_tests(u) -> list[TestSpec]:
     no exact law, only target scoring; see :mod:`harness.realmodel`): the pooled values (KS, exact
     null; its row also carries a DKW upper bound on the PIT law's Kolmogorov distance from U(0, 1) at the
     run's TV confidence), each position (KS), and consecutive pairs (U_t, U_t+1) on an m × m grid, one
-    table of non-overlapping pairs at even offsets and one at odd offsets (χ², exactly multinomial)."""
+    table of non-overlapping pairs at even offsets and one at odd offsets (χ², exactly multinomial;
+    :func:`harness.stats.pit_pair_tables`)."""
     a = np.asarray(u, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 2:
         raise ValueError(f"`u` must be an (N, T) array of PIT values with N >= 1, T >= 2; got shape {a.shape}")
     if not bool(np.all((a >= 0) & (a <= 1))):
         raise ValueError("`u` must hold PIT values in [0, 1]; got values outside")
-    N, T = a.shape
     specs = [TestSpec("pit", "pooled", None, True, _ks_pit_values(a.ravel(), True), wants_tv_bound=True)]
-    for t in range(T):
+    for t in range(a.shape[1]):
         specs.append(TestSpec("pit", "position", t, True, _ks_pit_values(a[:, t].copy(), False)))
-    tables = []
-    for start in (0, 1):
-        ts = np.arange(start, T - 1, 2)
-        if ts.size:
-            tables.append((start, a[:, ts].ravel(), a[:, ts + 1].ravel()))
-    m = pit_pair_bins(min(x.size for _, x, _ in tables))
-    for start, x, y in tables:
-        ix = np.minimum((x * m).astype(np.int64), m - 1)
-        iy = np.minimum((y * m).astype(np.int64), m - 1)
-        counts = np.bincount(ix * m + iy, minlength=m * m)
-        specs.append(TestSpec("pit", "pairs_even" if start == 0 else "pairs_odd", None, True, _pit_pairs(counts, m)))
+    m, tables = stats.pit_pair_tables(a)
+    for name, counts in zip(PIT_PAIR_TABLES, tables):
+        specs.append(TestSpec("pit", name, None, True, _pit_pairs(counts, m)))
     return specs
+
+
+# ------------------------------------------------------------------------------- von Neumann sampler
+def plan_von_neumann_tests(samples, cdf: Callable, proposed: int, accepted: int, M: float) -> list[TestSpec]:
+    """The von Neumann battery (:func:`harness.stats.von_neumann_tests`: KS and AD of the accepted
+    ``samples`` against the target ``cdf``, exact binomial of ``accepted`` of ``proposed`` against 1/M)
+    as three tests of the run's family; the three are computed once per level."""
+
+    @lru_cache(maxsize=1)
+    def results(alpha, power):
+        return stats.von_neumann_tests(samples, cdf, proposed, accepted, M, alpha=alpha, power=power)
+
+    def ks(alpha, power, delta):
+        r = results(alpha, power)[0]
+        return _row(r.statistic, r.pvalue, r.min_detectable_distance, "Kolmogorov distance", r.method, n=r.n)
+
+    def ad(alpha, power, delta):
+        r = results(alpha, power)[1]
+        return _row(r.statistic, r.pvalue, r.min_detectable_distance, "Kolmogorov distance (AD bound)", r.method,
+                    n=r.n)
+
+    def acceptance(alpha, power, delta):
+        r = results(alpha, power)[2]
+        return _row(r.statistic, r.pvalue, r.min_detectable_deviation, "acceptance rate", r.method, n=r.n,
+                    expected=1.0 / M, observed=r.statistic)
+
+    return [TestSpec("von_neumann", name, None, True, ev) for name, ev in
+            (("ks", ks), ("ad", ad), ("acceptance", acceptance))]

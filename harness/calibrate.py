@@ -27,16 +27,19 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
+from harness.battery import clopper_pearson
 from harness.config import RESULTS
 from harness.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.stats import holm
+from harness.verify.cli import fail_args, with_threads
 
-__all__ = ["add_arguments", "run", "calibrate", "clopper_pearson"]
+__all__ = ["add_arguments", "run", "calibrate"]
 
 LEVELS = (0.001, 0.01, 0.05, 0.1)
 FAMILY_LEVELS = (1e-4, 0.01, 0.05, 0.2)
+CONFIDENCE = 0.95  # of the Clopper–Pearson intervals on every rate
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -50,55 +53,29 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as for verify)")
 
 
-def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    if n == 0:
-        return 0.0, 1.0
-    a = 1 - confidence
-    lo = 0.0 if k == 0 else float(sps.beta.ppf(a / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(sps.beta.ppf(1 - a / 2, k + 1, n - k))
-    return lo, hi
-
-
 def run(args) -> int:
-    if args.seeds < 1:
-        print(f"python -m harness calibrate: error: `--seeds` must be an integer >= 1; got {args.seeds!r}",
-              file=sys.stderr)
-        return 2
-    if args.draws < 500:
-        print(f"python -m harness calibrate: error: `--draws` must be an integer >= 500; got {args.draws!r}",
-              file=sys.stderr)
-        return 2
     try:
+        if args.seeds < 1:
+            raise ValueError(f"`--seeds` must be an integer >= 1; got {args.seeds!r}")
+        if args.draws < 500:
+            raise ValueError(f"`--draws` must be an integer >= 500; got {args.draws!r}")
         settings = load_settings(args.scenario_dir)
         scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
     except ValueError as e:
-        print(f"python -m harness calibrate: error: {e}", file=sys.stderr)
-        return 2
-    import torch
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, args.threads))
-    try:
-        res = calibrate(settings, scenarios, seeds=args.seeds, draws=args.draws, out=args.out, fresh=args.fresh,
-                        progress=not args.no_progress)
-    finally:
-        torch.set_num_threads(old_threads)
+        return fail_args("calibrate", str(e))
+    res = with_threads(args.threads, lambda: calibrate(settings, scenarios, seeds=args.seeds, draws=args.draws,
+                                                       out=args.out, fresh=args.fresh, progress=not args.no_progress))
     print(res["console"], file=sys.stderr)
     return 0
 
 
-def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: bool = False,
-              progress: bool = True) -> dict:
+def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progress: bool) -> pd.DataFrame:
+    """Every test's p-value and Holm-adjusted p-value, per seed (each seed stored in ``store`` as it
+    finishes, and read back from there when an interrupted run resumes)."""
     from tqdm import tqdm
 
     from harness.verify import verify
 
-    out = Path(out)
-    store = out / "_tmp_seeds"
-    if fresh and store.exists():
-        for p in store.glob("*.parquet"):
-            p.unlink()
-    store.mkdir(parents=True, exist_ok=True)
-    tic = time.perf_counter()
     frames = []
     key = f"d{draws}_" + "_".join(s.name for s in scenarios)
     for i in tqdm(range(seeds), desc="calibrate: seeds", disable=not progress, file=sys.stderr):
@@ -113,30 +90,53 @@ def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: 
         t["seed"] = seed
         atomic_write_parquet(path, t)
         frames.append(t)
-    wall = time.perf_counter() - tic
     allp = pd.concat(frames, ignore_index=True)
     allp["kind"] = allp.family + "." + allp.test.str.replace(r"\[.*\]", "", regex=True)
+    return allp
 
+
+def _per_kind(allp: pd.DataFrame) -> pd.DataFrame:
+    """Per kind of test: the share of raw p-values at or below each of :data:`LEVELS`, with its interval."""
     rows = []
     for kind, g in allp.groupby("kind"):
         p = g.pvalue.to_numpy()
         row = {"kind": kind, "n_pvalues": p.size, "share_p_equal_1": float(np.mean(p >= 1.0))}
         for a in LEVELS:
             k = int((p <= a).sum())
-            lo, hi = clopper_pearson(k, p.size)
+            lo, hi = clopper_pearson(k, p.size, 1 - CONFIDENCE)
             row[f"rate@{a:g}"], row[f"ci_low@{a:g}"], row[f"ci_high@{a:g}"] = k / p.size, lo, hi
         rows.append(row)
-    per_test = pd.DataFrame(rows)
-    fam_rows = []
+    return pd.DataFrame(rows)
+
+
+def _family_wise(allp: pd.DataFrame) -> pd.DataFrame:
+    """Per family level of :data:`FAMILY_LEVELS`: the share of seeds in which Holm rejects anything."""
     by_seed = allp.groupby("seed")
     n_seeds = by_seed.ngroups
+    rows = []
     for a in FAMILY_LEVELS:
-        from harness.stats import holm
         alarms = int(sum(bool((holm(g.pvalue.to_numpy()) <= a).any()) for _, g in by_seed))
-        lo, hi = clopper_pearson(alarms, n_seeds)
-        fam_rows.append({"family_level": a, "seeds": n_seeds, "alarms": alarms, "rate": alarms / n_seeds,
-                         "ci_low": lo, "ci_high": hi, "consistent": lo <= a})
-    family = pd.DataFrame(fam_rows)
+        lo, hi = clopper_pearson(alarms, n_seeds, 1 - CONFIDENCE)
+        rows.append({"family_level": a, "seeds": n_seeds, "alarms": alarms, "rate": alarms / n_seeds,
+                     "ci_low": lo, "ci_high": hi, "consistent": lo <= a})
+    return pd.DataFrame(rows)
+
+
+def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: bool = False,
+              progress: bool = True) -> dict:
+    """Run the battery over ``seeds`` seeds and write the calibration report to ``out``; returns its
+    tables (``per_test``, ``family``), ``summary``, ``console`` line and ``meta``."""
+    out = Path(out)
+    store = out / "_tmp_seeds"
+    if fresh and store.exists():
+        for p in store.glob("*.parquet"):
+            p.unlink()
+    store.mkdir(parents=True, exist_ok=True)
+    tic = time.perf_counter()
+    allp = _pvalues(settings, scenarios, seeds=seeds, draws=draws, store=store, progress=progress)
+    wall = time.perf_counter() - tic
+    per_test, family = _per_kind(allp), _family_wise(allp)
+    n_seeds = int(family.seeds.iloc[0])
     tests_per_seed = int(len(allp) / max(n_seeds, 1))
     config = {"seeds": seeds, "draws": draws, "scenarios": [s.name for s in scenarios], "tests_per_seed": tests_per_seed,
               "levels": LEVELS, "family_levels": FAMILY_LEVELS, "wall_s": wall}

@@ -770,10 +770,38 @@ def pit_uniformity_test(u, *, alpha: float = DEFAULT_ALPHA, power: float = DEFAU
 
 
 def pit_position_tests(u, *, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> list[KSResult]:
-    """KS against U(0, 1) of each position's PIT values (columns of ``u`` (N, T))."""
+    """:func:`pit_uniformity_test` of each position's PIT values (columns of ``u`` (N, T))."""
     a = np.asarray(u, dtype=np.float64)
     check_arg(a.ndim == 2, "u", f"array of shape {a.shape}", "an (N, T) array")
-    return [ks_1samp(a[:, t], _uniform_cdf, alpha=alpha, power=power) for t in range(a.shape[1])]
+    return [pit_uniformity_test(a[:, t], alpha=alpha, power=power) for t in range(a.shape[1])]
+
+
+def pit_pair_bins(n_pairs, max_bins: int = 16, min_expected: float = DEFAULT_MIN_EXPECTED) -> int:
+    """Cells per axis m of the PIT pair grid: the largest m ≤ ``max_bins`` (and ≥ 2) whose m² equally
+    likely cells keep an expected count ≥ ``min_expected`` with ``n_pairs`` pairs in a table."""
+    return int(max(2, min(max_bins, math.floor(math.sqrt(n_pairs / max(min_expected, 1e-9))))))
+
+
+def pit_pair_tables(u, bins: Optional[int] = None, *, max_bins: int = 16,
+                    min_expected: float = DEFAULT_MIN_EXPECTED) -> tuple[int, list[np.ndarray]]:
+    """The tables of :func:`pit_pair_test`: ``(m, [even, odd])``, each table the counts (m²,) of
+    non-overlapping consecutive pairs (U_t, U_t+1) of ``u`` (N, T) on the m × m grid, cell
+    ``m · bin(U_t) + bin(U_t+1)``; ``even`` holds the pairs at offsets t = 0, 2, 4, …, ``odd`` those at
+    1, 3, 5, … (absent when T = 2).  ``bins`` defaults to :func:`pit_pair_bins` of the smaller table."""
+    a = np.asarray(u, dtype=np.float64)
+    check_arg(a.ndim == 2 and a.shape[1] >= 2, "u", f"array of shape {a.shape}", "an (N, T) array with T >= 2")
+    check_arg(bool(np.all((a >= 0) & (a <= 1))), "u", "values outside [0, 1]", "PIT values in [0, 1]")
+    starts = [s for s in (0, 1) if s < a.shape[1] - 1]
+    if bins is None:
+        bins = pit_pair_bins(min(a.shape[0] * len(range(s, a.shape[1] - 1, 2)) for s in starts), max_bins,
+                             min_expected)
+    check_arg(isinstance(bins, (int, np.integer)) and bins >= 2, "bins", bins, "an integer >= 2")
+    g = np.minimum((a * bins).astype(np.int64), bins - 1)  # (N, T) grid cell of each value
+    tables = []
+    for start in starts:
+        ts = np.arange(start, a.shape[1] - 1, 2)
+        tables.append(np.bincount((g[:, ts] * bins + g[:, ts + 1]).ravel(), minlength=bins * bins))
+    return int(bins), tables
 
 
 def pit_pair_test(u, *, bins: Optional[int] = None, max_bins: int = 16,
@@ -782,39 +810,26 @@ def pit_pair_test(u, *, bins: Optional[int] = None, max_bins: int = 16,
     """Serial test of consecutive PIT values (U_t, U_{t+1}) of ``u`` (N, T), T ≥ 2.
 
     Each pair is binned on an m × m grid; under H0 the cells are equally likely.  Non-overlapping pairs
-    (offsets 0, 2, 4, … in one table; 1, 3, 5, … in another) make each table's counts exactly
-    multinomial; each table gets a Pearson χ² with df = m² − 1 and ``pvalue`` is the Bonferroni
-    combination.  ``bins`` defaults to the largest m ≤ ``max_bins`` with expected count ≥ ``min_expected``
-    per cell.  Catches coupled bugs whose marginal PIT law is exactly uniform.
+    (offsets 0, 2, 4, … in one table; 1, 3, 5, … in another, :func:`pit_pair_tables`) make each table's
+    counts exactly multinomial; each table gets a Pearson χ² with df = m² − 1 and ``pvalue`` is the
+    Bonferroni combination.  ``bins`` defaults to the largest m ≤ ``max_bins`` with expected count ≥
+    ``min_expected`` per cell (:func:`pit_pair_bins`).  Catches coupled bugs whose marginal PIT law is
+    exactly uniform.
     """
-    a = np.asarray(u, dtype=np.float64)
-    check_arg(a.ndim == 2 and a.shape[1] >= 2, "u", f"array of shape {a.shape}", "an (N, T) array with T >= 2")
-    check_arg(bool(np.all((a >= 0) & (a <= 1))), "u", "values outside [0, 1]", "PIT values in [0, 1]")
-    N, T = a.shape
-    tables = []
-    for start in (0, 1):
-        ts = np.arange(start, T - 1, 2)
-        if ts.size:
-            tables.append((a[:, ts].ravel(), a[:, ts + 1].ravel()))
-    n_min = min(x.size for x, _ in tables)
-    if bins is None:
-        bins = int(max(2, min(max_bins, math.floor(math.sqrt(n_min / max(min_expected, 1e-9))))))
-    check_arg(isinstance(bins, (int, np.integer)) and bins >= 2, "bins", bins, "an integer >= 2")
+    bins, tables = pit_pair_tables(u, bins, max_bins=max_bins, min_expected=min_expected)
     K = bins * bins
     pvals, statsv = [], []
-    for x, y in tables:
-        ix = np.minimum((x * bins).astype(np.int64), bins - 1)
-        iy = np.minimum((y * bins).astype(np.int64), bins - 1)
-        counts = np.bincount(ix * bins + iy, minlength=K).astype(np.float64)
-        e = x.size / K
-        s = float(((counts - e) ** 2 / e).sum())
+    for counts in tables:
+        e = int(counts.sum()) / K
+        s = float(((counts.astype(np.float64) - e) ** 2 / e).sum())
         statsv.append(s)
         pvals.append(float(stats.chi2.sf(s, K - 1)))
     m = len(tables)
     p = min(1.0, m * min(pvals))
+    n_min = min(int(c.sum()) for c in tables)
     # each table is tested at alpha/m under the Bonferroni combination
     mdt = chi2_min_detectable_tv(n_min, K, alpha / m, power)
-    return PairResult(statistic=max(statsv), pvalue=p, df=K - 1, bins=bins, n_pairs=sum(x.size for x, _ in tables),
+    return PairResult(statistic=max(statsv), pvalue=p, df=K - 1, bins=bins, n_pairs=sum(int(c.sum()) for c in tables),
                       pvalues=tuple(pvals), statistics=tuple(statsv), min_detectable_tv=mdt, alpha=alpha, power=power,
                       method=f"pearson on {bins}x{bins} grid, non-overlapping pairs, bonferroni over {m} table(s)")
 
@@ -1007,15 +1022,21 @@ def false_alarm_rate(test: Callable, draw_null: Callable, *, alpha: float, n_tri
 
 
 # -------------------------------------------------------------------------------- von Neumann
+def von_neumann_tests(samples, cdf: Callable, proposed: int, accepted: int, M: float, *,
+                      alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER
+                      ) -> tuple[KSResult, ADResult, BinomialResult]:
+    """The von Neumann battery, each test planned at level ``alpha``: KS and AD of ``samples`` against the
+    target ``cdf``, and an exact binomial test of ``accepted`` of ``proposed`` against 1/``M``.  The
+    verify runner puts the three into its own family; :func:`verify_von_neumann` judges them alone."""
+    check_arg(isinstance(M, (int, float)) and M >= 1, "M", M, "an envelope constant >= 1")
+    return (ks_1samp(samples, cdf, alpha=alpha, power=power), ad_1samp(samples, cdf, alpha=alpha, power=power),
+            binomial_test(int(accepted), int(proposed), 1.0 / M, alpha=alpha, power=power))
+
+
 def verify_von_neumann(samples, cdf: Callable, proposed: int, accepted: int, M: float, *,
                        alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> VonNeumannVerdict:
-    """The battery for a rejection sampler: KS and AD of ``samples`` against the target ``cdf``, and an
-    exact binomial test of ``accepted`` of ``proposed`` against 1/``M``.  The family-wise budget
-    ``alpha`` is split over the three tests by Holm; planners get alpha/3 each."""
-    check_arg(isinstance(M, (int, float)) and M >= 1, "M", M, "an envelope constant >= 1")
-    a3 = alpha / 3
-    ks = ks_1samp(samples, cdf, alpha=a3, power=power)
-    ad = ad_1samp(samples, cdf, alpha=a3, power=power)
-    acc = binomial_test(int(accepted), int(proposed), 1.0 / M, alpha=a3, power=power)
+    """The battery of :func:`von_neumann_tests` for a rejection sampler, judged alone: the family-wise
+    budget ``alpha`` is split over the three tests by Holm; planners get alpha/3 each."""
+    ks, ad, acc = von_neumann_tests(samples, cdf, proposed, accepted, M, alpha=alpha / 3, power=power)
     adj = holm([ks.pvalue, ad.pvalue, acc.pvalue])
     return VonNeumannVerdict(ks, ad, acc, tuple(float(x) for x in adj), alpha, bool(np.all(adj > alpha)))

@@ -37,7 +37,7 @@ def _bonferroni_p(control, draws=DRAWS, seed=123):
                           eos_token_id=sc.eos_token_id, generator=torch.Generator().manual_seed(seed))
     acc.add(res.tokens, res.stats)
     specs = [s for s in plan_tests(acc, None, sc.k) if s.loss]
-    p = np.array([s.evaluate(FAMILY_LEVEL / len(specs), 0.99, 1e-3)["pvalue"] for s in specs])
+    p = np.array([s.evaluate(FAMILY_LEVEL / len(specs), 0.99, 1e-3).pvalue for s in specs])
     return min(1.0, float(p.min()) * len(p))
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from harness.battery import (chunk_t_min_detectable, chunk_t_n_for_deviation, chunk_t_test, hotelling_test,
-                             ks_uniform_binned, plan_chunks, tv_interval)
+from harness.battery import (TEST_COLUMNS, chunk_t_min_detectable, chunk_t_n_for_deviation, chunk_t_test,
+                             clopper_pearson, hotelling_test, ks_uniform_binned, plan_chunks, tv_interval)
 from harness.bugs import AcceptEverything, as_sampler_function
 from harness.cli import main
 from harness.exact import ExactLaw
@@ -76,12 +76,20 @@ def test_reference_passes_and_writes_report(scen_dir, tmp_path):
     assert set(t.family) >= {"gof", "two_sample", "pit", "acceptance"}
     csv = pd.read_csv(out / "tests.csv", comment="#")
     assert len(csv) == len(t)
+    assert list(csv.columns) == list(t.columns) == list(TEST_COLUMNS) == TESTS_CSV_COLUMNS
     meta = json.loads((out / "meta.json").read_text())
     assert meta["seed"] is not None and "versions" in meta and "machine" in meta and "commit" in meta
     assert meta["config"]["n_tests"] == len(t)
     summary = (out / "summary.md").read_text()
     assert "PASS" in summary and "Holm" in summary
     assert not list(out.glob("_tmp*")) and not (out / "_tmp_state").exists()
+
+
+# the columns of tests.csv, in order: a contract with everything that reads the report
+TESTS_CSV_COLUMNS = ["scenario", "run", "role", "family", "test", "position", "loss_test", "statistic", "pvalue",
+                     "p_adjusted", "alpha_bonferroni", "min_detectable", "min_detectable_unit", "tv_hat", "tv_lower",
+                     "tv_upper", "tv_method", "expected", "observed", "verdict", "n", "df", "cells", "method",
+                     "direction", "kolmogorov_upper", "kolmogorov_method", "reject"]
 
 
 def test_buggy_sampler_fails_with_exit_1(scen_dir, tmp_path):
@@ -270,11 +278,15 @@ def test_calibrate_runs_and_reports(scen_dir, tmp_path):
 
 
 def test_clopper_pearson():
-    from harness.calibrate import clopper_pearson
-    lo, hi = clopper_pearson(0, 20)
+    lo, hi = clopper_pearson(0, 20, 0.05)
     assert lo == 0 and abs(hi - (1 - 0.025 ** (1 / 20))) < 1e-12
-    lo, hi = clopper_pearson(5, 100)
+    lo, hi = clopper_pearson(5, 100, 0.05)
     assert lo < 0.05 < hi
+    assert clopper_pearson(0, 0, 0.05) == (0.0, 1.0)
+    # the interval scipy's binomtest finds by root finding, to its solver's precision
+    for k, n, delta in ((3, 100_000, 2.4e-6), (10, 9_990, 1e-3), (7, 7, 0.01), (250, 1000, 0.05)):
+        ci = sps.binomtest(k, n).proportion_ci(confidence_level=1 - delta, method="exact")
+        assert np.allclose(clopper_pearson(k, n, delta), (ci.low, ci.high), rtol=1e-6, atol=0)
 
 
 def test_tv_interval_one_hot_target_is_binomial():
@@ -315,10 +327,11 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     gave a smallest p-value <= 1e-10 in each of 4 seeds tried (vs a Bonferroni level ~5e-7 here); at 64
     sequences it was missed in 2 seeds of 2, so the test uses 128."""
     pytest.importorskip("transformers")
+    from harness.config import read_toml
     from harness.realmodel import load_real_model_spec
-    from harness.verify import _read_toml, verify
+    from harness.verify import verify
     settings = load_settings(real_scen_dir)
-    spec = load_real_model_spec(_read_toml(real_scen_dir / "default.toml")["real_model"])
+    spec = load_real_model_spec(read_toml(real_scen_dir / "default.toml")["real_model"])
     out = tmp_path / "rm"
     res = verify(sampler=None, sampler_label="reference", scenarios=[load_scenario("tiny", real_scen_dir)],
                  settings=settings, draws=3000, controls=False, real_model=spec, real_model_controls=True, out=out,
@@ -379,10 +392,10 @@ def test_pit_value_tests_level_and_pairs():
     specs = plan_pit_value_tests(u)
     assert [s.test for s in specs] == ["pooled"] + ["position"] * 8 + ["pairs_even", "pairs_odd"]
     rows = [s.evaluate(1e-3, 0.99, 1e-3) for s in specs]
-    assert all(r["pvalue"] > 1e-4 for r in rows) and rows[0]["kolmogorov_upper"] > rows[0]["statistic"]
+    assert all(r.pvalue > 1e-4 for r in rows) and rows[0].kolmogorov_upper > rows[0].statistic
     v = u.copy()
     v[:, 1::2] = v[:, 0::2]  # coupled: every marginal exactly uniform, consecutive pairs identical
     rows = [s.evaluate(1e-3, 0.99, 1e-3) for s in plan_pit_value_tests(v)]
-    assert rows[0]["pvalue"] > 1e-4 and rows[-2]["pvalue"] < 1e-10  # only the pair test sees it
+    assert rows[0].pvalue > 1e-4 and rows[-2].pvalue < 1e-10  # only the pair test sees it
     with pytest.raises(ValueError, match="`u`"):
         plan_pit_value_tests(u[:, :1])

@@ -1,0 +1,50 @@
+"""`python -m harness verify`: prove a sampler lossless on a set of scenarios, with stated power.
+
+    python -m harness verify                                   # reference sampler + all controls (make verify)
+    python -m harness verify --sampler mypkg.mymod:my_generate # any sampler with the documented signature
+    python -m harness verify --scenario base --draws 20000     # a quick look
+    python -m harness verify --scenario real_model             # only the real-model scenario (+ its controls)
+
+A *sampler* is any callable with the signature of :func:`specimpl.speculative_generate`::
+
+    fn(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator) -> GenerationResult
+
+Each scenario (``harness/experiments/verify/*.toml``) draws ``draws × weight`` sequences from the sampler and
+as many from target-only sampling, folds them into sufficient statistics, and runs the battery of
+:mod:`harness.battery`.  All tests of the whole run — every scenario, every control, the von Neumann
+sampler — form ONE family: the family-wise false-alarm budget (``family_alpha``, 1e-4) is split over
+them by Holm, and every test states the smallest deviation it detects with probability ``power`` at
+its Bonferroni level.
+
+The *real-model scenario* (``[real_model]`` in default.toml, on by default; ``--no-real-model``) runs
+the sampler on the shipped tiny transformers pair and applies the sequential randomized-PIT tests
+(pooled, per position, consecutive pairs; :func:`harness.battery.plan_pit_value_tests`) to its output
+scored by the target: no exact law is needed.  Its tests join the same family and the same Holm
+adjustment; for the reference sampler its controls run too (a target KV cache that is not rolled back
+after a rejection must be caught; a draft cache that is never rolled back, lossless, must pass).
+``python -m harness pit`` runs the same tests, through the same family, on a larger real-model
+catalogue.  The report (``results/verify/``) holds the table of tests, a markdown summary, the
+per-position observed/expected tables and PIT histograms, and figures drawn from those tables.
+
+Exit status: 0 when every scenario is judged lossless and (without ``--sampler``) every buggy control
+is caught and every lossless control passes; 1 otherwise; 2 for bad arguments.
+
+One module per step:
+
+    cli        the command line of ``verify``: options, their checks, exit status
+    sampler    importing a sampler from ``--sampler`` (:func:`load_sampler`), checking a call's output
+    runs       who runs on what (roles, sizes): :class:`RunSpec`, real-model and von Neumann runs
+    draw       drawing every run, with resume
+    family     the family of tests, their levels and the Holm adjustment
+    verdicts   one verdict per run (``runs.csv``)
+    report     tables, summary and figures of the report folder
+    pipeline   :func:`verify`: the steps above in order
+    pit        ``python -m harness pit``: the real-model catalogue through the same family
+"""
+from harness.verify.cli import add_arguments, run
+from harness.verify.pipeline import VerifyResult, verify
+from harness.verify.runs import RunSpec
+from harness.verify.sampler import SamplerOutputError, SamplerSpecError, load_sampler
+
+__all__ = ["add_arguments", "run", "load_sampler", "verify", "RunSpec", "VerifyResult", "SamplerSpecError",
+           "SamplerOutputError"]

@@ -1,0 +1,129 @@
+"""`python -m harness verify`: its options, their checks, and the run they start.
+
+Bad arguments (an unknown scenario, a malformed ``--sampler``, too few draws, contradicting flags) print
+one line naming the option and exit with status 2; otherwise :func:`harness.verify.verify` runs and the
+exit status is 0 when everything passed, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from harness.config import RESULTS, read_toml
+from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
+from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.verify.pipeline import verify
+from harness.verify.sampler import load_sampler
+
+__all__ = ["add_arguments", "run", "fail_args", "with_threads"]
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--sampler", metavar="MODULE:FUNCTION",
+                    help="sampler to verify, 'package.module:function' or 'path/to/file.py:function', with the "
+                         "signature of specimpl.speculative_generate (default: the reference sampler, plus the "
+                         "negative and lossless controls)")
+    ap.add_argument("--scenario", action="append", metavar="NAME",
+                    help="scenario file harness/experiments/verify/NAME.toml (repeatable; default: the list in default.toml)")
+    ap.add_argument("--draws", type=int, metavar="N", help="sequences per scenario (times its weight)")
+    ap.add_argument("--control-draws", type=int, metavar="N", help="sequences per control")
+    ap.add_argument("--seed", type=int, help="base seed (default: default.toml's)")
+    ap.add_argument("--full", action="store_true", help="the large run (>= 100 M tokens)")
+    ap.add_argument("--no-controls", action="store_true", help="skip the negative / lossless controls")
+    ap.add_argument("--no-real-model", action="store_true",
+                    help="skip the real-model scenario (shipped tiny transformers pair, sequential PIT)")
+    ap.add_argument("--real-model-sequences", type=int, metavar="N",
+                    help="sequences of the sampler under test in the real-model scenario (default: default.toml "
+                         "[real_model] n_sequences)")
+    ap.add_argument("--out", type=Path, help="report folder (default results/verify, or "
+                                             "results/verify/custom/<sampler> with --sampler)")
+    add_common_arguments(ap)
+
+
+def add_common_arguments(ap: argparse.ArgumentParser) -> None:
+    """Options ``verify`` and ``pit`` share."""
+    ap.add_argument("--scenario-dir", type=Path, default=SCENARIO_DIR, help="folder of scenario files")
+    ap.add_argument("--fresh", action="store_true", help="ignore draws saved by an interrupted run")
+    ap.add_argument("--no-figures", action="store_true", help="write tables and summary only")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (default 1: the work is many small batched ops, and a second thread "
+                         "on a busy 2-core machine slows them down several times)")
+
+
+def fail_args(command: str, msg: str) -> int:
+    print(f"python -m harness {command}: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def with_threads(threads: int, fn: Callable):
+    """``fn()`` with torch using ``threads`` threads (at least 1), restored afterwards."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads))
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(old)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """What the options ask for."""
+
+    settings: object
+    sampler: Optional[Callable]
+    scenarios: list
+    real_model: Optional[RealModelSpec]
+
+
+def _choose(args) -> _Choice:
+    """The options, checked; ValueError (naming the option) when they are bad."""
+    settings = load_settings(args.scenario_dir)
+    sampler = load_sampler(args.sampler) if args.sampler else None
+    for name, v in (("--draws", args.draws), ("--control-draws", args.control_draws),
+                    ("--real-model-sequences", args.real_model_sequences)):
+        if v is not None and v < 2:
+            raise ValueError(f"`{name}` must be an integer >= 2; got {v!r}")
+    names = args.scenario or list(settings.scenarios)
+    rm_spec = load_real_model_spec(read_toml(Path(args.scenario_dir) / "default.toml", "scenario file").get("real_model"))
+    explicit_rm = REAL_MODEL_SCENARIO in names
+    names = [n for n in names if n != REAL_MODEL_SCENARIO]
+    use_rm = explicit_rm if args.scenario else rm_spec.enabled
+    if args.no_real_model:
+        if explicit_rm:
+            raise ValueError(f"`--scenario` {REAL_MODEL_SCENARIO!r} contradicts `--no-real-model`")
+        use_rm = False
+    scenarios = [load_scenario(n, args.scenario_dir) for n in names]
+    inexact = [s.name for s in scenarios if not s.exact]
+    if inexact:
+        raise ValueError(f"`--scenario` {inexact} use a model builder without an exact law; this battery needs "
+                         "builder 'ngram' (real-model pairs: python -m harness pit)")
+    return _Choice(settings, sampler, scenarios, rm_spec if use_rm else None)
+
+
+def _slug(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in s)[:80]
+
+
+def run(args) -> int:
+    try:
+        ch = _choose(args)
+    except ValueError as e:  # bad arguments or scenario files: clear message, status 2
+        return fail_args("verify", str(e))
+    if args.out is not None:
+        out = args.out
+    else:
+        out = RESULTS / "verify" / "custom" / _slug(args.sampler) if args.sampler else RESULTS / "verify"
+    res = with_threads(args.threads, lambda: verify(
+        sampler=ch.sampler, sampler_label=args.sampler or "reference", scenarios=ch.scenarios, settings=ch.settings,
+        draws=args.draws, control_draws=args.control_draws, seed=args.seed, full=args.full,
+        controls=not args.sampler and not args.no_controls, out=out, fresh=args.fresh, figures=not args.no_figures,
+        progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
+        real_model_sequences=args.real_model_sequences))
+    print(res.console, file=sys.stderr)
+    return 0 if res.passed else 1

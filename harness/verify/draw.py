@@ -1,0 +1,217 @@
+"""Drawing the runs of a verification, with resume.
+
+Exact-law runs are drawn in sampler calls (:func:`harness.battery.plan_chunks`) and folded into an
+:class:`harness.battery.Accumulator`; real-model runs are drawn and scored by
+:func:`harness.realmodel.real_model_draw`; the von Neumann runs propose once.  Every random stream is
+seeded by :func:`harness.config.derive_seed` from the run seed and the run's names, so a run's draws do
+not depend on which other runs share the command.
+
+Resume: each finished run is pickled under ``<out>/_tmp_state/`` (:class:`RunState`), keyed by
+everything that determines its draws (commit included); an interrupted command picks them up, and
+the folder is removed once the report is written.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from harness import stats
+from harness.battery import Accumulator, plan_chunks
+from harness.config import derive_seed
+from harness.exact import ExactLaw, warp_mismatch
+from harness.provenance import atomic_write_bytes, git_commit
+from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
+from harness.verify.runs import RealRun, RunSet, RunSpec, VonNeumannRun
+from harness.verify.sampler import check_output
+from specimpl.autoregressive import autoregressive_generate
+
+__all__ = ["RunState", "draw_all", "draw_exact", "draw_real", "draw_von_neumann"]
+
+_ACC_FIELDS = ("n", "counts", "pairs", "joint", "pit_hist", "pit_pairs", "logprob", "n_logprob", "chunks",
+               "calls_without_stats")
+
+
+class RunState:
+    """Finished runs of an interrupted command, pickled under ``<out>/_tmp_state`` (no ``out``: none)."""
+
+    def __init__(self, out: Optional[Path], fresh: bool = False):
+        self.dir = None if out is None else Path(out) / "_tmp_state"
+        if self.dir is not None:
+            if fresh and self.dir.exists():
+                for p in self.dir.glob("*.pkl"):
+                    p.unlink()
+            self.dir.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def key(*parts) -> str:
+        blob = json.dumps([*parts, git_commit().get("commit")], sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    def load(self, key: str) -> Optional[dict]:
+        path = None if self.dir is None else self.dir / f"{key}.pkl"
+        if path is None or not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+    def save(self, key: str, obj: dict) -> None:
+        if self.dir is not None:
+            atomic_write_bytes(self.dir / f"{key}.pkl", pickle.dumps(obj))
+
+    def clear(self) -> None:
+        if self.dir is None:
+            return
+        for p in self.dir.glob("*.pkl"):
+            p.unlink()
+        try:
+            self.dir.rmdir()
+        except OSError:
+            pass
+
+
+# ------------------------------------------------------------------------------ exact-law scenarios
+def _scenario_law(sc) -> tuple[ExactLaw, tuple]:
+    """The exact law of a scenario and its (target, draft) models; ValueError when there is none or the
+    sampling controls sit on a float32 tie."""
+    if not sc.exact:
+        raise ValueError(f"scenario {sc.name!r} uses builder {sc.builder!r}; this battery needs an exact law "
+                         "(builder 'ngram'); real-model pairs: python -m harness pit")
+    models = sc.build()
+    law = ExactLaw(models[0], models[1], list(sc.prompt), sc.max_new_tokens, sc.config, sc.eos_token_id)
+    mismatch = max(warp_mismatch(models[0], sc.config), warp_mismatch(models[1], sc.config))
+    if mismatch > 1e-4:
+        raise ValueError(f"scenario {sc.name!r}: the sampling controls sit on a float32 tie (warped table differs "
+                         f"from float64 by TV {mismatch:.3g}); change top_k / top_p / seed")
+    return law, models
+
+
+def draw_exact(run: RunSpec, law: ExactLaw, models, seed: int, settings, pair_bins: int, pbar, state: RunState,
+               is_baseline: bool = False) -> None:
+    """Draw run.draws sequences in calls and fold them into run.acc (resuming from ``state``)."""
+    sc = run.scenario
+    rng = np.random.default_rng(derive_seed(seed, run.label, sc.name, "pit"))
+    run.acc = Accumulator(law, sc.joint_tokens, settings.pit_bins, pair_bins, settings.logprob_max, rng,
+                          with_pit=not is_baseline)
+    key = RunState.key(run.label, run.role, sc.name, sc.raw, run.draws, seed, settings.min_chunks,
+                       settings.max_chunk, settings.pit_bins, settings.logprob_max)
+    saved = state.load(key)
+    if saved is not None:
+        for k in _ACC_FIELDS:
+            setattr(run.acc, k, saved["acc"][k])
+        run.error, run.wall_s, run.tokens, run.positions = (saved[k] for k in ("error", "wall_s", "tokens",
+                                                                                 "positions"))
+        if pbar is not None:
+            pbar.update(run.draws * sc.max_new_tokens)
+        return
+    tic = time.perf_counter()
+    _draw_calls(run, models, seed, settings, pbar, is_baseline)
+    run.wall_s = time.perf_counter() - tic
+    if run.error is None:
+        state.save(key, {"acc": {k: getattr(run.acc, k) for k in _ACC_FIELDS}, "error": run.error,
+                         "wall_s": run.wall_s, "tokens": run.tokens, "positions": run.positions})
+
+
+def _draw_calls(run: RunSpec, models, seed: int, settings, pbar, is_baseline: bool) -> None:
+    sc = run.scenario
+    target, draft = models
+    chunks = plan_chunks(run.draws, 1 if is_baseline else settings.min_chunks, settings.max_chunk)
+    prompt = torch.tensor(list(sc.prompt), dtype=torch.long)
+    for c, B in enumerate(chunks):
+        g = torch.Generator().manual_seed(derive_seed(seed, run.label, sc.name, c))
+        prompts = prompt.unsqueeze(0).expand(B, -1).contiguous()  # (B, P)
+        try:
+            if is_baseline:
+                res = autoregressive_generate(target, prompts, max_new_tokens=sc.max_new_tokens, config=sc.config,
+                                              eos_token_id=sc.eos_token_id, generator=g)
+            else:
+                res = run.sampler(target, draft, prompts, k=sc.k, max_new_tokens=sc.max_new_tokens, config=sc.config,
+                                  eos_token_id=sc.eos_token_id, generator=g)
+            tok = check_output(res, B, sc.max_new_tokens, target.vocab_size)
+        except Exception as e:  # noqa: BLE001 - a sampler that crashes fails verification, with the reason
+            run.error = f"{type(e).__name__}: {e}"
+            break
+        run.acc.add(tok, getattr(res, "stats", None))
+        run.tokens += int((tok >= 0).sum())
+        run.positions += B * sc.max_new_tokens
+        if pbar is not None:
+            pbar.update(B * sc.max_new_tokens)
+
+
+def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar) -> None:
+    """Per scenario: its exact law, then its target-only baseline and every run on it."""
+    for name, base in rs.baselines.items():
+        runs = [r for r in rs.runs if r.scenario.name == name]
+        rs.laws[name], models = _scenario_law(base.scenario)
+        n_max = max(r.draws for r in runs)  # grid of the PIT pair tables: n_max sequences of N // 2 pairs
+        pair_bins = stats.pit_pair_bins(n_max * (base.scenario.max_new_tokens // 2))
+        pbar.set_description(f"verify: {name} target-only")
+        draw_exact(base, rs.laws[name], models, seed, settings, pair_bins, pbar, state, is_baseline=True)
+        for r in runs:
+            pbar.set_description(f"verify: {name} {r.label}")
+            draw_exact(r, rs.laws[name], models, seed, settings, pair_bins, pbar, state)
+
+
+# -------------------------------------------------------------------------------------- real model
+def draw_real(rr: RealRun, spec: RealModelSpec, progress: bool, state: RunState) -> None:
+    """Draw rr.n_sequences on the tiny pair and score them (resuming from ``state``)."""
+    from harness.realmodel import RealModelDraw, real_model_draw
+    batch_size = rr.batch_size or spec.batch_size
+    key = "real_" + RunState.key(rr.label, rr.role, rr.n_sequences, rr.seed, batch_size, spec.raw,
+                                 spec.config.describe(), spec.k, spec.max_new_tokens, list(spec.prompt_lengths))
+    saved = state.load(key)
+    if saved is not None:
+        rr.draw, rr.wall_s = RealModelDraw(**saved["draw"]), saved["wall_s"]
+        return
+    tic = time.perf_counter()
+    rr.draw = real_model_draw(rr.sampler, n_sequences=rr.n_sequences, max_new_tokens=spec.max_new_tokens, k=spec.k,
+                              config=spec.config, prompt_lengths=spec.prompt_lengths, batch_size=batch_size,
+                              seed=rr.seed, name=rr.label, progress=progress, catch=True)
+    rr.wall_s = time.perf_counter() - tic
+    if rr.error is None:
+        state.save(key, {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
+
+
+# ------------------------------------------------------------------------------------- von Neumann
+def draw_von_neumann(proposals: int, seed: int, controls: bool = True) -> list[VonNeumannRun]:
+    """The reference von Neumann sampler at M = 2.8 and 5.6 and (with ``controls``) the broken envelopes
+    of :data:`harness.bugs.VN_CONTROLS`, ``proposals`` proposals each."""
+    from harness.bugs import VN_CONTROLS
+    from specimpl.von_neumann import SNUG_M, TwoPeakDensity, two_peak_sampler
+    d = TwoPeakDensity.with_peak(SNUG_M)
+    cdf = lambda x: np.asarray(d.cdf(np.asarray(x)), dtype=np.float64)  # noqa: E731
+    entries = [("von_neumann", "reference", M, two_peak_sampler(M, d)) for M in (SNUG_M, 2 * SNUG_M)]
+    if controls:
+        entries += [(name, "lossy", M, make(d)) for name, M, make in VN_CONTROLS]
+    out = []
+    for label, role, M, sampler in entries:
+        g = torch.Generator().manual_seed(derive_seed(seed, label, M))
+        tic = time.perf_counter()
+        draw = sampler.propose(proposals, g)
+        out.append(VonNeumannRun(label, role, M, draw, cdf, time.perf_counter() - tic))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- all
+def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool) -> None:
+    """Draw every exact-law run (with its scenario's baseline) and every real-model run of ``rs``, under
+    one progress bar counted in tokens."""
+    from tqdm import tqdm
+    T_real = rs.real_model.max_new_tokens if rs.real_model is not None else 0
+    total = sum(r.draws * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]) + \
+        sum(rr.n_sequences * T_real for rr in rs.real_runs)
+    pbar = tqdm(total=total, unit="tok", unit_scale=True, desc="verify: drawing", disable=not progress,
+                file=sys.stderr, mininterval=1.0, smoothing=0.1)
+    _draw_scenarios(rs, seed, settings, state, pbar)
+    for rr in rs.real_runs:
+        pbar.set_description(f"verify: {REAL_MODEL_SCENARIO} {rr.label}")
+        draw_real(rr, rs.real_model, progress, state)
+        pbar.update(rr.n_sequences * T_real)
+    pbar.close()

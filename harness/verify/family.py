@@ -1,0 +1,113 @@
+"""The test family of a verification and its Holm adjustment.
+
+Every test of the whole command — each exact-law run (:func:`harness.battery.plan_tests`), each
+real-model run (:func:`harness.battery.plan_pit_value_tests`), each von Neumann run
+(:func:`harness.battery.plan_von_neumann_tests`) — forms ONE family.  The tests are listed first
+(:func:`plan_family`), so their number m is known before any is evaluated; each is then evaluated at
+the Bonferroni level ``family_alpha / m`` (the level its planner states a detectable deviation at),
+each TV or Kolmogorov bound at confidence ``1 - (1 - tv_confidence) / (number of bounds)``, and all
+p-values are adjusted by Holm, which keeps the family-wise false-alarm rate at ``family_alpha``
+(:func:`evaluate_family`).  The result is the table of :class:`harness.battery.TestRow`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from harness import stats
+from harness.battery import TEST_COLUMNS, TestRow, TestSpec, plan_pit_value_tests, plan_tests, plan_von_neumann_tests
+from harness.realmodel import REAL_MODEL_SCENARIO
+from harness.verify.runs import RunSet
+
+__all__ = ["PlannedTest", "FamilyLevels", "plan_family", "family_levels", "evaluate_family", "holm_adjust",
+           "rows_table", "family_config"]
+
+
+@dataclass(frozen=True)
+class PlannedTest:
+    """One test of the family: which run on which scenario, and the test."""
+
+    run: str
+    role: str
+    scenario: str
+    spec: TestSpec
+
+
+@dataclass(frozen=True)
+class FamilyLevels:
+    """``n_tests`` tests: each planned at ``alpha_each`` = family_alpha / n_tests; ``n_bounds`` confidence
+    bounds, each at miss probability ``delta_each`` = (1 - tv_confidence) / n_bounds."""
+
+    n_tests: int
+    n_bounds: int
+    alpha_each: float
+    delta_each: float
+
+
+def plan_family(rs: RunSet) -> list[PlannedTest]:
+    """Every test of every run of ``rs`` that drew without error, in report order."""
+    plan = []
+    for r in rs.runs:
+        if r.error is None:
+            base = rs.baselines[r.scenario.name]
+            plan += [PlannedTest(r.label, r.role, r.scenario.name, ts)
+                     for ts in plan_tests(r.acc, base.acc if base.error is None else None, r.scenario.k)]
+    for rr in rs.real_runs:
+        if rr.error is None:
+            plan += [PlannedTest(rr.label, rr.role, REAL_MODEL_SCENARIO, ts) for ts in plan_pit_value_tests(rr.draw.u)]
+    for v in rs.vn:
+        specs = plan_von_neumann_tests(v.draw.samples.numpy(), v.cdf, v.draw.proposed, v.draw.accepted, v.M)
+        plan += [PlannedTest(v.label, v.role, v.scenario, ts) for ts in specs]
+    return plan
+
+
+def family_levels(plan: list[PlannedTest], settings) -> FamilyLevels:
+    m = len(plan)
+    n_bounds = sum(1 for p in plan if p.spec.wants_tv_bound)
+    return FamilyLevels(m, n_bounds, settings.family_alpha / max(m, 1),
+                        (1 - settings.tv_confidence) / max(n_bounds, 1))
+
+
+def _evaluate(p: PlannedTest, levels: FamilyLevels, power: float) -> TestRow:
+    ts = p.spec
+    row = ts.evaluate(levels.alpha_each, power, levels.delta_each)
+    return replace(row, scenario=p.scenario, run=p.run, role=p.role, family=ts.family, test=ts.test,
+                   position=-1 if ts.position is None else ts.position, loss_test=ts.loss,
+                   alpha_bonferroni=levels.alpha_each)
+
+
+def holm_adjust(rows: list[TestRow], family_alpha: float) -> list[TestRow]:
+    """``rows`` with p-values clipped to [0, 1], Holm-adjusted over all of them, and judged at
+    ``family_alpha``: a rejected loss test means *lossy*, a rejected acceptance test a different
+    acceptance law."""
+    if not rows:
+        return []
+    p = np.clip(np.array([r.pvalue for r in rows], dtype=np.float64), 0.0, 1.0)
+    adjusted = stats.holm(p)
+    out = []
+    for r, pv, pa in zip(rows, p, adjusted):
+        reject = bool(pa <= family_alpha)
+        verdict = ("REJECT (lossy)" if r.loss_test else "REJECT (acceptance law)") if reject else "pass"
+        out.append(replace(r, pvalue=float(pv), p_adjusted=float(pa), reject=reject, verdict=verdict))
+    return out
+
+
+def rows_table(rows: list[TestRow]) -> pd.DataFrame:
+    """The rows as a DataFrame with the columns of ``tests.csv`` (:data:`harness.battery.TEST_COLUMNS`)."""
+    return pd.DataFrame([vars(r) for r in rows], columns=list(TEST_COLUMNS))
+
+
+def evaluate_family(plan: list[PlannedTest], settings) -> tuple[pd.DataFrame, FamilyLevels]:
+    """Evaluate every planned test at the family's levels and adjust by Holm; the table of tests."""
+    levels = family_levels(plan, settings)
+    rows = [_evaluate(p, levels, settings.power) for p in plan]
+    return rows_table(holm_adjust(rows, settings.family_alpha)), levels
+
+
+def family_config(settings, levels: FamilyLevels) -> dict:
+    """The family's settings, as recorded in a report's provenance."""
+    return {"family_alpha": settings.family_alpha, "power": settings.power, "tv_confidence": settings.tv_confidence,
+            "n_tests": levels.n_tests, "alpha_bonferroni": levels.alpha_each, "tv_delta_each": levels.delta_each,
+            "settings": settings.raw}

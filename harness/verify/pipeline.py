@@ -1,0 +1,134 @@
+"""One verification from start to end: the runs, their draws, the family of tests, the verdicts, the report.
+
+:func:`verify` is the library entry point of ``python -m harness verify`` (and of ``python -m harness
+calibrate``, which calls it once per seed); :func:`conclude` is the part it shares with ``python -m
+harness pit``: evaluate the family, judge every run, write the report, drop the resume state.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import pandas as pd
+
+from harness.realmodel import RealModelSpec
+from harness.scenarios import SCENARIO_DIR
+from harness.verify import report
+from harness.verify.draw import RunState, draw_all, draw_von_neumann
+from harness.verify.family import FamilyLevels, evaluate_family, family_config, plan_family
+from harness.verify.runs import UNDER_TEST, RunSet, Sizes, baselines_for, exact_runs, real_runs_for, run_sizes
+from harness.verify.verdicts import verdict_table
+from specimpl.speculative import speculative_generate
+
+__all__ = ["verify", "conclude", "VerifyResult"]
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """The outcome of a verification: ``passed`` (every run as its role requires), the table of tests,
+    the runs, the markdown summary and console lines, the report folder (None: nothing written), the
+    provenance, and ``verdicts`` (the rows of ``runs.csv``)."""
+
+    passed: bool
+    table: pd.DataFrame
+    runs: list
+    summary: str
+    console: str
+    out: Optional[Path]
+    meta: dict
+    real_runs: list = field(default_factory=list)
+    verdicts: Optional[pd.DataFrame] = None
+
+
+def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, settings, draws: Optional[int] = None,
+           control_draws: Optional[int] = None, seed: Optional[int] = None, full: bool = False, controls: bool = True,
+           out: Optional[Path] = None, fresh: bool = False, figures: bool = True, progress: bool = True,
+           scenario_dir: Path = SCENARIO_DIR, von_neumann: Optional[bool] = None,
+           real_model: Optional[RealModelSpec] = None, real_model_sequences: Optional[int] = None,
+           real_model_controls: Optional[bool] = None) -> VerifyResult:
+    """Run the battery; write the report to ``out`` (None: write nothing).  See :mod:`harness.verify`.
+
+    ``sampler`` None: the reference sampler, and (with ``controls``) every control; ``von_neumann``
+    (default: with the reference sampler) adds the von Neumann sampler.  ``real_model``: the real-model
+    scenario's settings (None: no real-model scenario); the sampler under test draws
+    ``real_model_sequences`` (default: the spec's, or its ``full_n_sequences`` with ``full``) and, with
+    ``real_model_controls`` (default: ``controls``), the spec's controls run too."""
+    t_start = time.perf_counter()
+    seed = settings.seed if seed is None else seed
+    sizes = run_sizes(settings, full, draws, control_draws)
+    fn, role = (speculative_generate, "reference") if sampler is None else (sampler, "sampler")
+    rs = RunSet(runs=exact_runs(fn, sampler_label, role, scenarios, sizes, full=full, controls=controls,
+                                scenario_dir=scenario_dir), real_model=real_model)
+    rs.baselines = baselines_for(rs.runs)
+    if real_model is not None:
+        n = real_model_sequences or (real_model.full_n_sequences if full else real_model.n_sequences)
+        rs.real_runs = real_runs_for(real_model, fn, sampler_label, role, n, seed,
+                                     controls if real_model_controls is None else real_model_controls)
+    state = RunState(out, fresh)
+    draw_all(rs, seed, settings, state, progress)
+    with_von_neumann = sampler is None if von_neumann is None else von_neumann
+    if with_von_neumann:
+        rs.vn = draw_von_neumann(sizes.von_neumann_proposals, seed, controls)
+
+    def config(levels: FamilyLevels) -> dict:
+        return {"sampler": sampler_label, "scenarios": [s.name for s in scenarios], "draws": sizes.draws,
+                "control_draws": sizes.control_draws if controls else 0, "full": full,
+                **family_config(settings, levels), **_sources_config(rs, sizes)}
+
+    return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
+                    t_drawn=time.perf_counter())
+
+
+def _sources_config(rs: RunSet, sizes: Sizes) -> dict:
+    """What was drawn from what, as recorded in the provenance."""
+    return {"scenario_defs": {name: b.scenario.raw for name, b in rs.baselines.items()},
+            "von_neumann_proposals": sizes.von_neumann_proposals, "real_model": real_model_config(rs)}
+
+
+def real_model_config(rs: RunSet) -> Optional[dict]:
+    """The real-model settings and runs of ``rs`` (None without a real-model scenario)."""
+    spec = rs.real_model
+    if spec is None:
+        return None
+    return {"settings": spec.raw, "config": spec.config.describe(), "k": spec.k, "max_new_tokens": spec.max_new_tokens,
+            "runs": {rr.label: {"role": rr.role, "sequences": rr.n_sequences, "seed": rr.seed} for rr in rs.real_runs}}
+
+
+def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, seed: int, out: Optional[Path],
+             figures: bool, state: RunState, t_start: float, t_drawn: float) -> VerifyResult:
+    """Evaluate the family of tests of the drawn ``rs``, judge each run, write the report (``config``
+    gives the command's settings for the provenance, once the family's levels are known), and drop
+    the resume state."""
+    table, levels = evaluate_family(plan_family(rs), settings)
+    t_tested = time.perf_counter()
+    verdicts = verdict_table(rs, table)
+    passed = bool(verdicts.passed.all()) if len(verdicts) else False
+    timing = _timing(rs, t_start, t_drawn, t_tested)
+    result = report.build(table=table, verdicts=verdicts, runs=rs.runs, baselines=rs.baselines, laws=rs.laws,
+                          real_runs=rs.real_runs, config=config(levels), seed=seed, timing=timing, passed=passed,
+                          out=out, figures=figures)
+    state.clear()
+    return VerifyResult(passed=passed, table=table, runs=rs.runs, summary=result["summary"],
+                        console=result["console"], out=out, meta=result["meta"], real_runs=rs.real_runs,
+                        verdicts=verdicts)
+
+
+def _timing(rs: RunSet, t_start: float, t_drawn: float, t_tested: float) -> dict:
+    tested = [r for r in rs.runs if r.role in UNDER_TEST]
+    controls = [r for r in rs.runs if r.role not in UNDER_TEST]
+    timing = {
+        "wall_total_s": time.perf_counter() - t_start, "wall_draw_s": t_drawn - t_start,
+        "wall_tests_s": t_tested - t_drawn,
+        "tokens_sampler": int(sum(r.tokens for r in tested)),
+        "tokens_controls": int(sum(r.tokens for r in controls)),
+        "tokens_target_only": int(sum(b.tokens for b in rs.baselines.values())),
+        "positions_total": int(sum(r.positions for r in [*rs.runs, *rs.baselines.values()])),
+        "von_neumann_proposals": int(sum(v.draw.proposed for v in rs.vn)),
+        "tokens_real_model": int(sum(rr.tokens for rr in rs.real_runs)),
+        "wall_real_model_s": float(sum(rr.wall_s for rr in rs.real_runs)),
+    }
+    timing["tokens_total"] = timing["tokens_sampler"] + timing["tokens_controls"] + timing["tokens_target_only"] + \
+        timing["tokens_real_model"]
+    return timing

@@ -1,0 +1,146 @@
+"""`python -m harness pit`: the real-model battery on its whole catalogue, through verify's family.
+
+    python -m harness pit                                   # reference, every real-model bug, the lossless
+                                                            # control(s), transformers' assisted generation
+    python -m harness pit --only reference --only kv_not_rolled_back --n-sequences 256
+    python -m harness pit --sampler mypkg.mymod:my_generate # a sampler of your own instead of the catalogue
+
+Each sampler runs on the shipped tiny transformers pair with the settings of ``[real_model]`` in
+``harness/experiments/verify/default.toml`` (``--max-new-tokens``, ``--k``, ``--temperature`` override
+them); its output is scored by the target and tested by the sequential randomized-PIT tests of
+:func:`harness.battery.plan_pit_value_tests`.  These are the tests of ``verify``'s real-model scenario,
+drawn (:mod:`harness.verify.draw`), put in one family with a Holm adjustment at ``--alpha``
+(:mod:`harness.verify.family`), judged (:mod:`harness.verify.verdicts`) and reported
+(:mod:`harness.verify.report`) by the same code; only the catalogue is larger.
+
+Roles: the reference and ``--sampler`` samplers and the lossless controls must pass, the bugs of
+``specimpl.hf_bugs.HF_BUGS`` must be caught, transformers' assisted generation is a *peer*: reported,
+not judged.  Exit status 0 when every run is as its role requires, 1 otherwise, 2 for bad arguments.
+The report goes to ``results/hf/pit/`` (``--out``); an interrupted run resumes from its finished draws.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from harness.config import RESULTS, overlay, read_toml
+from harness.realmodel import RealModelSpec, load_real_model_spec
+from harness.scenarios import load_settings
+from harness.verify.cli import add_common_arguments, fail_args, with_threads
+from harness.verify.draw import RunState, draw_all
+from harness.verify.family import family_config
+from harness.verify.pipeline import VerifyResult, conclude, real_model_config
+from harness.verify.runs import UNDER_TEST, RealRun, RunSet, real_model_seed
+from harness.verify.sampler import load_sampler
+
+__all__ = ["add_arguments", "run", "catalogue", "pit"]
+
+PEER = "hf_assisted"
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--sampler", action="append", metavar="MODULE:FUNCTION",
+                    help="sampler to test instead of the catalogue, 'package.module:function' or "
+                         "'path/to/file.py:function' (repeatable)")
+    ap.add_argument("--only", action="append", metavar="NAME", help="catalogue names to run (repeatable)")
+    ap.add_argument("--n-sequences", type=int, default=1600, help="sequences of the reference or --sampler (x T tokens)")
+    ap.add_argument("--bug-sequences", type=int, default=256, help="sequences per real-model bug")
+    ap.add_argument("--control-sequences", type=int, default=512, help="sequences per lossless control")
+    ap.add_argument("--peer-sequences", type=int, default=512, help="sequences of HF assisted generation (batch 1)")
+    ap.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
+    ap.add_argument("--max-new-tokens", type=int, help="T, tokens per sequence (default: default.toml's)")
+    ap.add_argument("--k", type=int, help="draft tokens per round (default: default.toml's)")
+    ap.add_argument("--temperature", type=float, help="sampling temperature (default: default.toml's)")
+    ap.add_argument("--seed", type=int, help="base seed (default: default.toml's)")
+    ap.add_argument("--alpha", type=float, help="family-wise false-alarm budget (default: default.toml's)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "hf" / "pit", help="report folder (default results/hf/pit)")
+    add_common_arguments(ap)
+
+
+def catalogue(include_peer: bool) -> dict[str, tuple[str, Callable]]:
+    """name -> (role, sampler): the reference sampler, the lossless controls and the bugs of
+    :mod:`specimpl.hf_bugs`, and (``include_peer``) transformers' assisted generation."""
+    from specimpl import hf_bugs
+    from specimpl.speculative import speculative_generate
+    cat = {"reference": ("reference", speculative_generate)}
+    cat.update({n: ("lossless", f) for n, f in hf_bugs.HF_LOSSLESS_CONTROLS.items()})
+    cat.update({n: ("lossy", f) for n, f in hf_bugs.HF_BUGS.items()})
+    if include_peer:
+        from specimpl.hf_assisted import hf_assisted_generate
+        cat[PEER] = ("peer", hf_assisted_generate)
+    return cat
+
+
+def _sequences(role: str, args) -> int:
+    return {"lossy": args.bug_sequences, "lossless": args.control_sequences,
+            "peer": args.peer_sequences}.get(role, args.n_sequences)
+
+
+def _entries(args) -> list[tuple[str, str, Callable, int]]:
+    """(name, role, sampler, sequences) per run the options ask for; ValueError naming the option."""
+    if args.sampler:
+        todo = {s: ("sampler", load_sampler(s)) for s in args.sampler}
+    else:
+        todo = catalogue(not args.no_peer)
+    if args.only:
+        unknown = sorted(set(args.only) - set(todo))
+        if unknown:
+            raise ValueError(f"`--only` must name runs among {sorted(todo)}; got {unknown}")
+        todo = {n: v for n, v in todo.items() if n in args.only}
+    for name in ("--n-sequences", "--bug-sequences", "--control-sequences", "--peer-sequences"):
+        v = getattr(args, name[2:].replace("-", "_"))
+        if v < 2:
+            raise ValueError(f"`{name}` must be an integer >= 2; got {v!r}")
+    return [(n, role, fn, _sequences(role, args)) for n, (role, fn) in todo.items()]
+
+
+def _spec(args) -> RealModelSpec:
+    """default.toml's ``[real_model]`` with the options' overrides (checked as that table is)."""
+    raw = read_toml(Path(args.scenario_dir) / "default.toml", "scenario file").get("real_model") or {}
+    raw = overlay(raw, {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("k", args.k)) if v is not None})
+    if args.temperature is not None:
+        raw = overlay(raw, {"sampling": {"temperature": args.temperature}})
+    return load_real_model_spec(raw)
+
+
+def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, out: Optional[Path] = None,
+        fresh: bool = False, figures: bool = True, progress: bool = True) -> VerifyResult:
+    """Draw every (name, role, sampler, sequences) of ``entries`` on the real pair with ``spec``, and test,
+    judge and report them as one family (``settings``: default.toml's run settings)."""
+    t_start = time.perf_counter()
+    seed = settings.seed if seed is None else seed
+    rs = RunSet(real_model=spec, real_runs=[
+        RealRun(name, role, fn, n, real_model_seed(seed, name), batch_size=1 if name == PEER else None)
+        for name, role, fn, n in entries])
+    state = RunState(out, fresh)
+    draw_all(rs, seed, settings, state, progress)
+
+    tested = ", ".join(rr.label for rr in rs.real_runs if rr.role in UNDER_TEST) or "real-model controls"
+
+    def config(levels) -> dict:
+        return {"command": "pit", "sampler": tested, **family_config(settings, levels),
+                "real_model": real_model_config(rs)}
+
+    return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
+                    t_drawn=time.perf_counter())
+
+
+def run(args) -> int:
+    try:
+        settings = load_settings(args.scenario_dir)
+        if args.alpha is not None:
+            if not 0 < args.alpha < 1:
+                raise ValueError(f"`--alpha` must be a number in (0, 1); got {args.alpha!r}")
+            settings = dataclasses.replace(settings, family_alpha=args.alpha)
+        entries, spec = _entries(args), _spec(args)
+    except ValueError as e:
+        return fail_args("pit", str(e))
+    res = with_threads(args.threads, lambda: pit(entries, spec, settings, seed=args.seed, out=args.out,
+                                                 fresh=args.fresh, figures=not args.no_figures,
+                                                 progress=not args.no_progress))
+    print(res.console, file=sys.stderr)
+    return 0 if res.passed else 1

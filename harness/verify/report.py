@@ -1,0 +1,395 @@
+"""The report of a verification: tables, markdown summary and figures (drawn from the tables).
+
+Files written to the report folder (all atomically, all carrying the run's provenance):
+
+    tests.parquet, tests.csv        one row per test (:class:`harness.battery.TestRow`): scenario, run, test,
+                                    statistic, p-value, Holm-adjusted p-value, minimum detectable effect (and
+                                    its unit), TV estimate and bounds, verdict
+    runs.csv                        one row per (sampler, scenario) (:class:`harness.verify.verdicts.RunVerdict`):
+                                    verdict, tests that caught it, TV
+    distributions.parquet           observed and expected counts per position and symbol, every run
+    pit_hist.parquet                PIT histograms (64 cells) per position, every run (real-model runs too)
+    summary.md                      the short human summary (budget, power, TV bounds, detection table,
+                                    the real-model scenario)
+    meta.json                       provenance (config, seed, commit, versions, machine) and timing
+    figures/*.png                   drawn by :func:`draw_figures` from the parquet files alone
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from harness.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
+                                atomic_write_text, metadata)
+from harness.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
+from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST
+
+__all__ = ["build", "draw_figures"]
+
+PIT_COARSE = 64
+
+
+def _fmt(x, digits=3):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    if isinstance(x, (int, np.integer)):
+        return f"{x:,}"
+    if x == 0:
+        return "0"
+    if abs(x) < 1e-3 or abs(x) >= 1e5:
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}"
+
+
+def _distributions(runs, baselines, laws, real_runs=()) -> tuple[pd.DataFrame, pd.DataFrame]:
+    dist, pit = [], []
+    for rr in real_runs:
+        if rr.error is not None:
+            continue
+        u = rr.draw.u  # (N, T)
+        T = u.shape[1]
+        b = np.minimum((u * PIT_COARSE).astype(np.int64), PIT_COARSE - 1)
+        h = np.stack([np.bincount(b[:, t], minlength=PIT_COARSE) for t in range(T)])  # (T, 64)
+        p2, b2 = np.meshgrid(np.arange(T), np.arange(PIT_COARSE), indexing="ij")
+        pit.append(pd.DataFrame({"run": rr.label, "role": rr.role, "scenario": REAL_MODEL,
+                                 "position": p2.ravel(), "bin": b2.ravel(), "count": h.ravel()}))
+    for r in list(runs) + list(baselines.values()):
+        if r.acc is None or r.acc.n == 0:
+            continue
+        law = laws[r.scenario.name]
+        marg = law.marginals()
+        N, W = marg.shape
+        n = r.acc.n
+        pos, sym = np.meshgrid(np.arange(N), np.arange(W), indexing="ij")
+        dist.append(pd.DataFrame({"run": r.label, "role": r.role, "scenario": r.scenario.name,
+                                  "position": pos.ravel(), "symbol": sym.ravel(),
+                                  "observed": r.acc.counts.ravel(), "expected": (n * marg).ravel(), "n": n}))
+        if r.acc.with_pit:
+            h = r.acc.pit_hist.reshape(N, PIT_COARSE, -1).sum(-1)  # (N, 64)
+            p2, b2 = np.meshgrid(np.arange(N), np.arange(PIT_COARSE), indexing="ij")
+            pit.append(pd.DataFrame({"run": r.label, "role": r.role, "scenario": r.scenario.name,
+                                     "position": p2.ravel(), "bin": b2.ravel(), "count": h.ravel()}))
+    return (pd.concat(dist, ignore_index=True) if dist else pd.DataFrame(),
+            pd.concat(pit, ignore_index=True) if pit else pd.DataFrame())
+
+
+def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passed, out: Optional[Path],
+          figures: bool, real_runs=()) -> dict:
+    meta = metadata(config, seed)
+    meta["timing"] = timing
+    meta["passed"] = passed
+    summary = _summary(table, verdicts, runs, laws, config, meta, timing, passed)
+    console = _console(verdicts, config, timing, passed, out)
+    if out is not None:
+        out = Path(out)  # the table's columns are harness.battery.TEST_COLUMNS, in order
+        atomic_write_parquet(out / "tests.parquet", table, meta)
+        atomic_write_csv(out / "tests.csv", table, meta)
+        atomic_write_csv(out / "runs.csv", verdicts, meta)
+        dist, pit = _distributions(runs, baselines, laws, real_runs)
+        atomic_write_parquet(out / "distributions.parquet", dist, meta)
+        atomic_write_parquet(out / "pit_hist.parquet", pit, meta)
+        atomic_write_json(out / "meta.json", meta)
+        atomic_write_text(out / "summary.md", summary)
+        if figures:
+            draw_figures(out)
+    return {"summary": summary, "console": console, "meta": meta}
+
+
+# ------------------------------------------------------------------------------------ summary
+def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
+    is_vn = verdicts.scenario.str.startswith("von_neumann")
+    is_rm = verdicts.scenario == REAL_MODEL
+    L = _header(config, meta, passed) + _budget(config, timing)
+    L += _scenarios(verdicts[verdicts.role.isin(UNDER_TEST) & ~is_vn & ~is_rm], table, runs, laws)
+    L += _real_model_section(verdicts[is_rm], config)
+    L += _controls(verdicts[~verdicts.role.isin(UNDER_TEST) & ~is_vn])
+    L += _von_neumann(verdicts[is_vn])
+    L += _failures(verdicts[~verdicts.passed])
+    L += _method(bool(is_rm.any()))
+    return "\n".join(L) + "\n"
+
+
+def _outcome(v) -> str:
+    """A run's outcome against its role: caught / MISSED (must be caught), passed / FALSE ALARM (must
+    pass), or not judged (a peer)."""
+    if v.role == "peer":
+        return "not judged"
+    if v.role in MUST_BE_CAUGHT:
+        return "caught" if v.passed else "**MISSED**"
+    return "passed" if v.passed else "**FALSE ALARM**"
+
+
+def _header(config, meta, passed) -> list[str]:
+    mach = meta["machine"]
+    return [f"# Verification report: {config['sampler']}", "",
+            f"**Result: {'PASS' if passed else 'FAIL'}** — "
+            + ("every scenario lossless, every buggy control caught, every lossless control passed"
+               if passed and config["sampler"] == "reference" else
+               ("lossless on every scenario" if passed else "see the failing rows below")), "",
+            f"commit `{(meta.get('commit') or 'unknown')[:12]}`{' (dirty tree)' if meta.get('dirty') else ''}, "
+            f"seed {meta['seed']}, torch {meta['versions'].get('torch')}, numpy {meta['versions'].get('numpy')}, "
+            f"scipy {meta['versions'].get('scipy')}; {mach.get('cpu')}, {mach.get('cpus_available')} cores, "
+            f"load average at start {mach.get('loadavg_1_5_15')}; {meta['created_utc']}; "
+            f"`{meta.get('command')}`", ""]
+
+
+def _budget(config, timing) -> list[str]:
+    m = config["n_tests"]
+    tot = timing["tokens_total"]
+    return ["## Error budget and effort",
+            f"- One family: **{m} tests** (every scenario, control and the von Neumann sampler). Family-wise "
+            f"false-alarm budget **{config['family_alpha']:g}**, split by Holm; the planners use the Bonferroni "
+            f"level {config['family_alpha']:g}/{m} = **{config['alpha_bonferroni']:.3g}** per test and power "
+            f"**{config['power']:g}**.",
+            f"- TV upper bounds hold simultaneously with confidence {config['tv_confidence']:g} "
+            f"(δ = {config['tv_delta_each']:.2g} per bound).",
+            f"- Drew **{tot:,} tokens** ({timing['tokens_sampler']:,} from the sampler under test, "
+            f"{timing['tokens_target_only']:,} target-only, {timing['tokens_controls']:,} from controls) "
+            + (f"+ {timing['tokens_real_model']:,} tokens on the real model pair "
+               f"({timing['wall_real_model_s']:.0f} s incl. target scoring) " if timing.get("tokens_real_model") else "")
+            + f"+ {timing['von_neumann_proposals']:,} von Neumann proposals, in **{timing['wall_total_s']:.0f} s** "
+            f"(drawing {timing['wall_draw_s']:.0f} s = {tot / max(timing['wall_draw_s'], 1e-9) / 1e6:.2f} M "
+            f"tokens/s incl. statistics; tests {timing['wall_tests_s']:.0f} s).", ""]
+
+
+def _scenarios(main, table, runs, laws) -> list[str]:
+    if not len(main):
+        return []
+    L = ["## Scenarios",
+         "Detectable TV: the smallest TV(sampler, target) at one position that the per-position χ² "
+         "detects with the stated power at its level (noncentral χ², ½√(λ*/n)). TV bound: upper "
+         "confidence bound on TV(sampler, target) per position (max over positions) and on the joint "
+         "of the first J tokens, method named in tests.csv (`tv_method`).", "",
+         "| scenario | controls | exact α per draft position | sequences | verdict | min adj. p | "
+         "detectable TV / position | TV bound / position (max) | TV bound, joint | PIT: detectable KS "
+         "(pooled / position) |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, v in main.iterrows():
+        sc = next(r.scenario for r in runs if r.label == v.run and r.scenario.name == v.scenario)
+        alpha = laws[v.scenario].acceptance_law(sc.k).alpha
+        sub = table[(table.run == v.run) & (table.scenario == v.scenario)]
+        pit_pool = sub[(sub.family == "pit") & (sub.test == "pooled")]
+        pit_pos = sub[(sub.family == "pit") & (sub.test == "position")]
+        L.append(f"| {v.scenario} | {sc.describe()} | {', '.join(f'{a:.3f}' for a in alpha)} | "
+                 f"{int(v.sequences):,} | {v.verdict} | {_fmt(v.min_p_adjusted)} | {_fmt(v.mde_position_tv)} | "
+                 f"{_fmt(v.tv_position_upper_max)} | {_fmt(v.tv_joint_upper)} (J={sc.joint_tokens}) | "
+                 f"{_fmt(float(pit_pool.min_detectable.iloc[0]) if len(pit_pool) else float('nan'))} / "
+                 f"{_fmt(float(pit_pos.min_detectable.max()) if len(pit_pos) else float('nan'))} |")
+    return L + [""]
+
+
+def _controls(ctrl) -> list[str]:
+    if not len(ctrl):
+        return []
+    from harness.bugs import CATALOGUE
+    cat = {c.name: c for c in CATALOGUE}
+    L = ["## Controls (detection table)",
+         "Buggy samplers must be caught (a loss test rejects after Holm); lossless ones must pass. "
+         "Measured TV: plug-in TV(empirical law, exact target law) on the position, consecutive pair or "
+         "first-J joint whose confidence interval lies highest, and on the first-J joint, with simultaneous "
+         "confidence intervals (finite-sample bounds). Lossless controls: upper bounds.", "",
+         "| control | kind | scenario (why) | outcome | tests that caught it | min adj. p (loss tests) | "
+         "measured TV (most certain of positions, pairs, joint) [CI] | measured TV, joint of first J [CI] | "
+         "acceptance |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for _, v in ctrl.iterrows():
+        if v.scenario == REAL_MODEL:
+            L.append(_real_detection_row(v))
+            continue
+        c = cat.get(v.run)
+        must = v.role in MUST_BE_CAUGHT
+        why = f"{v.scenario} ({c.shows_when})" if c and must else v.scenario
+        tvp = (f"{_fmt(v.tv_best)} on {v.tv_best_test} [{_fmt(v.tv_best_lower)}, {_fmt(v.tv_best_upper)}]"
+               if must else f"≤ {_fmt(v.tv_position_upper_max)} (bound, worst position)")
+        tvj = (f"{_fmt(v.tv_joint)} [{_fmt(v.tv_joint_lower)}, {_fmt(v.tv_joint_upper)}]" if must
+               else f"≤ {_fmt(v.tv_joint_upper)} (bound)")
+        L.append(f"| {v.run} | {v.role} | {why} | {_outcome(v)} | {v.caught_by or '—'} | "
+                 f"{_fmt(v.min_p_adjusted_loss)} | {tvp} | {tvj} | {v.efficiency} |")
+    return L + [""]
+
+
+def _von_neumann(vn) -> list[str]:
+    if not len(vn):
+        return []
+    L = ["## von Neumann sampler (KS, AD against the target CDF; exact binomial acceptance against 1/M)", "",
+         "| sampler | envelope | proposals | accepted | acceptance (1/M) | verdict | outcome | min adj. p |",
+         "|---|---|---|---|---|---|---|---|"]
+    for _, v in vn.iterrows():
+        L.append(f"| {v.run} | {v.scenario.replace('von_neumann_', '')} | {int(v.sequences):,} | {int(v.tokens):,} | "
+                 f"{v.acceptance:.4f} ({v.expected_acceptance:.4f}) | {v.verdict} | {_outcome(v)} | "
+                 f"{_fmt(v.min_p_adjusted)} |")
+    return L + [""]
+
+
+def _failures(bad) -> list[str]:
+    if not len(bad):
+        return []
+    L = ["## Failures"]
+    for _, v in bad.iterrows():
+        L.append(f"- **{v.run}** on `{v.scenario}`: {v.verdict}" + (f"; rejected by {v.caught_by}"
+                                                                      if v.caught_by else ""))
+    return L + [""]
+
+
+def _method(with_real_model: bool) -> list[str]:
+    L = ["## Method",
+         "- `gof`: Pearson χ² against the exact target law — each position (bonus positions included), each "
+         "consecutive pair, the joint of the first J tokens — cells pooled from the target alone to expected "
+         "counts ≥ 100; a draw the target gives probability 0 rejects outright.",
+         "- `two_sample`: χ² homogeneity against target-only sampling at the same budget (positions, joint); "
+         "KS and Anderson–Darling on each sequence's target log-probability.",
+         "- `pit`: randomized PIT under the target's conditional given the emitted prefix (PAD absorbing after "
+         "EOS): iid U(0,1) under H0; KS pooled and per position on a 65,536-cell grid (conservative), χ² of "
+         "non-overlapping consecutive pairs on an m×m grid.",
+         "- `acceptance`: per draft position, accepted − α_i·judged against the exact α_i of the reference "
+         "process (propagated exactly; α_i is not iid across positions), and the accepted-length histogram; "
+         "variance from the spread between sampler calls (t, Hotelling T²). A rejection here alone means "
+         "*inefficient* (or over-accepting), not lossy."]
+    if with_real_model:
+        L.append("- `pit` on `real_model`: the sampler runs on the shipped tiny transformers pair "
+                 "(`specimpl/assets/tiny_pair`, held-out stdlib prompts of ragged lengths, EOS off); each emitted "
+                 "token's randomized PIT under the target's warped conditional, the target scoring each whole "
+                 "sequence in one forward (independent of the sampler's KV-cached calls). KS pooled (exact null) "
+                 "with a DKW upper bound on the PIT law's Kolmogorov distance from U(0,1) (a lower bound on "
+                 "TV, so not a TV certificate), KS per position, χ² of non-overlapping consecutive pairs on an "
+                 "m×m grid. No exact law: no acceptance-law test, no TV bound.")
+    L.append("- `von_neumann`: KS and AD of accepted points against the exact CDF; exact binomial test of the "
+             "accepted count against 1/M.")
+    return L
+
+
+def _real_model_section(rm: pd.DataFrame, config) -> list[str]:
+    if not len(rm):
+        return []
+    c = config.get("real_model") or {}
+    L = ["## Real model (shipped tiny transformers pair): sequential randomized PIT",
+         f"Sampling {c.get('config', '?')}, k = {c.get('k', '?')}, {c.get('max_new_tokens', '?')} tokens per sequence "
+         "(EOS off). Tests in the run's family (Holm); detectable: the smallest Kolmogorov distance of the PIT law "
+         "from U(0,1) (KS, DKW) or TV on the PIT pair grid (χ², noncentral) that the test detects with power "
+         f"{config['power']:g} at the Bonferroni level. Kolmogorov bound: DKW upper confidence bound on the pooled "
+         "PIT law's Kolmogorov distance from U(0,1) (Kolmogorov ≤ TV: not a TV certificate).", "",
+         "| sampler | role | sequences × T = tokens | outcome | tests that caught it | pooled KS: D, p, adj. p, "
+         "detectable | per position: worst p (position), min adj. p, detectable | pairs: TV on grid, min p, "
+         "min adj. p, detectable | Kolmogorov bound | acceptance |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, v in rm.iterrows():
+        outcome = _outcome(v)
+        if isinstance(v.error, str) and v.error:
+            L.append(f"| {v.run} | {v.role} | {int(v.sequences):,} | **{v.verdict}** | — | — | — | — | — | — |")
+            continue
+        T = int(v.tokens) // max(int(v.sequences), 1)
+        L.append(f"| {v.run} | {v.role} | {int(v.sequences):,} × {T} = {int(v.tokens):,} | {v.verdict} ({outcome}) | "
+                 f"{v.caught_by or '—'} | {_fmt(v.pit_ks)}, {_fmt(v.pit_ks_p)}, {_fmt(v.pit_ks_p_adjusted)}, "
+                 f"{_fmt(v.pit_ks_detectable)} | {_fmt(v.pit_position_min_p)} ({int(v.pit_position_worst)}), "
+                 f"{_fmt(v.pit_position_min_p_adjusted)}, {_fmt(v.pit_position_detectable)} | "
+                 f"{_fmt(v.pit_pairs_tv_hat)}, {_fmt(v.pit_pairs_min_p)}, {_fmt(v.pit_pairs_min_p_adjusted)}, "
+                 f"{_fmt(v.pit_pairs_detectable)} ({int(v.pit_pairs_cells)} cells) | ≤ {_fmt(v.pit_kolmogorov_upper)} | "
+                 f"{_fmt(v.acceptance)} |")
+    L.append("")
+    return L
+
+
+def _real_detection_row(v) -> str:
+    """A real-model control in the detection table (measured: PIT distances, not TV to an exact law)."""
+    outcome = _outcome(v)
+    if isinstance(v.error, str) and v.error:
+        return f"| {v.run} | {v.role} | {REAL_MODEL} | **{v.verdict}** | — | — | — | — | — |"
+    why = "real_model (tiny HF pair, KV-cached ragged batches)"
+    return (f"| {v.run} | {v.role} | {why} | {outcome} | {v.caught_by or '—'} | {_fmt(v.min_p_adjusted_loss)} | "
+            f"PIT pair grid TV {_fmt(v.pit_pairs_tv_hat)} (detectable {_fmt(v.pit_pairs_detectable)}); pooled PIT KS "
+            f"{_fmt(v.pit_ks)} (detectable {_fmt(v.pit_ks_detectable)}) | — (no exact law) | {_fmt(v.acceptance)} |")
+
+
+def _console(verdicts, config, timing, passed, out) -> str:
+    lines = [f"{config.get('command', 'verify')} {config['sampler']}: {'PASS' if passed else 'FAIL'} ({config['n_tests']} tests, family-wise "
+             f"alpha {config['family_alpha']:g}; {timing['tokens_total']:,} tokens in {timing['wall_total_s']:.0f} s)"]
+    for _, v in verdicts.iterrows():
+        mark = "ok  " if v.passed else "FAIL"
+        extra = f" <- {v.caught_by}" if isinstance(v.caught_by, str) and v.caught_by else ""
+        lines.append(f"  {mark} {v.role:15s} {v.run:32s} {v.scenario:20s} {v.verdict}{extra}")
+    if out is not None:
+        lines.append(f"report: {out}/summary.md")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ figures
+_Z = 4.0  # reference band of the figures: ±4 standard deviations under H0
+_CONTROL_ROLES = ["lossy", "lossy-by-design", "lossless"]
+
+
+def draw_figures(out: Path) -> list[Path]:
+    """Figures from the stored tables of a report folder (``distributions.parquet``, ``pit_hist.parquet``)."""
+    import matplotlib
+    matplotlib.use("Agg")
+
+    out = Path(out)
+    meta = json.loads((out / "meta.json").read_text())
+    dist = pd.read_parquet(out / "distributions.parquet")
+    pit = pd.read_parquet(out / "pit_hist.parquet")
+    figdir = out / "figures"
+    written = []
+    # 1. observed vs expected per position: the sampler under test, then the controls
+    for roles, name, title in ((list(UNDER_TEST), "positions.png", "observed vs exact expected count per position "
+                                "and symbol (standardized)"),
+                               (_CONTROL_ROLES, "positions_controls.png",
+                                "controls: observed vs exact expected per position and symbol")):
+        d = dist[dist.role.isin(roles)] if len(dist) else dist
+        if not d.empty:
+            written.append(_grid_figure(d, _residual_panel, 2.4, title + f"; dashed: ±{_Z:g}", figdir / name, meta))
+    # 2. PIT histograms (pooled over positions), with a ±4 sd band for the bin counts under H0
+    for roles, name in ((list(UNDER_TEST), "pit.png"), (_CONTROL_ROLES, "pit_controls.png")):
+        d = pit[pit.role.isin(roles)] if len(pit) else pit
+        if not d.empty:
+            written.append(_grid_figure(d, _pit_panel, 2.2, "randomized PIT density (64 cells, pooled over positions); "
+                                        f"grey: ±{_Z:g} sd under H0", figdir / name, meta))
+    return written
+
+
+def _grid_figure(d: pd.DataFrame, panel, row_height: float, title: str, path: Path, meta) -> Path:
+    """One panel per (run, scenario) of ``d``, four to a row."""
+    import matplotlib.pyplot as plt
+    groups = list(d.groupby(["run", "scenario"], sort=False))
+    cols = 4
+    rows = math.ceil(len(groups) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, row_height * rows + 0.4), squeeze=False)
+    for ax, ((run, scen), g) in zip(axes.ravel(), groups):
+        panel(ax, g, f"{run} / {scen}" if run != "reference" else scen)
+    for ax in axes.ravel()[len(groups):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    written = atomic_savefig(fig, path, meta, dpi=110)
+    plt.close(fig)
+    return written
+
+
+def _residual_panel(ax, d, title):
+    d = d[d.expected > 0]
+    zs = (d.observed - d.expected) / np.sqrt(d.expected)
+    x = d.position + (d.symbol / (d.symbol.max() + 1)) * 0.8
+    ax.scatter(x, zs, s=6, c=d.symbol, cmap="tab10", vmin=0, vmax=9)
+    ax.axhline(_Z, color="0.6", lw=0.6, ls="--")
+    ax.axhline(-_Z, color="0.6", lw=0.6, ls="--")
+    ax.axhline(0, color="0.3", lw=0.6)
+    ax.set_title(title, fontsize=8)
+    ax.set_xlabel("position (symbols within)", fontsize=7)
+    ax.set_ylabel("(obs − exp)/√exp", fontsize=7)
+    ax.tick_params(labelsize=6)
+
+
+def _pit_panel(ax, g, title):
+    h = g.groupby("bin")["count"].sum().sort_index().to_numpy()
+    n = h.sum()
+    dens = h / n * len(h)
+    sd = math.sqrt((1 / len(h)) * (1 - 1 / len(h)) / n) * len(h)
+    ax.bar(np.arange(len(h)) / len(h), dens, width=1 / len(h), align="edge", color="C0")
+    ax.axhspan(1 - _Z * sd, 1 + _Z * sd, color="0.85", zorder=0)
+    ax.axhline(1, color="k", lw=0.6)
+    ax.set_ylim(min(0.9, dens.min() * 0.98), max(1.1, dens.max() * 1.02))
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(labelsize=6)

@@ -1,0 +1,173 @@
+"""Who is tested on what: one record per (sampler, scenario), their sizes, and the set of a whole run.
+
+Roles (notation used throughout :mod:`harness.verify`):
+
+    reference        the reference sampler (``specimpl.speculative_generate``): must be lossless and as
+                     efficient as the exact acceptance law
+    sampler          a user's sampler (``--sampler``): must be lossless
+    lossy            a buggy control: must be caught (a loss test rejects)
+    lossy-by-design  a control that changes the law on purpose (typical acceptance): must be caught
+    lossless         a control that is lossless but not the reference: must pass
+    peer             another implementation run for comparison (``python -m harness pit``): reported, not judged
+    baseline         target-only sampling of a scenario, the two-sample tests' reference
+
+:class:`RunSpec` is a sampler on an exact-law (n-gram) scenario, :class:`RealRun` a sampler on the
+real-model pair, :class:`VonNeumannRun` the rejection sampler; :class:`RunSet` holds all of one run.
+Drawing fills them in (:mod:`harness.verify.draw`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from harness.battery import Accumulator
+from harness.config import derive_seed
+from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
+from harness.scenarios import Scenario, load_scenario
+from specimpl.autoregressive import autoregressive_generate
+
+__all__ = ["RunSpec", "RealRun", "VonNeumannRun", "RunSet", "Sizes", "run_sizes", "exact_runs", "baselines_for",
+           "real_model_seed", "real_runs_for", "MUST_BE_CAUGHT", "UNDER_TEST"]
+
+MUST_BE_CAUGHT = ("lossy", "lossy-by-design")
+UNDER_TEST = ("reference", "sampler")
+
+
+@dataclass
+class RunSpec:
+    """One sampler on one scenario.  role: 'reference' | 'sampler' | 'lossy' | 'lossy-by-design' | 'lossless'."""
+
+    label: str
+    role: str
+    sampler: Callable
+    scenario: Scenario
+    draws: int
+    # filled by the runner
+    acc: Optional[Accumulator] = None
+    error: Optional[str] = None
+    wall_s: float = 0.0
+    tokens: int = 0
+    positions: int = 0
+
+
+@dataclass
+class RealRun:
+    """One sampler on the real-model scenario.  role: 'reference' | 'sampler' | 'lossy' | 'lossless' | 'peer'.
+    ``batch_size``: prompts per sampler call (None: the spec's)."""
+
+    label: str
+    role: str
+    sampler: Callable
+    n_sequences: int
+    seed: int
+    batch_size: Optional[int] = None
+    draw: object = None  # harness.realmodel.RealModelDraw, filled by the runner
+    wall_s: float = 0.0
+
+    @property
+    def error(self) -> Optional[str]:
+        return None if self.draw is None else self.draw.error
+
+    @property
+    def tokens(self) -> int:
+        return 0 if self.draw is None or self.draw.error else self.draw.n_tokens
+
+
+@dataclass(frozen=True)
+class VonNeumannRun:
+    """The von Neumann sampler (or a broken one) with envelope M, drawn: ``draw`` is its
+    ``specimpl.von_neumann`` proposal record, ``cdf`` the target's CDF."""
+
+    label: str
+    role: str
+    M: float
+    draw: object
+    cdf: Callable
+    wall_s: float
+
+    @property
+    def scenario(self) -> str:
+        return f"von_neumann_M{self.M:g}"
+
+
+@dataclass
+class RunSet:
+    """Everything one verification draws: the exact-law runs, the target-only baseline and exact law of
+    each of their scenarios (by name), the real-model runs (with ``real_model``, their settings) and the
+    von Neumann runs."""
+
+    runs: list[RunSpec] = field(default_factory=list)
+    baselines: dict[str, RunSpec] = field(default_factory=dict)
+    laws: dict = field(default_factory=dict)
+    real_runs: list[RealRun] = field(default_factory=list)
+    real_model: Optional[RealModelSpec] = None
+    vn: list[VonNeumannRun] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Sequences per scenario (times its weight), per control, and von Neumann proposals."""
+
+    draws: int
+    control_draws: int
+    von_neumann_proposals: int
+
+
+def run_sizes(settings, full: bool, draws: Optional[int], control_draws: Optional[int]) -> Sizes:
+    """The run's sizes: the arguments where given, else default.toml's (``full_*`` with ``full``);
+    with ``draws`` given, controls and von Neumann proposals shrink with it."""
+    base = draws if draws is not None else (settings.full_draws if full else settings.draws)
+    if control_draws is None:
+        control_draws = settings.full_control_draws if full else settings.control_draws
+        if draws is not None:
+            control_draws = min(control_draws, draws)
+    proposals = settings.full_von_neumann_proposals if full else settings.von_neumann_proposals
+    if draws is not None:
+        proposals = min(proposals, max(10_000, 5 * draws))
+    return Sizes(base, control_draws, proposals)
+
+
+def exact_runs(fn: Callable, label: str, role: str, scenarios: list, sizes: Sizes, *, full: bool, controls: bool,
+               scenario_dir: Path) -> list[RunSpec]:
+    """The sampler on each scenario, then (with ``controls``) every control of :data:`harness.bugs.CATALOGUE`
+    on its own scenario."""
+    from harness.bugs import CATALOGUE
+    runs = [RunSpec(label, role, fn, sc, max(2, round(sizes.draws * (sc.full_weight if full else sc.weight))))
+            for sc in scenarios]
+    if controls:
+        cache = {sc.name: sc for sc in scenarios}
+        for c in CATALOGUE:
+            sc = cache.get(c.scenario) or load_scenario(c.scenario, scenario_dir)
+            cache[sc.name] = sc
+            runs.append(RunSpec(c.name, c.kind, c.sampler, sc, max(2, round(sizes.control_draws * min(1.0, sc.weight)))))
+    return runs
+
+
+def baselines_for(runs: list[RunSpec]) -> dict[str, RunSpec]:
+    """Target-only sampling per scenario of ``runs`` (in their order), as many sequences as the largest
+    run under test there (else the largest run)."""
+    by_scenario: dict[str, list[RunSpec]] = {}
+    for r in runs:
+        by_scenario.setdefault(r.scenario.name, []).append(r)
+    out = {}
+    for name, rs in by_scenario.items():
+        tested = [r.draws for r in rs if r.role in UNDER_TEST]
+        out[name] = RunSpec("target-only", "baseline", autoregressive_generate, rs[0].scenario,
+                            max(tested) if tested else max(r.draws for r in rs))
+    return out
+
+
+def real_model_seed(seed: int, label: str) -> int:
+    """The seed of a real-model run (prompts, sampler generator, PIT draws)."""
+    return derive_seed(seed, label, REAL_MODEL_SCENARIO) % 2**31
+
+
+def real_runs_for(spec: RealModelSpec, fn: Callable, label: str, role: str, n_sequences: int, seed: int,
+                  controls: bool) -> list[RealRun]:
+    """The sampler on the real-model pair and (with ``controls``) the spec's controls."""
+    runs = [RealRun(label, role, fn, n_sequences, real_model_seed(seed, label))]
+    if controls:
+        for name, crole, cfn, n in spec.control_samplers():
+            runs.append(RealRun(name, crole, cfn, n, real_model_seed(seed, name)))
+    return runs
