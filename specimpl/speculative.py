@@ -49,7 +49,7 @@ __all__ = ["verify_block", "verify_block_checked", "SpeculativeSampler", "specul
 
 def verify_block(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_accept: torch.Tensor,
                  u_final: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Modified rejection sampling of one block of k drafts.
+    """Modified rejection sampling of one block of k drafts (notation of the module docstring).
 
     p (B, k+1, V) target laws p_1..p_{k+1};  q (B, k, V) draft laws q_1..q_k;  x (B, k) drafts;
     u_accept (B, k) acceptance uniforms;  u_final (B,) uniform for the one final draw (residual
@@ -64,13 +64,13 @@ def verify_block(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_accept: to
     n = accept.cummin(dim=1).values.sum(dim=1)  # (B,) accepted prefix length
     at_n = n.view(B, 1, 1).expand(B, 1, V)  # (B, 1, V) row index n
     p_n = p.gather(1, at_n).squeeze(1)  # (B, V) p_{n+1}: the law at the first rejection, or the bonus law
-    q_n = q.gather(1, at_n.clamp(max=k - 1)).squeeze(1)  # (B, V)
+    q_n = q.gather(1, at_n.clamp(max=k - 1)).squeeze(1)  # (B, V) q_{n+1} (unused when n = k)
     rejected = (n < k).unsqueeze(-1)  # (B, 1)
     residual = torch.where(rejected, (p_n - q_n).clamp_(min=0), p_n)  # (B, V) unnormalised
     # The residual sums to TV(p, q) > 0 whenever a rejection is possible; in float round-off it
     # can vanish (p == q), and then p itself is the right law.
-    empty = residual.sum(-1, keepdim=True) <= 0
-    residual = torch.where(empty, p_n, residual)
+    empty = residual.sum(-1, keepdim=True) <= 0  # (B, 1)
+    residual = torch.where(empty, p_n, residual)  # (B, V)
     y = sample_categorical(residual, u_final)  # (B,) normalised by its sum inside
     return n, y
 

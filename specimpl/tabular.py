@@ -244,7 +244,7 @@ class TabularSpeculative:
                  compact_below: float = 0.5, chunk_size: int = CHUNK_SIZE, workers: Optional[int] = None):
         check_arg(is_tabular_pair(target, draft), "draft", f"{draft!r} with {target!r}",
                   "a plain NGramModel of the target's dtype, with a plain NGramModel target (V <= 32767)")
-        check_arg(isinstance(k, int) and not isinstance(k, bool) and k >= 1, "k", k, "an integer >= 1")
+        check_generate_args(k, 1, config, None, target.vocab_size)
         check_arg(isinstance(chunk_size, int) and chunk_size >= 1, "chunk_size", chunk_size, "an integer >= 1")
         check_arg(workers is None or (isinstance(workers, int) and workers >= 1), "workers", workers,
                   "None or an integer >= 1")
