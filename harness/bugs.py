@@ -4,7 +4,8 @@ but differ from the reference.
 Each *buggy* sampler reproduces one root cause seen in a real implementation (the list in
 ``shared/references.md``: HF transformers, vLLM, vllm-ascend, TensorRT-LLM, mlx-lm, Medusa) by
 overriding exactly one step of :class:`specimpl.speculative.SpeculativeSampler` (or by wrapping a
-model).  Each *lossless* control changes the algorithm in a way that keeps the output law equal to
+model).  None opts in to the sampler's lookup-table loop (``tabular=True``), so each runs the generic
+round loop, where its overridden step is called.  Each *lossless* control changes the algorithm in a way that keeps the output law equal to
 the target's (it may accept less); the harness must pass it.
 
 Every control names the scenario (a file in ``harness/experiments/verify/``) on which ``make verify`` runs it:
@@ -282,11 +283,12 @@ class DraftNotRolledBack(SpeculativeSampler):
 
 class ReferenceGenericPath(SpeculativeSampler):
     """The reference sampler itself, forced through the generic round loop (model calls through
-    forward / rollback / select, as for HF models) that the n-gram lookup-table path replaces in the
-    scenarios; it must pass like the reference."""
+    forward / rollback / select, as for HF models) instead of the n-gram lookup-table loop
+    (:mod:`specimpl.tabular`) that ``speculative_generate`` opts in to in the scenarios; it must pass
+    like the reference."""
 
     def __init__(self, target, draft, k, config=SamplingConfig()):
-        super().__init__(target, draft, k, config, tabular=False)
+        super().__init__(target, draft, k, config, tabular=False)  # explicit, though False is the default
 
 
 # ---------------------------------------------------------------------------------- catalogue

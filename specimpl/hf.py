@@ -20,7 +20,7 @@ later query can see and the next call overwrites.  Rolling back is therefore O(1
 ``lengths`` — and exactly restores the state of a fresh run on the kept prefix; ``select``
 gathers rows.  The same code serves batch 1 (slice writes, a (1, 1, T, S) mask) and batch B.
 
-The mask is handed to the model as a ready 4D additive mask (0 visible, dtype-min hidden), which
+The cache class is :class:`specimpl.hf_cache.RaggedKVCache`.  The mask is handed to the model as a ready 4D additive mask (0 visible, dtype-min hidden), which
 transformers passes through unchanged; for sliding-window configs the window is applied in the
 mask, and models with mixed layer types get a ``{layer_type: mask}`` mapping.
 
@@ -44,8 +44,14 @@ from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 
 __all__ = ["HFModel", "HFState", "RaggedKVCache", "load_pair", "load_tiny_pair", "check_pair", "TINY_PAIR_DIR",
-           "EXAMPLE_HUB_PAIR",
+           "EXAMPLE_HUB_PAIR", "MIN_TRANSFORMERS", "require_transformers",
            "tiny_pair_prompts", "NonCausalModelError", "VocabularyMismatchError"]
+
+# The first transformers release whose cache API RaggedLayer implements: CacheLayerMixin with the
+# abstract get_max_length() and get_mask_sizes(query_length) (5.12 and earlier want
+# get_max_cache_shape() and get_mask_sizes(cache_position)).  pyproject.toml declares the same bound
+# (tests/test_hf_version.py checks that they agree).
+MIN_TRANSFORMERS = "5.13"
 
 TINY_PAIR_DIR = Path(__file__).resolve().parent / "assets" / "tiny_pair"
 # A public pair sharing one tokenizer (vocabulary 49152, Llama architecture), for users with network
@@ -70,113 +76,29 @@ class VocabularyMismatchError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The cache
+# transformers (version check) and the cache (specimpl.hf_cache, imported on first use)
 # ---------------------------------------------------------------------------------------------
-def _cache_base():
-    from transformers.cache_utils import Cache, CacheLayerMixin
-    return Cache, CacheLayerMixin
+def require_transformers():
+    """The ``transformers`` module, after checking that it is at least :data:`MIN_TRANSFORMERS`.
+
+    Raises ``ImportError`` naming the installed and the required version (instead of a ``TypeError``
+    about an abstract method deep inside the first forward call).
+    """
+    import transformers
+    from packaging.version import Version
+    have = transformers.__version__
+    if Version(have) < Version(MIN_TRANSFORMERS):
+        raise ImportError(f"`transformers` must be version >= {MIN_TRANSFORMERS} for specimpl.hf (its KV cache "
+                          f"implements that release's cache-layer API); got {have!r} from "
+                          f"{os.path.dirname(transformers.__file__)}; upgrade: pip install 'transformers>={MIN_TRANSFORMERS}'")
+    return transformers
 
 
-def _make_cache_classes():
-    Cache, CacheLayerMixin = _cache_base()
-
-    class RaggedLayer(CacheLayerMixin):
-        """Keys/values of one attention layer, (B, H, S, D) with per-row lengths held by the parent."""
-
-        is_sliding = False
-        is_croppable = False
-        is_compileable = False
-        supports_early_init = False
-
-        def __init__(self, parent):
-            super().__init__()
-            self.parent = parent
-            self.keys = self.values = None
-
-        def lazy_initialization(self, key_states, value_states):
-            self.is_initialized = True
-
-        def _ensure(self, key_states: torch.Tensor, value_states: torch.Tensor, need: int) -> None:
-            B, H, _, D = key_states.shape
-            Dv = value_states.shape[-1]
-            if self.keys is None:
-                cap = max(need, self.parent.initial_capacity)
-                self.keys = key_states.new_zeros(B, H, cap, D)  # (B, H, S, D)
-                self.values = value_states.new_zeros(B, H, cap, Dv)
-                self.is_initialized = True
-            elif self.keys.shape[2] < need:
-                cap = max(need, 2 * self.keys.shape[2])
-                grow = cap - self.keys.shape[2]
-                self.keys = torch.cat([self.keys, self.keys.new_zeros(B, H, grow, D)], 2)
-                self.values = torch.cat([self.values, self.values.new_zeros(B, H, grow, Dv)], 2)
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            """key_states (B, H, T, D): write at the parent's slots, return (B, H, kv_len, D) views."""
-            p = self.parent
-            T = key_states.shape[2]
-            self._ensure(key_states, value_states, p.kv_len)
-            if p.offset is not None:  # every row at the same length: one slice copy
-                self.keys[:, :, p.offset:p.offset + T] = key_states
-                self.values[:, :, p.offset:p.offset + T] = value_states
-            else:
-                B, H, _, D = key_states.shape
-                idx = p.write_index.view(B, 1, T, 1)  # (B, 1, T, 1) slot of each new token
-                self.keys.scatter_(2, idx.expand(B, H, T, D), key_states)
-                self.values.scatter_(2, idx.expand(B, H, T, value_states.shape[-1]), value_states)
-            return self.keys[:, :, :p.kv_len], self.values[:, :, :p.kv_len]
-
-        def get_seq_length(self) -> int:
-            return self.parent.seq_length
-
-        def get_max_length(self) -> int:
-            return -1
-
-        def get_mask_sizes(self, query_length: int):
-            return self.parent.seq_length + query_length, 0
-
-        def reset(self) -> None:
-            self.keys = self.values = None
-            self.is_initialized = False
-
-        def select(self, index: torch.Tensor) -> None:
-            if self.keys is not None:
-                self.keys = self.keys.index_select(0, index)
-                self.values = self.values.index_select(0, index)
-
-    class RaggedKVCache(Cache):
-        """transformers ``Cache`` whose rows have their own lengths; driven by :class:`HFModel`."""
-
-        def __init__(self, num_layers: int, initial_capacity: int = 256):
-            super().__init__(layers=[RaggedLayer(self) for _ in range(num_layers)])
-            self.initial_capacity = initial_capacity
-            self.offset: Optional[int] = None  # shared write offset when all rows are at one length
-            self.write_index: Optional[torch.Tensor] = None  # (B, T) slots otherwise
-            self.kv_len = 0  # slots handed to attention in the current call
-            self.seq_length = 0  # longest row before the current call
-
-        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-            return self.layers[layer_idx].update(key_states, value_states)
-
-        def select(self, index: torch.Tensor) -> None:
-            for layer in self.layers:
-                layer.select(index)
-
-    return RaggedLayer, RaggedKVCache
-
-
-_CLASSES = None
-
-
-def _classes():
-    global _CLASSES
-    if _CLASSES is None:
-        _CLASSES = _make_cache_classes()
-    return _CLASSES
-
-
-def RaggedKVCache(num_layers: int, initial_capacity: int = 256):  # noqa: N802  (factory, class built lazily)
-    """A fresh :class:`RaggedKVCache` (the class is created on first use so importing is cheap)."""
-    return _classes()[1](num_layers, initial_capacity)
+def RaggedKVCache(num_layers: int, initial_capacity: int = 256):  # noqa: N802  (factory of a lazily imported class)
+    """A fresh :class:`specimpl.hf_cache.RaggedKVCache`, imported on first use: importing specimpl.hf does
+    not import transformers."""
+    from specimpl.hf_cache import RaggedKVCache as cache_class
+    return cache_class(num_layers, initial_capacity)
 
 
 @dataclass
@@ -250,10 +172,7 @@ class HFModel(LanguageModel):
             kw["local_files_only"] = local_files_only
         if attn_implementation is not None:
             kw["attn_implementation"] = attn_implementation
-        try:
-            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **kw)
-        except TypeError:  # transformers < 4.56 spells it torch_dtype
-            model = AutoModelForCausalLM.from_pretrained(name_or_path, torch_dtype=dtype, **kw)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **kw)
         model.to(device)
         return cls(model, tok, name=str(name_or_path))
 
@@ -390,11 +309,6 @@ class HFModel(LanguageModel):
         ids = [int(i) for i in ids if int(i) >= 0]
         return self.tokenizer.decode(ids) if self.tokenizer is not None else repr(ids)
 
-    @property
-    def eos_token_id(self) -> Optional[int]:
-        e = getattr(self.config, "eos_token_id", None)
-        return e[0] if isinstance(e, (list, tuple)) else e
-
 
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
@@ -432,6 +346,7 @@ def _mask_kind(config):
 
 def _check_config_causal(config, name: str) -> None:
     """Decoder-only causal LM, or a NonCausalModelError naming what it is."""
+    require_transformers()
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     mt = getattr(config, "model_type", None)
     if getattr(config, "is_encoder_decoder", False):
@@ -465,6 +380,7 @@ def _probe_causal(m: HFModel) -> None:
 
 
 def _load_config_and_tokenizer(name_or_path, trust_remote_code, revision, local_files_only, load_tokenizer):
+    require_transformers()
     from transformers import AutoConfig, AutoTokenizer
     s = str(name_or_path)
     looks_local = os.path.isabs(s) or s.startswith((".", "~")) or os.path.exists(s) or s.count("/") > 1

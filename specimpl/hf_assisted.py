@@ -26,9 +26,10 @@ from typing import Optional
 
 import torch
 
+from specimpl.inputs import check_generate_args
 from specimpl.model import Prompts, as_prompt_list
+from specimpl.result import PAD, GenerationResult
 from specimpl.sampling import SamplingConfig
-from specimpl.speculative import PAD, GenerationResult, _check_common
 
 __all__ = ["hf_assisted_generate", "hf_generate"]
 
@@ -79,7 +80,7 @@ class _CallCounter:
 def _run(target, prompts, max_new_tokens, config, eos_token_id, generator, draft=None, k=None) -> GenerationResult:
     tm = _hf_model(target)
     V = tm.get_output_embeddings().weight.shape[0]
-    _check_common(k, max_new_tokens, config, eos_token_id, V)
+    check_generate_args(k, max_new_tokens, config, eos_token_id, V)
     plist = as_prompt_list(prompts, V)
     dev = next(tm.parameters()).device
     gc = _generation_config(tm, config, max_new_tokens, eos_token_id)

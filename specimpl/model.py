@@ -41,10 +41,6 @@ class ModelState:
 
     lengths: torch.Tensor  # (B,) int64 tokens consumed
 
-    @property
-    def batch_size(self) -> int:
-        return int(self.lengths.shape[0])
-
 
 class LanguageModel(ABC):
     """Batched next-token model with roll-back-able per-sequence state."""

@@ -9,6 +9,8 @@ per-position marginals, and the per-position acceptance alpha_t = E[sum_x min(p_
 Draft constructors place a draft at a controlled distance from a target, so alpha can be dialled
 from ~0 to 1:  :func:`noisy_draft` (mixture with a noise table), :func:`tempered_draft`
 (temperature perturbation), :func:`disjoint_draft` (support disjoint from the target's).
+
+The samplers' lookup-table loops for these models (and their tables) live in :mod:`specimpl.tabular`.
 """
 from __future__ import annotations
 
@@ -20,12 +22,12 @@ import torch
 
 from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list, check_prompt_tensor
-from specimpl.sampling import SamplingConfig, TableSampler, warp
+from specimpl.sampling import SamplingConfig, warp
 
 __all__ = [
     "NGramModel", "NGramState", "random_ngram", "noisy_draft", "tempered_draft", "disjoint_draft",
     "warped_table", "context_of", "exact_joint", "exact_marginals", "exact_acceptance",
-    "context_distributions", "PairTables", "pair_tables", "start_contexts",
+    "context_distributions",
 ]
 
 
@@ -200,17 +202,13 @@ def context_of(model: NGramModel, tokens) -> int:
     return ctx
 
 
-def _start_context(model: NGramModel, prompt) -> int:
-    return context_of(model, list(prompt))
-
-
 def context_distributions(model: NGramModel, prompt, n_tokens: int, config: SamplingConfig,
                           table: Optional[np.ndarray] = None) -> np.ndarray:
     """(N, C) law of the context before generated position t = 0..N-1, under the warped target."""
     P = warped_table(model, config) if table is None else table
     C, V = P.shape
     d = np.zeros(C)
-    d[_start_context(model, prompt)] = 1.0
+    d[context_of(model, prompt)] = 1.0
     out = np.empty((n_tokens, C))
     nxt = (np.arange(C)[:, None] * V + np.arange(V)[None, :]) % C if C > 1 else np.zeros((1, V), dtype=int)
     for t in range(n_tokens):
@@ -237,7 +235,7 @@ def exact_joint(model: NGramModel, prompt, n_tokens: int, config: SamplingConfig
     C = P.shape[0]
     # carry (joint over sequences so far, context id of each sequence)
     probs = np.array([1.0])
-    ctx = np.array([_start_context(model, prompt)])
+    ctx = np.array([context_of(model, prompt)])
     for _ in range(n_tokens):
         probs = (probs[:, None] * P[ctx]).ravel()  # (S*V,)
         ctx = ((ctx[:, None] * V + np.arange(V)[None, :]) % C).ravel() if C > 1 else np.zeros(probs.size, int)
@@ -259,101 +257,3 @@ def exact_acceptance(target: NGramModel, draft: NGramModel, prompt, n_tokens: in
     beta = np.minimum(P, Q).sum(1)  # (C,)
     D = context_distributions(t, prompt, n_tokens, config, table=P)  # (N, C)
     return D @ beta
-
-
-# -- tables for the tabular fast path of the speculative sampler ------------------------------------
-@dataclass
-class PairTables:
-    """A (target, draft, config) triple as lookup tables over joint contexts J (``C`` = V^(m-1) of them).
-
-    m = max(target.order, draft.order); J is the context id at order m, so the target's context is
-    J mod V^(order_t - 1) and the draft's J mod V^(order_d - 1).  Appending token x: J -> (J V + x) mod C.
-    Every table is computed from the same ``warp`` of the models' ``logtable`` rows that the
-    generic sampler applies to gathered logits, so lookups reproduce it bit for bit:
-
-    p, q        (C, V) warped target / draft laws
-    accept_thr  (C * V,) accept draft x in context J iff u < accept_thr[J V + x]; this is the exact
-                float threshold of the rule u * q(x) < p(x) (0 where q(x) = 0)
-    draft       TableSampler over q
-    final       TableSampler over 2C rows: row J the residual norm(max(0, p - q)) (p where that is
-                empty), row C + J the bonus law p
-    """
-
-    V: int
-    C: int
-    p: torch.Tensor
-    q: torch.Tensor
-    accept_thr: torch.Tensor
-    draft: TableSampler
-    final: TableSampler
-
-
-def _accept_threshold(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
-    """Smallest float u >= 0 (dtype of the inputs) with not (q_x > 0 and u * q_x < p_x); 1 if none below 1.
-
-    fl(u * q) is nondecreasing in u, so the accepting u form a prefix of the floats in [0, 1): a
-    bisection over their bit patterns (ordered like the values for floats >= 0) finds its end.
-    """
-    dt = p_x.dtype
-    it = {torch.float32: torch.int32, torch.float64: torch.int64}[dt]
-    one = torch.ones((), dtype=dt)
-
-    def accept(bits):
-        u = bits.view(dt)
-        return (q_x > 0) & (u * q_x < p_x)
-
-    lo = torch.zeros_like(p_x).view(it)  # bit pattern of 0.0
-    hi = one.expand_as(p_x).contiguous().view(it).clone()  # bit pattern of 1.0: u < 1 always holds
-    ok0 = accept(lo)
-    lo = torch.where(ok0, lo, lo)  # invariant: accept(lo) where ok0; answer in (lo, hi]
-    for _ in range(64):
-        mid = lo + (hi - lo) // 2
-        a = accept(mid)
-        lo = torch.where(a, mid, lo)
-        hi = torch.where(a, hi, mid)
-        if bool((hi - lo <= 1).all()):
-            break
-    thr = torch.where(ok0, hi, torch.zeros_like(hi)).view(dt)
-    return thr
-
-
-def pair_tables(target: NGramModel, draft: NGramModel, config: SamplingConfig) -> PairTables:
-    """Lookup tables for the tabular speculative path (see :class:`PairTables`)."""
-    if target.vocab_size != draft.vocab_size:
-        raise ValueError(f"`draft` has vocabulary size {draft.vocab_size} but `target` has {target.vocab_size}")
-    check_arg(target.dtype == draft.dtype, "draft", f"dtype {draft.dtype}", f"the target's dtype {target.dtype}")
-    V = target.vocab_size
-    m = max(target.order, draft.order)
-    C = V ** (m - 1)
-    J = torch.arange(C)
-    p = warp(target.logtable, config)[J % target.n_contexts].contiguous()  # (C, V)
-    q = warp(draft.logtable, config)[J % draft.n_contexts].contiguous()  # (C, V)
-    thr = _accept_threshold(p.reshape(-1), q.reshape(-1))  # (C * V,)
-    r = (p - q).clamp(min=0)  # (C, V) the generic sampler's residual, row by row
-    empty = r.sum(-1, keepdim=True) <= 0
-    r = torch.where(empty, p, r)
-    return PairTables(V=V, C=C, p=p, q=q, accept_thr=thr, draft=TableSampler(q),
-                      final=TableSampler(torch.cat([r, p], 0)))
-
-
-def start_contexts(prompts, vocab_size: int, n_contexts: int) -> torch.Tensor:
-    """(B,) int64 context id (out of ``n_contexts`` = V^(m-1)) after every token of each prompt."""
-    V, C = vocab_size, n_contexts
-    if torch.is_tensor(prompts):
-        pt = check_prompt_tensor(prompts, V)
-        J = torch.zeros(pt.shape[0], dtype=torch.long)
-        w = 1
-        for j in range(1, pt.shape[1] + 1):  # most recent token is the lowest digit
-            if w >= C:
-                break
-            J += pt[:, -j] * w
-            w *= V
-        return J
-    plist = as_prompt_list(prompts, V)
-    ctx = []
-    for p in plist:
-        c = 0
-        for t in p[-(len(p)):]:
-            c = (c * V + t) % C if C > 1 else 0
-        ctx.append(c)
-    return torch.tensor(ctx, dtype=torch.long)

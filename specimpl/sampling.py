@@ -18,7 +18,7 @@ import torch
 
 from specimpl.errors import check_arg
 
-__all__ = ["SamplingConfig", "warp", "sample_categorical", "TableSampler", "uniform", "check_probs"]
+__all__ = ["SamplingConfig", "warp", "sample_categorical", "TableSampler", "check_probs"]
 
 
 @dataclass(frozen=True)
@@ -155,11 +155,6 @@ class TableSampler:
         if amb.numel():
             x[amb] = sample_categorical(self.probs[rows[amb]], u[amb]).to(x.dtype)
         return x.to(dtype)
-
-
-def uniform(shape, generator: Optional[torch.Generator], dtype=torch.float64, device=None) -> torch.Tensor:
-    """U[0, 1) draws from an explicit generator (same seed -> same numbers)."""
-    return torch.rand(shape, generator=generator, dtype=dtype, device=device)
 
 
 def check_probs(name: str, probs: torch.Tensor, atol: float = 1e-5) -> None:

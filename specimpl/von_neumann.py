@@ -172,19 +172,6 @@ class VonNeumannSampler:
         keep = u < self.accept_probability(px, qx)  # (n,)
         return VonNeumannDraw(x[keep], n_proposals, int(keep.sum()))
 
-    def sample(self, n: int, generator: Optional[torch.Generator] = None, batch: Optional[int] = None) -> VonNeumannDraw:
-        """At least ``n`` accepted samples, drawn in full batches (all accepted points of the batches are
-        returned).  For an exact binomial test of the acceptance use :meth:`propose`."""
-        check_arg(isinstance(n, int) and n >= 1, "n", n, "an integer >= 1")
-        batch = batch or max(1024, int(1.2 * n * self.M))
-        parts, proposed, accepted = [], 0, 0
-        while accepted < n:
-            d = self.propose(batch, generator)
-            parts.append(d.samples)
-            proposed += d.proposed
-            accepted += d.accepted
-        return VonNeumannDraw(torch.cat(parts), proposed, accepted)
-
 
 def two_peak_sampler(M: float = SNUG_M, density: Optional[TwoPeakDensity] = None) -> VonNeumannSampler:
     """The demo: two-peaked target on [0, 1] (sup p = 2.8), uniform proposal, envelope ``M``."""

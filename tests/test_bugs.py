@@ -66,6 +66,15 @@ def test_each_control_changes_one_step(control):
     assert len(changed) == 1 or set(changed) == allowed.get(control.name), (control.name, changed)
 
 
+@pytest.mark.parametrize("control", CATALOGUE, ids=lambda c: c.name)
+def test_controls_run_the_generic_loop(control):
+    """No control opts in to the lookup-table loop, which would skip its overridden step."""
+    from specimpl.ngram import noisy_draft, random_ngram
+    t = random_ngram(4, 2, seed=0)
+    assert not control.cls(t, noisy_draft(t, 0.3), 2).uses_tabular_path
+    assert SpeculativeSampler(t, noisy_draft(t, 0.3), 2, tabular=True).uses_tabular_path  # the pair qualifies
+
+
 @pytest.mark.parametrize("control", BUGGY, ids=lambda c: c.name)
 def test_buggy_sampler_differs_from_target_in_law(control):
     assert _bonferroni_p(control) < FAMILY_LEVEL

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from specimpl.ngram import (NGramModel, context_of, disjoint_draft, exact_acceptance, exact_joint, pair_tables, start_contexts,
+from specimpl.ngram import (NGramModel, context_of, disjoint_draft, exact_acceptance, exact_joint,
                             exact_marginals, noisy_draft, random_ngram, tempered_draft, warped_table)
 from specimpl.sampling import SamplingConfig
 
@@ -190,33 +190,3 @@ def test_as_order_is_the_same_model():
     for hist in itertools.product(range(3), repeat=3):
         np.testing.assert_array_equal(m.table64[context_of(m, hist)], m3.table64[context_of(m3, hist)])
     np.testing.assert_allclose(exact_joint(m, [1], 3), exact_joint(m3, [1], 3), atol=1e-15)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.describe())
-def test_pair_tables_accept_threshold_is_the_rule_exactly(dtype, config):
-    """u < accept_thr[J V + x]  <=>  q(x) > 0 and u q(x) < p(x), in the tables' float arithmetic."""
-    t = NGramModel(random_ngram(5, 2, seed=1, support=4).table64.numpy(), 2, dtype=dtype)
-    d = NGramModel(random_ngram(5, 3, seed=2, support=3).table64.numpy(), 3, dtype=dtype)
-    tab = pair_tables(t, d, config)
-    assert tab.C == 25 and tab.p.shape == (25, 5) and tab.p.dtype == dtype
-    p, q, thr = tab.p.reshape(-1), tab.q.reshape(-1), tab.accept_thr
-    zero = torch.zeros((), dtype=dtype)
-    for u in [zero.expand_as(thr), thr, torch.nextafter(thr, zero), torch.nextafter(thr, zero + 1),
-              torch.rand(thr.shape, generator=torch.Generator().manual_seed(0), dtype=dtype)]:
-        u = u.clamp(max=float(torch.nextafter(torch.ones((), dtype=dtype), zero)))
-        assert torch.equal(u < thr, (q > 0) & (u * q < p))
-    # the tables are the warped model rows at the joint context (target order 2 reads J mod 5)
-    J = torch.arange(25)
-    from specimpl.sampling import warp
-    assert torch.equal(tab.p, warp(t.logtable, config)[J % 5])
-    assert torch.equal(tab.q, warp(d.logtable, config))
-
-
-def test_start_contexts_match_context_of():
-    m = random_ngram(4, 3)
-    prompts = [[1], [2, 3], [0, 1, 2, 3]]
-    expect = [context_of(m, p) for p in prompts]
-    assert start_contexts(prompts, 4, 16).tolist() == expect
-    assert start_contexts(torch.tensor([[3, 0, 1, 2]]), 4, 16).tolist() == [context_of(m, [3, 0, 1, 2])]
-    assert start_contexts(torch.tensor([[3, 2]]), 4, 1).tolist() == [0]

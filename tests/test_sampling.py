@@ -1,5 +1,4 @@
 """Sampling controls (`warp`), the inverse-CDF draw and probability checks, by hand."""
-import math
 
 import numpy as np
 import pytest
@@ -7,7 +6,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specimpl.sampling import SamplingConfig, TableSampler, check_probs, sample_categorical, uniform, warp
+from specimpl.sampling import SamplingConfig, TableSampler, check_probs, sample_categorical, warp
 
 F64 = torch.float64
 
@@ -167,13 +166,6 @@ def test_sample_categorical_property(weights, u):
     lo = cdf[i - 1] if i > 0 else 0.0
     assert lo <= u * cdf[-1] * (1 + 1e-12)
     assert u * cdf[-1] < cdf[i] or i == max(j for j, w in enumerate(weights) if w > 0)
-
-
-def test_uniform_is_reproducible():
-    a = uniform((3, 4), torch.Generator().manual_seed(7))
-    b = uniform((3, 4), torch.Generator().manual_seed(7))
-    assert torch.equal(a, b) and a.dtype == F64 and bool(((a >= 0) & (a < 1)).all())
-    assert not torch.equal(a, uniform((3, 4), torch.Generator().manual_seed(8)))
 
 
 # -- TableSampler: sample_categorical on table rows, bit for bit -----------------------------------

@@ -14,6 +14,7 @@ from specimpl.ngram import (NGramModel, disjoint_draft, exact_acceptance, exact_
                             tempered_draft)
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import PAD, SpeculativeSampler, speculative_generate
+from specimpl.tabular import TabularSpeculative
 
 PATHS = [True, False]  # tabular fast path, generic path
 PATH_IDS = ["tabular", "generic"]
@@ -78,8 +79,8 @@ def test_speculative_generate_validates_too():
         speculative_generate(T4, D4, [[1]], k=0, max_new_tokens=2)
     with pytest.raises(ValueError, match="`draft`"):
         speculative_generate(T4, random_ngram(3, 1), [[1]], k=1, max_new_tokens=2)
-    # a draft of another dtype runs on the generic path
-    s = SpeculativeSampler(T4, NGramModel(D4.table64.numpy(), 2, dtype=torch.float64), 2)
+    # a draft of another dtype runs on the generic path, opted in or not
+    s = SpeculativeSampler(T4, NGramModel(D4.table64.numpy(), 2, dtype=torch.float64), 2, tabular=True)
     assert not s.uses_tabular_path
     check_output_shape(s.generate([[1]] * 5, 4, generator=gen(0)), 5, 4)
 
@@ -141,8 +142,7 @@ def test_worker_threads_and_chunks_do_not_change_the_output(case):
     d = make_draft(t, how)
     prompts = torch.randint(0, t.vocab_size, (5000, 2), generator=gen(case))
     ref = run(t, d, prompts, k, 9, config=cfg, eos=eos, seed=5, tabular=False)
-    s = SpeculativeSampler(t, d, k, cfg)
-    s.workers, s.chunk_size = 2, 700  # several chunks per round, two worker threads
+    s = TabularSpeculative(t, d, k, cfg, workers=2, chunk_size=700)  # several chunks per round, two threads
     res = s.generate(prompts, 9, eos, gen(5))
     assert torch.equal(res.tokens, ref.tokens) and torch.equal(res.lengths, ref.lengths)
     np.testing.assert_array_equal(res.stats.accepted_hist, ref.stats.accepted_hist)
@@ -183,14 +183,28 @@ def test_same_seed_same_output(tabular):
     assert torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
 
 
-def test_overridden_step_uses_the_generic_path():
+def test_tabular_path_is_opt_in():
     class AcceptAll(SpeculativeSampler):
         def verify(self, p, q, x, u_accept, u_final):
             return super().verify(p, q, x, torch.zeros_like(u_accept), u_final)
 
-    assert not AcceptAll(T4, D4, 2).uses_tabular_path
-    assert not SpeculativeSampler(T4, D4, 2, validate=True).uses_tabular_path
-    assert SpeculativeSampler(T4, D4, 2).uses_tabular_path
+    assert not SpeculativeSampler(T4, D4, 2).uses_tabular_path  # the default: the generic loop
+    assert SpeculativeSampler(T4, D4, 2, tabular=True).uses_tabular_path
+    assert not SpeculativeSampler(T4, D4, 2, validate=True, tabular=True).uses_tabular_path
+    assert not AcceptAll(T4, D4, 2).uses_tabular_path  # a variant runs its own steps
+    assert AcceptAll(T4, D4, 2, tabular=True).uses_tabular_path  # unless it opts in (then they are skipped)
+    assert not SpeculativeSampler(T4, NaNTarget(T4.table64.numpy(), 2), 2, tabular=True).uses_tabular_path
+    # speculative_generate is the reference: it opts in, and its output is the generic loop's
+    a = speculative_generate(T4, D4, [[1, 2]] * 300, k=2, max_new_tokens=7, generator=gen(3))
+    b = SpeculativeSampler(T4, D4, 2).generate([[1, 2]] * 300, 7, None, gen(3))
+    assert torch.equal(a.tokens, b.tokens)
+
+
+def test_tabular_loop_rejects_models_it_cannot_run():
+    with pytest.raises(ValueError, match="`draft`"):
+        TabularSpeculative(T4, NaNTarget(D4.table64.numpy(), 2), 2)
+    with pytest.raises(ValueError, match="`workers`"):
+        TabularSpeculative(T4, D4, 2, workers=0)
 
 
 # -- greedy ------------------------------------------------------------------------------------------
@@ -251,7 +265,7 @@ def test_instrumentation_is_consistent(tabular):
     assert tot["target_calls"] == tot["rounds"] == len(f) and tot["draft_calls"] == k * len(f)
     assert (f["sequence_rounds"] <= f["batch"]).all() and (np.diff(f["batch"]) <= 0).all()
     assert tot["emitted"] <= tot["sequence_rounds"] * (k + 1)
-    assert tot["mean_accepted_length"] == pytest.approx(1 + tot["accepted"] / tot["sequence_rounds"])
+    assert tot["mean_acceptance_length"] == pytest.approx(1 + tot["accepted"] / tot["sequence_rounds"])
     assert set(res.timings) >= {"draft", "target", "sampler", "prefill"}
     assert all(v >= 0 for v in res.timings.values())
 

@@ -14,7 +14,7 @@ step), and the exact acceptance probability with sum_x min(p_1(x), q_1(x)).
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specimpl.speculative import verify_block, verify_block_checked

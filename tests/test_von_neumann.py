@@ -53,8 +53,6 @@ def test_draws_are_reproducible(density):
     a = two_peak_sampler(SNUG_M, density).propose(1000, torch.Generator().manual_seed(5))
     b = two_peak_sampler(SNUG_M, density).propose(1000, torch.Generator().manual_seed(5))
     assert a.accepted == b.accepted and torch.equal(a.samples, b.samples)
-    s = two_peak_sampler(SNUG_M, density).sample(500, torch.Generator().manual_seed(1))
-    assert s.samples.numel() >= 500 and s.accepted == s.samples.numel()
 
 
 def test_demo_reports_measured_acceptance():
