@@ -63,12 +63,6 @@ def measure_alpha(variants: Optional[list[str]] = None, *, configs=(SamplingConf
     return pd.DataFrame(rows)
 
 
-def _mean_acceptance_length(tot: dict) -> float:
-    # TODO(merge): house-specimpl renames SpecStats.totals()["mean_accepted_length"] to "mean_acceptance_length";
-    # once merged, read the new key only.
-    return float(tot["mean_acceptance_length"] if "mean_acceptance_length" in tot else tot["mean_accepted_length"])
-
-
 def _acceptance(st) -> tuple[dict, dict]:
     """The acceptance columns from one call's SpecStats: the totals, and α per draft position."""
     tot = st.totals()
@@ -77,7 +71,7 @@ def _acceptance(st) -> tuple[dict, dict]:
     lo, hi = clopper_pearson(accepted, judged, 1 - CONFIDENCE)
     out = {"rounds": int(tot["sequence_rounds"]), "drafted": int(tot["drafted"]), "accepted": int(tot["accepted"]),
            "acceptance_rate": float(tot["acceptance_rate"]), "alpha_judged": accepted / max(judged, 1),
-           "alpha_ci99_low": lo, "alpha_ci99_high": hi, "mean_acceptance_length": _mean_acceptance_length(tot),
+           "alpha_ci99_low": lo, "alpha_ci99_high": hi, "mean_acceptance_length": float(tot["mean_acceptance_length"]),
            "tokens_per_target_call": float(tot["tokens_per_target_call"])}
     return out, {f"alpha_{i + 1}": float(a) for i, a in enumerate(tot["alpha_per_position"])}
 

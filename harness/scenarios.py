@@ -29,14 +29,6 @@ SCENARIO_DIR = VERIFY_DIR
 DEFAULT_FILE = "default.toml"
 
 
-def _read(path: Path) -> dict:
-    """A scenario file's tables (:func:`harness.config.read_toml`).
-
-    TODO(merge): kept only because harness/verify.py imports it on main; use ``harness.config.read_toml``.
-    """
-    return read_toml(path, "scenario file")
-
-
 @dataclass(frozen=True)
 class RunSettings:
     """The ``[run]`` table of default.toml (see the comments there)."""
