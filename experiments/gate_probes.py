@@ -987,7 +987,7 @@ def write_outputs(rows: list[dict], out: Path, stem: str, wall: float) -> tuple[
     csv_path, md_path = out / f"{stem}.csv", out / f"{stem}.md"
     cols = ["n", "probe", "ok", "observed", "expected", "problem", "seconds", "probe_error"]
     with open(csv_path, "w", newline="") as f:
-        f.write(f"# gate probes: commit {info['commit']} dirty {info['dirty']} branch {info['branch']}\n")
+        f.write(f"# provenance: {json.dumps({**info, 'command': 'python experiments/gate_probes.py'})}\n")
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for i, r in enumerate(rows, 1):

@@ -82,7 +82,7 @@ def test_cli_writes_table(gp, tmp_path, capsys):
     assert "of 2 probes behave correctly" in md
     assert "| 1 | `lib_float_prompt` |" in md and "| 2 | `provenance_dirty` |" in md
     lines = (tmp_path / "t.csv").read_text().splitlines()
-    assert lines[0].startswith("# gate probes: commit ") and lines[1].startswith("n,probe,ok,")
+    assert lines[0].startswith("# provenance: {") and lines[1].startswith("n,probe,ok,")
     assert len(lines) == 4
     assert "of 2 probes behave correctly" in capsys.readouterr().out
 
