@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Regenerate every committed reference result from a clean checkout of one commit.
+#
+#   experiments/regenerate_results.sh [STAGE]      # STAGE: an empty folder outside the repository
+#
+# Each command writes into STAGE (never into the work tree, so the tree stays clean and every file's
+# provenance names this commit with dirty = false); at the end STAGE's folders replace results/verify,
+# results/calibrate, results/hf/{alpha.csv,pit/} and results/sweep/default.  Commit them, then run
+# `python experiments/gate_probes.py` from that (clean) commit for results/gate/.
+# Wall time on 2 cores: about 25 minutes.  PY overrides the interpreter (default .venv/bin/python).
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+PY=${PY:-.venv/bin/python}
+if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+  echo "regenerate_results.sh: the work tree has modified tracked files; results must come from a clean checkout" >&2
+  exit 2
+fi
+STAGE=${1:-$(mktemp -d /tmp/specverify_results.XXXXXX)}
+mkdir -p "$STAGE"
+[ -z "$(ls -A "$STAGE")" ] || { echo "regenerate_results.sh: STAGE '$STAGE' is not empty" >&2; exit 2; }
+commit=$(git rev-parse HEAD)
+echo "regenerating results of $commit into $STAGE"
+export SOURCE_DATE_EPOCH=0 PYTHONHASHSEED=0
+
+step() { echo "== $(date -u +%H:%M:%S) $*"; "$@"; }
+step "$PY" -m harness verify --no-progress --out "$STAGE/verify"
+step "$PY" -m harness calibrate --no-progress --out "$STAGE/calibrate"
+step "$PY" -m harness alpha --no-progress --out "$STAGE/hf/alpha.csv"
+step "$PY" -m harness pit --no-progress --out "$STAGE/hf/pit"
+step "$PY" -m harness sweep --redo --out "$STAGE/sweep/default"
+step "$PY" -m harness report --results "$STAGE/sweep/default"
+
+[ "$(git rev-parse HEAD)" = "$commit" ] && [ -z "$(git status --porcelain --untracked-files=no)" ] || {
+  echo "regenerate_results.sh: the work tree changed while regenerating; not copying" >&2; exit 2; }
+rm -rf results/verify results/calibrate results/hf/pit results/hf/pit.csv results/sweep/default
+mkdir -p results/hf results/sweep
+cp -r "$STAGE/verify" "$STAGE/calibrate" results/
+cp -r "$STAGE/hf/pit" results/hf/pit
+cp "$STAGE/hf/alpha.csv" results/hf/alpha.csv
+cp -r "$STAGE/sweep/default" results/sweep/default
+find results -name '_tmp_*' -prune -exec rm -rf {} +
+echo "done: results of $commit copied into results/ (git status shows them); commit them"
