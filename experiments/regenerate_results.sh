@@ -26,7 +26,7 @@ step() { echo "== $(date -u +%H:%M:%S) $*"; "$@"; }
 step "$PY" -m harness verify --no-progress --out "$STAGE/verify"
 step "$PY" -m harness calibrate --no-progress --out "$STAGE/calibrate"
 step "$PY" -m harness alpha --no-progress --out "$STAGE/hf/alpha.csv"
-step "$PY" -m harness pit --no-progress --out "$STAGE/hf/pit"
+step "$PY" -m harness pit --out "$STAGE/hf/pit"
 step "$PY" -m harness sweep --redo --out "$STAGE/sweep/default"
 step "$PY" -m harness report --results "$STAGE/sweep/default"
 
