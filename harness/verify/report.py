@@ -79,11 +79,12 @@ def _distributions(runs, baselines, laws, real_runs=()) -> tuple[pd.DataFrame, p
 
 
 def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passed, out: Optional[Path],
-          figures: bool, real_runs=()) -> dict:
+          figures: bool, real_runs=(), resume: Optional[dict] = None, resume_lines=()) -> dict:
     meta = metadata(config, seed)
     meta["timing"] = timing
     meta["passed"] = passed
-    summary = _summary(table, verdicts, runs, laws, config, meta, timing, passed)
+    meta["resume"] = resume or {"reused_shards": 0, "stale_shards_redrawn": 0, "fingerprint": None}
+    summary = _summary(table, verdicts, runs, laws, config, meta, timing, passed, resume_lines)
     console = _console(verdicts, config, timing, passed, out)
     if out is not None:
         out = Path(out)  # the table's columns are harness.battery.TEST_COLUMNS, in order
@@ -101,10 +102,11 @@ def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passe
 
 
 # ------------------------------------------------------------------------------------ summary
-def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
+def _summary(table, verdicts, runs, laws, config, meta, timing, passed, resume_lines=()) -> str:
     is_vn = verdicts.scenario.str.startswith("von_neumann")
     is_rm = verdicts.scenario == REAL_MODEL
-    L = _header(config, meta, passed) + _budget(config, timing)
+    L = _header(config, meta, passed) + [f"**Resumed:** {line}." for line in resume_lines] + \
+        ([""] if resume_lines else []) + _budget(config, timing)
     L += _scenarios(verdicts[verdicts.role.isin(UNDER_TEST) & ~is_vn & ~is_rm], table, runs, laws)
     L += _real_model_section(verdicts[is_rm], config)
     L += _controls(verdicts[~verdicts.role.isin(UNDER_TEST) & ~is_vn])
