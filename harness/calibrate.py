@@ -31,6 +31,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from harness.atomic import staged_report
 from harness.battery import clopper_pearson
 from harness.config import RESULTS
 from harness.fingerprint import code_fingerprint, fingerprint, short
@@ -43,6 +44,7 @@ __all__ = ["add_arguments", "run", "calibrate"]
 
 LEVELS = (0.001, 0.01, 0.05, 0.1)
 FAMILY_LEVELS = (1e-4, 0.01, 0.05, 0.2)
+REPORT_FILES = ("per_test.csv", "family_wise.csv", "pvalues.parquet", "summary.md")
 CONFIDENCE = 0.95  # of the Clopper–Pearson intervals on every rate
 
 
@@ -180,10 +182,11 @@ def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: 
     meta = metadata(config, [settings.seed + 1000 + i for i in range(seeds)])
     meta["resume"] = resume
     summary = _summary(per_test, family, config, meta)
-    atomic_write_csv(out / "per_test.csv", per_test, meta)
-    atomic_write_csv(out / "family_wise.csv", family, meta)
-    atomic_write_parquet(out / "pvalues.parquet", allp, meta)
-    atomic_write_text(out / "summary.md", summary)
+    with staged_report(out, "calibrate", REPORT_FILES) as staged:  # the four files move into out together
+        atomic_write_csv(staged.dir / "per_test.csv", per_test, meta)
+        atomic_write_csv(staged.dir / "family_wise.csv", family, meta)
+        atomic_write_parquet(staged.dir / "pvalues.parquet", allp, meta)
+        atomic_write_text(staged.dir / "summary.md", summary)
     for p in store.glob("*.parquet"):
         p.unlink()
     try:

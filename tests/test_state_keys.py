@@ -111,3 +111,22 @@ def test_canonical_config():
     import dataclasses
     assert fpmod.fingerprint(sc) != fpmod.fingerprint(dataclasses.replace(sc, max_new_tokens=sc.max_new_tokens + 1))
     assert len(fpmod.code_fingerprint()) == 64
+
+
+def test_calibrate_seed_keyed_on_scenario_config(tmp_path):
+    import dataclasses
+
+    from harness.calibrate import _pvalues
+    settings, sc = load_settings(), load_scenario("base")
+    store = tmp_path / "_tmp_seeds"
+    store.mkdir()
+    a, ra = _pvalues(settings, [sc], seeds=1, draws=1000, store=store, progress=False)
+    assert ra["reused_seeds"] == [] and ra["stale_seeds_redrawn"] == []
+    b, rb = _pvalues(settings, [sc], seeds=1, draws=1000, store=store, progress=False)
+    assert rb["reused_seeds"] == [settings.seed + 1000] and b.pvalue.tolist() == a.pvalue.tolist()
+    sc2 = dataclasses.replace(sc, k=sc.k + 9)  # the scenario edited under the same name
+    c, rc = _pvalues(settings, [sc2], seeds=1, draws=1000, store=store, progress=False)
+    assert rc["reused_seeds"] == [] and rc["stale_seeds_redrawn"] == [settings.seed + 1000]
+    (tmp_path / "fresh").mkdir()
+    fresh, _ = _pvalues(settings, [sc2], seeds=1, draws=1000, store=tmp_path / "fresh", progress=False)
+    assert len(c) == len(fresh) and c.pvalue.tolist() == fresh.pvalue.tolist()
