@@ -6,7 +6,8 @@ Saved state (a verify run's draw shards, a calibrate seed, a sweep cell) is keye
   packages (by content, so uncommitted edits count, and no ``.git`` is needed: :func:`code_fingerprint`);
 * the sampler's source (:func:`sampler_fingerprint`): for a sampler loaded from ``file.py:fn``, that
   file's bytes; for ``package.module:fn``, every ``.py`` file of its top-level package (or the module's
-  own file when it is not in a package);
+  own file when it is not in a package; for a third-party package installed in site-packages, its
+  version and the module's file);
 * the resolved configuration (a scenario dataclass, a cell's settings: canonical JSON, :func:`canonical`),
   the seed and the draw counts — whatever the caller passes to :func:`fingerprint`.
 
@@ -112,6 +113,11 @@ def _source_files(fn) -> tuple[str, list[Path], Optional[Path]]:
     top_mod = sys.modules.get(top)
     if "." in mod_name and top_mod is not None and getattr(top_mod, "__path__", None):
         roots = [Path(p).resolve() for p in top_mod.__path__]
+        if any(part in ("site-packages", "dist-packages") for part in roots[0].parts) and top not in PROJECT_PACKAGES:
+            # an installed third-party package: its version and the module's own file (not thousands of files)
+            mod_file = getattr(sys.modules.get(mod_name), "__file__", None)
+            return (f"installed {top} {getattr(top_mod, '__version__', None)}",
+                    [Path(mod_file).resolve()] if mod_file else [], None)
         return f"package {top}", [f for r in roots for f in _package_files(r, (".py",))], roots[0].parent
     code = getattr(holder, "__code__", None)
     src = code.co_filename if code is not None else None

@@ -62,3 +62,19 @@ def test_other_kinds_in_the_same_folder_stay(tmp_path):
     with staged_report(out, "sweep") as s:
         (s.dir / "grid.parquet").write_bytes(b"g")
     assert _files(out) == [".report-manifest.json", ".sweep-manifest.json", "figures/f.png", "grid.parquet"]
+
+
+def test_verify_rerun_without_figures_leaves_no_stale_figures(tmp_path):
+    from harness.scenarios import load_scenario, load_settings
+    from harness.verify.pipeline import verify
+    out = tmp_path / "out"
+    kw = dict(sampler=None, sampler_label="reference", scenarios=[load_scenario("base")], settings=load_settings(),
+              draws=1000, controls=False, out=out, progress=False, von_neumann=False)
+    verify(figures=True, **kw)
+    assert list((out / "figures").glob("*.png"))
+    (out / "mine.txt").write_text("a user's file")
+    verify(figures=False, **kw)
+    assert not (out / "figures").exists() and (out / "mine.txt").exists()
+    assert sorted(json.loads(manifest_path(out, "verify").read_text())["files"]) == sorted(
+        p.name for p in out.iterdir() if p.is_file() and p.name not in ("mine.txt", ".verify-manifest.json"))
+    assert not list(tmp_path.glob(".out.staging-*")) and not (out / "_tmp_state").exists()

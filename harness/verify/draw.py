@@ -29,7 +29,7 @@ from harness import stats
 from harness.battery import Accumulator, plan_chunks
 from harness.config import derive_seed
 from harness.exact import ExactLaw, warp_mismatch
-from harness.fingerprint import code_fingerprint, fingerprint, sampler_fingerprint, short
+from harness.fingerprint import code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint, short
 from harness.provenance import atomic_write_bytes
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
@@ -229,7 +229,7 @@ def draw_real(rr: RealRun, spec: RealModelSpec, progress: bool, state: RunState)
     batch_size = rr.batch_size or spec.batch_size
     slot = "real_" + RunState.slot(rr.label, rr.role, rr.seed)
     fp = state.fingerprint(rr.sampler, rr.n_sequences, rr.seed, batch_size, spec.raw, spec.config.describe(), spec.k,
-                           spec.max_new_tokens, list(spec.prompt_lengths))
+                           spec.max_new_tokens, list(spec.prompt_lengths), _pair_fingerprint(state))
     saved = state.load(slot, fp)
     if saved is not None:
         rr.draw, rr.wall_s = RealModelDraw(**saved["draw"]), saved["wall_s"]
@@ -241,6 +241,14 @@ def draw_real(rr: RealRun, spec: RealModelSpec, progress: bool, state: RunState)
     rr.wall_s = time.perf_counter() - tic
     if rr.error is None:
         state.save(slot, fp, {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
+
+
+def _pair_fingerprint(state: RunState) -> Optional[str]:
+    """Fingerprint of the shipped tiny pair's files (weights, configs, tokenizers); None without state."""
+    if state.dir is None:
+        return None
+    from specimpl.hf import TINY_PAIR_DIR
+    return files_fingerprint([p for p in TINY_PAIR_DIR.rglob("*") if p.is_file()], TINY_PAIR_DIR)
 
 
 # ------------------------------------------------------------------------------------- von Neumann
