@@ -35,8 +35,13 @@ class Staged:
 
     def __init__(self, out: Path, kind: str, patterns: Iterable[str] = ()):
         self.out, self.kind, self.patterns = Path(out), kind, tuple(patterns)
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.staging-", dir=self.out.parent))
+        where = self.out.resolve()
+        where.parent.mkdir(parents=True, exist_ok=True)
+        try:  # beside the destination (same filesystem) ...
+            self.dir = Path(tempfile.mkdtemp(prefix=f".{where.name}.staging-", dir=where.parent))
+        except OSError:  # ... or, where its parent is read-only, inside it
+            where.mkdir(parents=True, exist_ok=True)
+            self.dir = Path(tempfile.mkdtemp(prefix=".staging-", dir=where))
 
     def final(self, path) -> Path:
         """Where ``path`` (a file under the staging folder) lands in the destination."""

@@ -78,3 +78,11 @@ def test_verify_rerun_without_figures_leaves_no_stale_figures(tmp_path):
     assert sorted(json.loads(manifest_path(out, "verify").read_text())["files"]) == sorted(
         p.name for p in out.iterdir() if p.is_file() and p.name not in ("mine.txt", ".verify-manifest.json"))
     assert not list(tmp_path.glob(".out.staging-*")) and not (out / "_tmp_state").exists()
+
+
+def test_out_given_as_dot(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    with staged_report(".", "calibrate") as s:
+        (s.dir / "summary.md").write_text("x")
+    assert _files(tmp_path) == [".calibrate-manifest.json", "notes.txt", "summary.md"]
