@@ -130,3 +130,16 @@ def test_calibrate_seed_keyed_on_scenario_config(tmp_path):
     (tmp_path / "fresh").mkdir()
     fresh, _ = _pvalues(settings, [sc2], seeds=1, draws=1000, store=tmp_path / "fresh", progress=False)
     assert len(c) == len(fresh) and c.pvalue.tolist() == fresh.pvalue.tolist()
+
+
+def test_real_model_shards_are_reused_and_announced(tmp_path, keep_state, capsys):
+    from harness.cli import main
+    argv = ["pit", "--out", str(tmp_path / "p"), "--no-progress", "--no-figures", "--no-peer", "--only", "reference",
+            "--n-sequences", "8", "--max-new-tokens", "8"]
+    assert main(argv) == 0
+    first = capsys.readouterr().err
+    assert "reused" not in first
+    assert main(argv) == 0
+    assert "reused 1 saved draw shard from an earlier run of the same code" in capsys.readouterr().err
+    meta = json.loads((tmp_path / "p" / "meta.json").read_text())
+    assert meta["resume"]["reused_shards"] == 1 and meta["resume"]["stale_shards_redrawn"] == 0
