@@ -16,20 +16,25 @@ fewer than ``make verify``'s 400,000, so the asymptotic approximations are stres
 the gate); rates at the 1e-4 budget itself can only be bounded (zero alarms in S seeds gives an upper
 95 % limit of ≈ 3.7/S).  Seeds are ``base_seed + 1000 + i``, disjoint from the verify run's seed.
 
-Each finished seed is stored under ``<out>/_tmp_seeds/`` so an interrupted run resumes.
+Each finished seed is stored under ``<out>/_tmp_seeds/`` with the fingerprint of what produced it, so an
+interrupted run resumes; a stored seed of other code or scenarios is redrawn (:mod:`harness.fingerprint`).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from harness.atomic import staged_report
 from harness.battery import clopper_pearson
 from harness.config import RESULTS
+from harness.fingerprint import code_fingerprint, fingerprint, short
 from harness.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.stats import holm
@@ -39,6 +44,7 @@ __all__ = ["add_arguments", "run", "calibrate"]
 
 LEVELS = (0.001, 0.01, 0.05, 0.1)
 FAMILY_LEVELS = (1e-4, 0.01, 0.05, 0.2)
+REPORT_FILES = ("per_test.csv", "family_wise.csv", "pvalues.parquet", "summary.md")
 CONFIDENCE = 0.95  # of the Clopper–Pearson intervals on every rate
 
 
@@ -69,30 +75,61 @@ def run(args) -> int:
     return 0
 
 
-def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progress: bool) -> pd.DataFrame:
-    """Every test's p-value and Holm-adjusted p-value, per seed (each seed stored in ``store`` as it
-    finishes, and read back from there when an interrupted run resumes)."""
+def _stored_seed(path: Path, fp: str) -> Optional[pd.DataFrame]:
+    """The p-values stored for one seed when they were made with fingerprint ``fp`` (else None)."""
+    import pyarrow.parquet as pq
+    try:
+        prov = json.loads((pq.read_schema(path).metadata or {}).get(b"provenance", b"{}"))
+    except Exception:  # noqa: BLE001 - an unreadable stored seed is stale, never trusted
+        return None
+    return pd.read_parquet(path) if isinstance(prov, dict) and prov.get("fingerprint") == fp else None
+
+
+def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progress: bool) -> tuple[pd.DataFrame, dict]:
+    """Every test's p-value and Holm-adjusted p-value, per seed, and what was resumed.  Each seed is stored
+    in ``store`` as it finishes with the fingerprint of what produced it (project code, every scenario's
+    resolved config, settings, draws, seed: :mod:`harness.fingerprint`); an interrupted run reuses a stored
+    seed only when that fingerprint matches, and redraws it otherwise."""
     from tqdm import tqdm
 
     from harness.verify import verify
 
-    frames = []
-    key = f"d{draws}_" + "_".join(s.name for s in scenarios)
+    frames, resume = [], {"reused_seeds": [], "stale_seeds_redrawn": [], "fingerprint": None}
+    code = code_fingerprint()
+    resume["fingerprint"] = fingerprint(code, scenarios, settings, draws)
     for i in tqdm(range(seeds), desc="calibrate: seeds", disable=not progress, file=sys.stderr):
         seed = settings.seed + 1000 + i
-        path = store / f"{key}_seed{seed}.parquet"
+        path = store / f"seed{seed}.parquet"
+        fp = fingerprint(code, scenarios, settings, draws, seed)
         if path.is_file():
-            frames.append(pd.read_parquet(path))
-            continue
+            t = _stored_seed(path, fp)
+            if t is not None:
+                resume["reused_seeds"].append(seed)
+                frames.append(t)
+                continue
+            resume["stale_seeds_redrawn"].append(seed)
         r = verify(sampler=None, sampler_label="reference", scenarios=scenarios, settings=settings, draws=draws,
                    seed=seed, controls=False, out=None, figures=False, progress=False, von_neumann=True)
         t = r.table[["run", "scenario", "family", "test", "position", "loss_test", "pvalue", "p_adjusted"]].copy()
         t["seed"] = seed
-        atomic_write_parquet(path, t)
+        atomic_write_parquet(path, t, {"fingerprint": fp})
         frames.append(t)
     allp = pd.concat(frames, ignore_index=True)
     allp["kind"] = allp.family + "." + allp.test.str.replace(r"\[.*\]", "", regex=True)
-    return allp
+    return allp, resume
+
+
+def resume_lines(resume: dict) -> list[str]:
+    """What a calibration reused or redrew, in words (empty when nothing was stored)."""
+    fp, lines = short(resume.get("fingerprint")), []
+    n, m = len(resume["reused_seeds"]), len(resume["stale_seeds_redrawn"])
+    if n:
+        lines.append(f"reused {n} saved seed{'s' * (n != 1)} from an earlier run of the same code and "
+                     f"scenarios (fingerprint {fp})")
+    if m:
+        lines.append(f"ignored {m} saved seed{'s' * (m != 1)} made by other code, scenarios or draws; redrawn "
+                     f"(fingerprint now {fp})")
+    return lines
 
 
 def _per_kind(allp: pd.DataFrame) -> pd.DataFrame:
@@ -133,7 +170,9 @@ def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: 
             p.unlink()
     store.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
-    allp = _pvalues(settings, scenarios, seeds=seeds, draws=draws, store=store, progress=progress)
+    allp, resume = _pvalues(settings, scenarios, seeds=seeds, draws=draws, store=store, progress=progress)
+    for line in resume_lines(resume):
+        print(f"calibrate: {line}", file=sys.stderr)
     wall = time.perf_counter() - tic
     per_test, family = _per_kind(allp), _family_wise(allp)
     n_seeds = int(family.seeds.iloc[0])
@@ -141,11 +180,13 @@ def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: 
     config = {"seeds": seeds, "draws": draws, "scenarios": [s.name for s in scenarios], "tests_per_seed": tests_per_seed,
               "levels": LEVELS, "family_levels": FAMILY_LEVELS, "wall_s": wall}
     meta = metadata(config, [settings.seed + 1000 + i for i in range(seeds)])
+    meta["resume"] = resume
     summary = _summary(per_test, family, config, meta)
-    atomic_write_csv(out / "per_test.csv", per_test, meta)
-    atomic_write_csv(out / "family_wise.csv", family, meta)
-    atomic_write_parquet(out / "pvalues.parquet", allp, meta)
-    atomic_write_text(out / "summary.md", summary)
+    with staged_report(out, "calibrate", REPORT_FILES) as staged:  # the four files move into out together
+        atomic_write_csv(staged.dir / "per_test.csv", per_test, meta)
+        atomic_write_csv(staged.dir / "family_wise.csv", family, meta)
+        atomic_write_parquet(staged.dir / "pvalues.parquet", allp, meta)
+        atomic_write_text(staged.dir / "summary.md", summary)
     for p in store.glob("*.parquet"):
         p.unlink()
     try:
@@ -165,6 +206,7 @@ def _summary(per_test, family, config, meta) -> str:
              f"and seed; scenarios {', '.join(config['scenarios'])}; {config['wall_s']:.0f} s. commit "
              f"`{(meta.get('commit') or 'unknown')[:12]}`, {meta['machine'].get('cpu')}, load "
              f"{meta['machine'].get('loadavg_1_5_15')}.")
+    L += [f"**Resumed:** {line}." for line in resume_lines(meta["resume"])] if meta.get("resume") else []
     L.append("")
     L.append("## Family-wise false alarms (Holm over all tests of one seed)")
     L.append("")

@@ -40,6 +40,7 @@ import pandas as pd
 
 from harness import costmodel as cm
 from harness.config import RESULTS
+from harness.atomic import staged_report
 from harness.provenance import atomic_savefig, atomic_write_text
 from harness.sweep_tables import PREDICTIONS, fidelity
 
@@ -492,6 +493,11 @@ TABLES = tuple(_suite_table(s, st) for s, st in SUITE_STYLES.items()) + (
 
 
 # -- driver ---------------------------------------------------------------------------------------
+# The files a report writes (a folder's earlier report without a manifest is cleaned of these only).
+REPORT_FILES = tuple(f"{f.name}.{ext}" for f in FIGURES for ext in ("png", "pdf", "svg", "eps", "ps")) + \
+    tuple(t.file for t in TABLES)
+
+
 def make_report(results: Path, out: Path = None, formats=("png", "pdf")) -> dict:
     """Draw every figure and write every table that applies to the results in ``results``; returns
     {name: path or [paths]}."""
@@ -499,16 +505,18 @@ def make_report(results: Path, out: Path = None, formats=("png", "pdf")) -> dict
     out = res.path / "figures" if out is None else Path(out)
     plt = _plt()
     written = {}
-    for fig in FIGURES:
-        if fig.applies(res):
-            paths = fig.make(plt, res, out, formats)
-            if paths:
-                written[fig.name] = paths
-    for table in TABLES:
-        if table.applies(res):
-            written[table.name] = str(atomic_write_text(out / table.file, table.make(res)))
-    plt.close("all")
-    return written
+    with staged_report(out, "report", REPORT_FILES) as staged:  # every file moves into out together
+        for fig in FIGURES:
+            if fig.applies(res):
+                paths = fig.make(plt, res, staged.dir, formats)
+                if paths:
+                    written[fig.name] = paths
+        for table in TABLES:
+            if table.applies(res):
+                written[table.name] = str(atomic_write_text(staged.dir / table.file, table.make(res)))
+        plt.close("all")
+    return {name: (str(staged.final(p)) if isinstance(p, str) else [str(staged.final(q)) for q in p])
+            for name, p in written.items()}
 
 
 def add_arguments(parser) -> None:

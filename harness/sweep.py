@@ -3,8 +3,10 @@
 A sweep is data: ``harness/experiments/sweep/default.toml`` (commented) and overlays on it, read with
 :func:`harness.config.read_toml` and laid over strictly (:func:`harness.config.overlay`: an unknown key is
 an error).  The plan is a list of cells (:class:`harness.sweep_suites.Cell`); each cell writes one JSON
-file under ``results/sweep/<name>/cells/<suite>/`` (atomic write), named by a hash of its settings, so a
-re-run skips every cell already computed and an interrupt loses at most the cell in flight.  A cell's
+file under ``results/sweep/<name>/cells/<suite>/`` (atomic write), named by a hash of its settings and holding its
+*key* (:func:`cell_key`: a fingerprint of the project's code by content, the settings and the seed), so
+a re-run skips every cell already computed by the same code, recomputes a cell whose key differs, and an
+interrupt loses at most the cell in flight.  A reused cell keeps its own provenance.  A cell's
 seed is :func:`harness.config.derive_seed` of the sweep's seed and the cell's id.  After the cells,
 :func:`finalize` turns the stored cells into tables (``measured.csv``, ``timings.csv``, ``profiles.csv``,
 ``grid.parquet``, ``fidelity.json``; :mod:`harness.sweep_tables`) that carry provenance, and writes
@@ -27,12 +29,15 @@ import pandas as pd
 import torch
 
 from harness.config import RESULTS, SWEEP_DIR, derive_seed, overlay, read_toml
+from harness.atomic import staged_report
+from harness.fingerprint import code_fingerprint, fingerprint, short
 from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_parquet, metadata
 from harness.sweep_suites import SUITES, Cell
 from harness.sweep_tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
 from specimpl.errors import check_arg
 
-__all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "store_cell", "finalize", "DEFAULT_CONFIG"]
+__all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "cell_key", "store_cell", "finalize",
+           "DEFAULT_CONFIG"]
 
 DEFAULT_CONFIG = SWEEP_DIR / "default.toml"
 
@@ -73,12 +78,19 @@ def plan(cfg: dict) -> list[Cell]:
 
 
 # -- cells ----------------------------------------------------------------------------------------
-def run_cell(cell: Cell, cfg: dict) -> dict:
-    """Compute one cell; returns its JSON-able record (provenance included)."""
+def cell_key(cell: Cell, cfg: dict, code: Optional[str] = None) -> str:
+    """Fingerprint of what computes ``cell``: the project's code (by content), the cell's settings and seed
+    (:mod:`harness.fingerprint`).  A stored cell with another key is recomputed, never reused."""
+    return fingerprint(code or code_fingerprint(), cell.suite, cell.settings, derive_seed(cfg["seed"], cell.id))
+
+
+def run_cell(cell: Cell, cfg: dict, code: Optional[str] = None) -> dict:
+    """Compute one cell; returns its JSON-able record (provenance and :func:`cell_key` included)."""
     seed = derive_seed(cfg["seed"], cell.id)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    rec: dict[str, Any] = {"id": cell.id, "suite": cell.suite, "params": cell.settings}
+    rec: dict[str, Any] = {"id": cell.id, "suite": cell.suite, "params": cell.settings,
+                           "key": cell_key(cell, cfg, code)}
     rec.update(SUITES[cell.suite].run(cell.params, seed))
     rec["seconds"] = time.perf_counter() - t0
     rec["loadavg_before_after"] = [load0, os.getloadavg()[0]]
@@ -102,11 +114,26 @@ def store_cell(out: Path, cell: Cell, rec: dict) -> Path:
     return atomic_write_json(path, rec)
 
 
-def _stored(out: Path, cells: list[Cell]) -> tuple[list[StoredCell], list[str]]:
+def _stored_key(out: Path, cell: Cell) -> Optional[str]:
+    """The key a stored cell was computed under (None: not stored, unreadable, or written without a key)."""
+    try:
+        return json.loads(_cell_path(out, cell).read_text()).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _is_current(out: Path, cell: Cell, cfg: dict, code: str) -> bool:
+    """Whether ``cell`` is stored under the current :func:`cell_key` (same code, settings and seed)."""
+    return _cell_path(out, cell).exists() and _stored_key(out, cell) == cell_key(cell, cfg, code)
+
+
+def _stored(out: Path, cells: list[Cell], current: Optional[set] = None) -> tuple[list[StoredCell], list[str]]:
+    """The stored cells of ``cells`` (only those whose ids are in ``current``, when given) and the ids of
+    the others."""
     recs, missing = [], []
     for cell in cells:
         path = _cell_path(out, cell)
-        if path.exists():
+        if path.exists() and (current is None or cell.id in current):
             recs.append(StoredCell.from_record(json.loads(path.read_text())))
         else:
             missing.append(cell.id)
@@ -114,38 +141,72 @@ def _stored(out: Path, cells: list[Cell]) -> tuple[list[StoredCell], list[str]]:
 
 
 # -- tables from stored cells ---------------------------------------------------------------------
-def _sweep_meta(cfg: dict, cells: list[Cell], recs: list[StoredCell], missing: list[str]) -> dict:
+TABLE_FILES = ("grid.parquet", "measured.csv", "timings.csv", "fidelity.json", "profiles.csv", "meta.json")
+
+
+def _cells_provenance(recs: list[StoredCell], keys: dict) -> list[dict]:
+    """Each distinct (commit, dirty, key) the stored cells were computed under, with their count: a cell
+    reused by a rerun keeps the provenance of the run that computed it."""
+    groups: dict[tuple, int] = {}
+    for r in recs:
+        g = (r.meta.get("commit"), r.meta.get("dirty"), short(r.key), r.key is not None and r.key == keys.get(r.id))
+        groups[g] = groups.get(g, 0) + 1
+    return [{"commit": c, "dirty": d, "key": k, "current_code": cur, "cells": n}
+            for (c, d, k, cur), n in groups.items()]
+
+
+def _sweep_meta(cfg: dict, cells: list[Cell], recs: list[StoredCell], missing: list[str], keys: dict) -> dict:
+    """The tables' provenance.  ``commit``/``dirty`` are those of the cells when all share one (a rerun that
+    only reuses cells does not re-stamp them with the current commit), else the current ones; per-cell
+    provenance is under ``sweep.cells_provenance`` (and measured.csv's ``commit`` column)."""
     meta = metadata(cfg, cfg["seed"])
+    prov = _cells_provenance(recs, keys)
+    if len({(p["commit"], p["dirty"]) for p in prov}) == 1:
+        meta["tables_built_by"] = {"commit": meta["commit"], "dirty": meta["dirty"]}
+        meta["commit"], meta["dirty"] = prov[0]["commit"], prov[0]["dirty"]
     loads = [x for r in recs for x in r.loadavg_before_after]
     meta["sweep"] = {"cells_planned": len(cells), "cells_stored": len(recs), "missing": missing,
+                     "cells_provenance": prov,
                      "loadavg_1min": {"median": float(np.median(loads)) if loads else None,
                                       "max": float(np.max(loads)) if loads else None},
                      "cell_seconds_total": float(sum(r.seconds for r in recs))}
     return meta
 
 
-def finalize(out: Path, cfg: dict, cells: list[Cell]) -> dict:
-    """Build the tables from the stored cells of this plan (cells missing from disk are listed, not faked)."""
-    recs, missing = _stored(out, cells)
-    meta = _sweep_meta(cfg, cells, recs, missing)
+def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True) -> dict:
+    """Build the tables from the stored cells of this plan (cells missing from disk are listed, not faked);
+    with ``current_only``, cells stored under another :func:`cell_key` (other code) count as missing.
+    The tables are staged and moved into ``out`` together (:func:`harness.atomic.staged_report`)."""
+    code = code_fingerprint()
+    keys = {c.id: cell_key(c, cfg, code) for c in cells}
+    current = {c.id for c in cells if _stored_key(out, c) == keys[c.id]} if current_only else None
+    recs, missing = _stored(out, cells, current)
+    meta = _sweep_meta(cfg, cells, recs, missing, keys)
+    with staged_report(out, "sweep", TABLE_FILES) as staged:
+        written = _write_tables(out, staged.dir, recs, meta)
+    return {"written": {k: str(staged.final(v)) for k, v in written.items()}, "missing": missing, "meta": meta}
+
+
+def _write_tables(out: Path, d: Path, recs: list[StoredCell], meta: dict) -> dict:
+    """The sweep's tables from ``recs`` (cells stored under ``out``), written into folder ``d``."""
     written = {}
     grid = [r for r in recs if "grid" in r.feeds]
     if grid:
-        gpath = _cell_path(out, grid[-1]).with_suffix(".parquet")
-        written["grid"] = atomic_write_parquet(out / "grid.parquet", pd.read_parquet(gpath), meta)
+        gpath = out / "cells" / grid[-1].suite / f"{grid[-1].id}.parquet"
+        written["grid"] = atomic_write_parquet(d / "grid.parquet", pd.read_parquet(gpath), meta)
     mrecs = [r for r in recs if "measured" in r.feeds]
     if mrecs:
         measured = pd.DataFrame([measured_row(r) for r in mrecs])
-        written["measured"] = atomic_write_csv(out / "measured.csv", measured, meta)
-        written["timings"] = atomic_write_csv(out / "timings.csv", timings_table(mrecs), meta)
+        written["measured"] = atomic_write_csv(d / "measured.csv", measured, meta)
+        written["timings"] = atomic_write_csv(d / "timings.csv", timings_table(mrecs), meta)
         fid = fidelity(measured)
         meta["fidelity"] = fid
-        written["fidelity"] = atomic_write_json(out / "fidelity.json", {"fidelity": fid, "meta": meta})
+        written["fidelity"] = atomic_write_json(d / "fidelity.json", {"fidelity": fid, "meta": meta})
     profs = profiles_table([r for r in recs if "profiles" in r.feeds and "profile" in r.payload])
     if profs is not None:
-        written["profiles"] = atomic_write_csv(out / "profiles.csv", profs, meta)
-    written["meta"] = atomic_write_json(out / "meta.json", meta)
-    return {"written": {k: str(v) for k, v in written.items()}, "missing": missing, "meta": meta}
+        written["profiles"] = atomic_write_csv(d / "profiles.csv", profs, meta)
+    written["meta"] = atomic_write_json(d / "meta.json", meta)
+    return written
 
 
 # -- command line ---------------------------------------------------------------------------------
@@ -204,20 +265,27 @@ def run(args) -> int:
     cfg = load_config(args.config, over)
     out = Path(args.out) if args.out else RESULTS / "sweep" / cfg["name"]
     cells = plan(cfg)
-    todo = [c for c in cells if args.redo or not _cell_path(out, c).exists()]
+    code = code_fingerprint()
+    current = {c.id for c in cells if _is_current(out, c, cfg, code)}
+    stale = [c for c in cells if c.id not in current and _cell_path(out, c).exists()]
+    todo = [c for c in cells if args.redo or c.id not in current]
     if args.list:
         for c in cells:
-            print(("todo  " if c in todo else "stored") + f"  {c.suite:9s} {c.id}")
+            print(("todo  " if c in todo else "stored") + f"  {c.suite:9s} {c.id}"
+                  + ("  (stored by other code: recomputed)" if c in stale else ""))
         return 0
     if args.tables:
         todo = []
+    elif stale:
+        print(f"sweep: {len(stale)} stored cell(s) were computed by other code or settings (their key differs); "
+              "recomputing them", file=sys.stderr)
     if cfg["device"] == "cpu":
         torch.set_num_threads(int(cfg["threads"]))
     print(f"sweep {cfg['name']!r}: {len(cells)} cells, {len(cells) - len(todo)} stored, {len(todo)} to run -> {out}",
           file=sys.stderr)
     if not _run_cells(out, cfg, cells, todo, not args.no_progress):
         return 130
-    res = finalize(out, cfg, cells)
+    res = finalize(out, cfg, cells, current_only=not args.tables)
     _print_fidelity(res["meta"].get("fidelity", {}))
     for v in res["written"].values():
         print(f"wrote {v}", file=sys.stderr)

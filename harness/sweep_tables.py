@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -38,13 +38,14 @@ class StoredCell:
     loadavg_before_after: list
     meta: dict
     payload: dict
+    key: Optional[str] = None  # fingerprint of what computed it (harness.sweep.cell_key); None: older cell
 
     @classmethod
     def from_record(cls, rec: dict) -> "StoredCell":
-        head = ("id", "suite", "params", "seconds", "loadavg_before_after", "meta")
+        head = ("id", "suite", "params", "seconds", "loadavg_before_after", "meta", "key")
         return cls(rec["id"], rec["suite"], SUITES[rec["suite"]].params_of(rec["params"]), rec.get("seconds", 0.0),
                    rec.get("loadavg_before_after", []), rec.get("meta", {}),
-                   {k: v for k, v in rec.items() if k not in head})
+                   {k: v for k, v in rec.items() if k not in head}, rec.get("key"))
 
     @property
     def feeds(self) -> frozenset:

@@ -6,9 +6,11 @@ Exact-law runs are drawn in sampler calls (:func:`harness.battery.plan_chunks`) 
 seeded by :func:`harness.config.derive_seed` from the run seed and the run's names, so a run's draws do
 not depend on which other runs share the command.
 
-Resume: each finished run is pickled under ``<out>/_tmp_state/`` (:class:`RunState`), keyed by
-everything that determines its draws (commit included); an interrupted command picks them up, and
-the folder is removed once the report is written.
+Resume: each finished run is pickled under ``<out>/_tmp_state/`` (:class:`RunState`) with the
+fingerprint of everything that determines its draws (:mod:`harness.fingerprint`: project code and
+sampler source by content, the scenario's resolved config, seed, draw counts); an interrupted command
+picks up the shards whose fingerprint matches, redraws the others, says which on stderr and in the
+report, and the folder is removed once the report is written.
 """
 from __future__ import annotations
 
@@ -27,9 +29,10 @@ from harness import stats
 from harness.battery import Accumulator, plan_chunks
 from harness.config import derive_seed
 from harness.exact import ExactLaw, warp_mismatch
-from harness.provenance import atomic_write_bytes, git_commit
+from harness.fingerprint import code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint, short
+from harness.provenance import atomic_write_bytes
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
-from harness.verify.runs import RealRun, RunSet, RunSpec, VonNeumannRun
+from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sampler import check_output
 from specimpl.autoregressive import autoregressive_generate
 
@@ -40,31 +43,90 @@ _ACC_FIELDS = ("n", "counts", "pairs", "joint", "pit_hist", "pit_pairs", "logpro
 
 
 class RunState:
-    """Finished runs of an interrupted command, pickled under ``<out>/_tmp_state`` (no ``out``: none)."""
+    """Finished runs of an interrupted command, pickled under ``<out>/_tmp_state`` (no ``out``: none).
+
+    A shard's file is named by its *slot* (which run on which scenario, :meth:`slot`) and holds the
+    *fingerprint* of what produced it (:mod:`harness.fingerprint`: the project's code, the sampler's
+    source, the scenario's resolved config, seed, draw counts and settings).  A shard is reused only when
+    its fingerprint equals the current one; otherwise it is stale, counted in :attr:`stale` and redrawn."""
 
     def __init__(self, out: Optional[Path], fresh: bool = False):
         self.dir = None if out is None else Path(out) / "_tmp_state"
+        self.reused: list[str] = []  # slots reused from an earlier run of the same code
+        self.stale: list[str] = []  # slots whose saved shard came from other code or settings (redrawn)
+        self._code: Optional[str] = None
+        self._samplers: dict[int, str] = {}
+        self.run_fingerprint: Optional[str] = None  # code + sampler under test, as announced
         if self.dir is not None:
             if fresh and self.dir.exists():
                 for p in self.dir.glob("*.pkl"):
                     p.unlink()
             self.dir.mkdir(parents=True, exist_ok=True)
 
+    @property
+    def code(self) -> str:
+        """Fingerprint of the project's own code (computed once per run)."""
+        if self._code is None:
+            self._code = code_fingerprint()
+        return self._code
+
+    def sampler(self, fn) -> str:
+        """Fingerprint of a sampler's source (computed once per sampler and run)."""
+        if id(fn) not in self._samplers:
+            self._samplers[id(fn)] = sampler_fingerprint(fn)
+        return self._samplers[id(fn)]
+
+    def fingerprint(self, fn, *parts) -> str:
+        """The fingerprint of a shard drawn by sampler ``fn`` from ``parts`` (config, seed, draws...);
+        empty without a state folder (nothing is saved or reused then)."""
+        if self.dir is None:
+            return ""
+        return fingerprint(self.code, self.sampler(fn), *parts)
+
     @staticmethod
-    def key(*parts) -> str:
-        blob = json.dumps([*parts, git_commit().get("commit")], sort_keys=True, default=str)
+    def slot(*parts) -> str:
+        """File name of a shard: which run of which scenario (not what code drew it)."""
+        blob = json.dumps([*parts], sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
-    def load(self, key: str) -> Optional[dict]:
-        path = None if self.dir is None else self.dir / f"{key}.pkl"
+    def load(self, slot: str, fp: str) -> Optional[dict]:
+        """The saved shard of ``slot`` when it was made with fingerprint ``fp``; None otherwise (a shard
+        with another fingerprint is recorded as stale and will be overwritten)."""
+        path = None if self.dir is None else self.dir / f"{slot}.pkl"
         if path is None or not path.is_file():
             return None
-        with open(path, "rb") as f:
-            return pickle.load(f)
+        try:
+            with open(path, "rb") as f:
+                saved = pickle.load(f)
+        except Exception:  # noqa: BLE001 - an unreadable shard is stale, never trusted
+            saved = None
+        if not isinstance(saved, dict) or saved.get("fingerprint") != fp:
+            self.stale.append(slot)
+            return None
+        self.reused.append(slot)
+        return saved["obj"]
 
-    def save(self, key: str, obj: dict) -> None:
+    def save(self, slot: str, fp: str, obj: dict) -> None:
         if self.dir is not None:
-            atomic_write_bytes(self.dir / f"{key}.pkl", pickle.dumps(obj))
+            atomic_write_bytes(self.dir / f"{slot}.pkl", pickle.dumps({"fingerprint": fp, "obj": obj}))
+
+    def summary(self) -> dict:
+        """What was reused, for meta.json: shard counts and the run's fingerprint."""
+        return {"reused_shards": len(self.reused), "stale_shards_redrawn": len(self.stale),
+                "fingerprint": self.run_fingerprint, "code_fingerprint": self._code}
+
+    def announcement(self) -> list[str]:
+        """Lines saying what state was reused or ignored (empty when none was found)."""
+        fp = short(self.run_fingerprint or self._code)
+        lines = []
+        if self.reused:
+            lines.append(f"reused {len(self.reused)} saved draw shard{'s' * (len(self.reused) != 1)} from an "
+                         f"earlier run of the same code (fingerprint {fp})")
+        if self.stale:
+            lines.append(f"ignored {len(self.stale)} saved draw shard{'s' * (len(self.stale) != 1)} made by other "
+                         f"code or settings (sampler source, project code, scenario, seed or draws changed); "
+                         f"redrawn (fingerprint now {fp})")
+        return lines
 
     def clear(self) -> None:
         if self.dir is None:
@@ -100,9 +162,10 @@ def draw_exact(run: RunSpec, law: ExactLaw, models, seed: int, settings, pair_bi
     rng = np.random.default_rng(derive_seed(seed, run.label, sc.name, "pit"))
     run.acc = Accumulator(law, sc.joint_tokens, settings.pit_bins, pair_bins, settings.logprob_max, rng,
                           with_pit=not is_baseline)
-    key = RunState.key(run.label, run.role, sc.name, sc.raw, run.draws, seed, settings.min_chunks,
-                       settings.max_chunk, settings.pit_bins, settings.logprob_max)
-    saved = state.load(key)
+    slot = RunState.slot(run.label, run.role, sc.name, seed)
+    fp = state.fingerprint(run.sampler, sc, run.draws, seed, is_baseline, settings.min_chunks, settings.max_chunk,
+                           settings.pit_bins, settings.logprob_max, sc.joint_tokens, pair_bins)
+    saved = state.load(slot, fp)
     if saved is not None:
         for k in _ACC_FIELDS:
             setattr(run.acc, k, saved["acc"][k])
@@ -115,7 +178,7 @@ def draw_exact(run: RunSpec, law: ExactLaw, models, seed: int, settings, pair_bi
     _draw_calls(run, models, seed, settings, pbar, is_baseline)
     run.wall_s = time.perf_counter() - tic
     if run.error is None:
-        state.save(key, {"acc": {k: getattr(run.acc, k) for k in _ACC_FIELDS}, "error": run.error,
+        state.save(slot, fp, {"acc": {k: getattr(run.acc, k) for k in _ACC_FIELDS}, "error": run.error,
                          "wall_s": run.wall_s, "tokens": run.tokens, "positions": run.positions})
 
 
@@ -164,9 +227,10 @@ def draw_real(rr: RealRun, spec: RealModelSpec, progress: bool, state: RunState)
     """Draw rr.n_sequences on the tiny pair and score them (resuming from ``state``)."""
     from harness.realmodel import RealModelDraw, real_model_draw
     batch_size = rr.batch_size or spec.batch_size
-    key = "real_" + RunState.key(rr.label, rr.role, rr.n_sequences, rr.seed, batch_size, spec.raw,
-                                 spec.config.describe(), spec.k, spec.max_new_tokens, list(spec.prompt_lengths))
-    saved = state.load(key)
+    slot = "real_" + RunState.slot(rr.label, rr.role, rr.seed)
+    fp = state.fingerprint(rr.sampler, rr.n_sequences, rr.seed, batch_size, spec.raw, spec.config.describe(), spec.k,
+                           spec.max_new_tokens, list(spec.prompt_lengths), _pair_fingerprint(state))
+    saved = state.load(slot, fp)
     if saved is not None:
         rr.draw, rr.wall_s = RealModelDraw(**saved["draw"]), saved["wall_s"]
         return
@@ -176,7 +240,15 @@ def draw_real(rr: RealRun, spec: RealModelSpec, progress: bool, state: RunState)
                               seed=rr.seed, name=rr.label, progress=progress, catch=True)
     rr.wall_s = time.perf_counter() - tic
     if rr.error is None:
-        state.save(key, {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
+        state.save(slot, fp, {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
+
+
+def _pair_fingerprint(state: RunState) -> Optional[str]:
+    """Fingerprint of the shipped tiny pair's files (weights, configs, tokenizers); None without state."""
+    if state.dir is None:
+        return None
+    from specimpl.hf import TINY_PAIR_DIR
+    return files_fingerprint([p for p in TINY_PAIR_DIR.rglob("*") if p.is_file()], TINY_PAIR_DIR)
 
 
 # ------------------------------------------------------------------------------------- von Neumann
@@ -209,9 +281,14 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool) -
         sum(rr.n_sequences * T_real for rr in rs.real_runs)
     pbar = tqdm(total=total, unit="tok", unit_scale=True, desc="verify: drawing", disable=not progress,
                 file=sys.stderr, mininterval=1.0, smoothing=0.1)
+    under_test = [r.sampler for r in [*rs.runs, *rs.real_runs] if r.role in UNDER_TEST]
+    if state.run_fingerprint is None and state.dir is not None:
+        state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
     _draw_scenarios(rs, seed, settings, state, pbar)
     for rr in rs.real_runs:
         pbar.set_description(f"verify: {REAL_MODEL_SCENARIO} {rr.label}")
         draw_real(rr, rs.real_model, progress, state)
         pbar.update(rr.n_sequences * T_real)
     pbar.close()
+    for line in state.announcement():
+        print(f"verify: {line}", file=sys.stderr)

@@ -1,6 +1,8 @@
 """The report of a verification: tables, markdown summary and figures (drawn from the tables).
 
-Files written to the report folder (all atomically, all carrying the run's provenance):
+Files written to the report folder (all carrying the run's provenance; staged beside the folder and moved
+in together by :func:`harness.atomic.staged_report`, which also removes files of an earlier report there
+that this one did not write, e.g. ``figures/`` after a ``--no-figures`` rerun):
 
     tests.parquet, tests.csv        one row per test (:class:`harness.battery.TestRow`): scenario, run, test,
                                     statistic, p-value, Holm-adjusted p-value, minimum detectable effect (and
@@ -24,12 +26,17 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from harness.atomic import staged_report
 from harness.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
                                 atomic_write_text, metadata)
 from harness.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
 from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST
 
-__all__ = ["build", "draw_figures"]
+__all__ = ["build", "draw_figures", "REPORT_FILES"]
+
+# The files a report writes (a folder's earlier report without a manifest is cleaned of these only).
+REPORT_FILES = ("tests.parquet", "tests.csv", "runs.csv", "distributions.parquet", "pit_hist.parquet", "meta.json",
+                "summary.md", "figures/*.png")
 
 PIT_COARSE = 64
 
@@ -79,32 +86,40 @@ def _distributions(runs, baselines, laws, real_runs=()) -> tuple[pd.DataFrame, p
 
 
 def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passed, out: Optional[Path],
-          figures: bool, real_runs=()) -> dict:
+          figures: bool, real_runs=(), resume: Optional[dict] = None, resume_lines=()) -> dict:
     meta = metadata(config, seed)
     meta["timing"] = timing
     meta["passed"] = passed
-    summary = _summary(table, verdicts, runs, laws, config, meta, timing, passed)
+    meta["resume"] = resume or {"reused_shards": 0, "stale_shards_redrawn": 0, "fingerprint": None}
+    summary = _summary(table, verdicts, runs, laws, config, meta, timing, passed, resume_lines)
     console = _console(verdicts, config, timing, passed, out)
     if out is not None:
-        out = Path(out)  # the table's columns are harness.battery.TEST_COLUMNS, in order
-        atomic_write_parquet(out / "tests.parquet", table, meta)
-        atomic_write_csv(out / "tests.csv", table, meta)
-        atomic_write_csv(out / "runs.csv", verdicts, meta)
-        dist, pit = _distributions(runs, baselines, laws, real_runs)
-        atomic_write_parquet(out / "distributions.parquet", dist, meta)
-        atomic_write_parquet(out / "pit_hist.parquet", pit, meta)
-        atomic_write_json(out / "meta.json", meta)
-        atomic_write_text(out / "summary.md", summary)
-        if figures:
-            draw_figures(out)
+        with staged_report(out, "verify", REPORT_FILES) as staged:  # every file moves into out together
+            _write(staged.dir, table, verdicts, _distributions(runs, baselines, laws, real_runs), meta, summary,
+                   figures)
     return {"summary": summary, "console": console, "meta": meta}
 
 
+def _write(d: Path, table, verdicts, dist_pit, meta, summary, figures: bool) -> None:
+    """The report's files, into folder ``d`` (the table's columns are harness.battery.TEST_COLUMNS, in order)."""
+    dist, pit = dist_pit
+    atomic_write_parquet(d / "tests.parquet", table, meta)
+    atomic_write_csv(d / "tests.csv", table, meta)
+    atomic_write_csv(d / "runs.csv", verdicts, meta)
+    atomic_write_parquet(d / "distributions.parquet", dist, meta)
+    atomic_write_parquet(d / "pit_hist.parquet", pit, meta)
+    atomic_write_json(d / "meta.json", meta)
+    atomic_write_text(d / "summary.md", summary)
+    if figures:
+        draw_figures(d)
+
+
 # ------------------------------------------------------------------------------------ summary
-def _summary(table, verdicts, runs, laws, config, meta, timing, passed) -> str:
+def _summary(table, verdicts, runs, laws, config, meta, timing, passed, resume_lines=()) -> str:
     is_vn = verdicts.scenario.str.startswith("von_neumann")
     is_rm = verdicts.scenario == REAL_MODEL
-    L = _header(config, meta, passed) + _budget(config, timing)
+    L = _header(config, meta, passed) + [f"**Resumed:** {line}." for line in resume_lines] + \
+        ([""] if resume_lines else []) + _budget(config, timing)
     L += _scenarios(verdicts[verdicts.role.isin(UNDER_TEST) & ~is_vn & ~is_rm], table, runs, laws)
     L += _real_model_section(verdicts[is_rm], config)
     L += _controls(verdicts[~verdicts.role.isin(UNDER_TEST) & ~is_vn])

@@ -1,0 +1,125 @@
+"""Whole reports or none: a run's output files are staged, then moved into place together.
+
+:func:`staged_report` gives a staging folder beside the destination (same filesystem, a hidden
+``.<name>.staging-*`` folder); the command writes every file of its report there.  When the block ends
+normally the files are moved into the destination with ``os.replace`` (SIGINT held off meanwhile), and
+the files the *previous* report of the same kind wrote there but this one did not (``figures/`` of a run
+with figures, when this run has ``--no-figures``) are removed.  What a report wrote is kept in a manifest,
+``<out>/.<kind>-manifest.json``; a folder without one (written before manifests existed) is cleaned of the
+kind's known file names (``patterns``) only.  Nothing else in the destination is touched: resume state
+(``_tmp_state``, ``_tmp_seeds``, sweep cells) and the user's own files stay.  When the block raises (an
+error, an interrupt) the staging folder is removed and the destination keeps the previous report whole.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from pathlib import Path
+from typing import Iterable, Iterator
+
+__all__ = ["staged_report", "Staged", "manifest_path"]
+
+
+def manifest_path(out: Path, kind: str) -> Path:
+    """Where the list of files of the last ``kind`` report in ``out`` is kept."""
+    return Path(out) / f".{kind}-manifest.json"
+
+
+class Staged:
+    """A staging folder (:attr:`dir`) for the report of ``kind`` that goes to ``out``."""
+
+    def __init__(self, out: Path, kind: str, patterns: Iterable[str] = ()):
+        self.out, self.kind, self.patterns = Path(out), kind, tuple(patterns)
+        where = self.out.resolve()
+        where.parent.mkdir(parents=True, exist_ok=True)
+        try:  # beside the destination (same filesystem) ...
+            self.dir = Path(tempfile.mkdtemp(prefix=f".{where.name}.staging-", dir=where.parent))
+        except OSError:  # ... or, where its parent is read-only, inside it
+            where.mkdir(parents=True, exist_ok=True)
+            self.dir = Path(tempfile.mkdtemp(prefix=".staging-", dir=where))
+
+    def final(self, path) -> Path:
+        """Where ``path`` (a file under the staging folder) lands in the destination."""
+        return self.out / Path(path).relative_to(self.dir)
+
+    def _previous(self) -> set[str]:
+        """Files (relative names) of the previous report of this kind in the destination."""
+        man = manifest_path(self.out, self.kind)
+        if man.is_file():
+            try:
+                return set(json.loads(man.read_text())["files"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        if not self.out.is_dir():
+            return set()
+        return {p.relative_to(self.out).as_posix() for pat in self.patterns for p in self.out.glob(pat) if p.is_file()}
+
+    def commit(self) -> list[str]:
+        """Move the staged files into the destination, drop the previous report's other files, write the
+        manifest; returns the relative names of the report's files."""
+        new = sorted(p.relative_to(self.dir).as_posix() for p in self.dir.rglob("*") if p.is_file())
+        with _no_interrupt():
+            old = self._previous()
+            self.out.mkdir(parents=True, exist_ok=True)
+            for rel in new:
+                (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(self.dir / rel, self.out / rel)
+            for rel in sorted(old - set(new)):
+                _remove(self.out, rel)
+            from harness.provenance import atomic_write_text
+            atomic_write_text(manifest_path(self.out, self.kind), json.dumps({"kind": self.kind, "files": new},
+                                                                            indent=1) + "\n")
+            self.discard()
+        return new
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _remove(out: Path, rel: str) -> None:
+    """Remove ``out/rel`` (a file of the previous report) and the folders it leaves empty, up to ``out``."""
+    path = out / rel
+    if ".." in Path(rel).parts or Path(rel).is_absolute():
+        return  # a manifest never names anything outside its folder
+    try:
+        path.unlink()
+    except (FileNotFoundError, IsADirectoryError):
+        return
+    parent = path.parent
+    while parent != out and out in parent.parents:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent
+
+
+@contextlib.contextmanager
+def _no_interrupt() -> Iterator[None]:
+    """Hold SIGINT off (in the main thread) while the files are moved, so a report is never half-moved."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def staged_report(out, kind: str, patterns: Iterable[str] = ()) -> Iterator[Staged]:
+    """Stage a report of ``kind`` for ``out``: write into ``staged.dir``; on success the files replace the
+    previous report of that kind together, on an exception nothing in ``out`` changes."""
+    staged = Staged(Path(out), kind, patterns)
+    try:
+        yield staged
+    except BaseException:
+        staged.discard()
+        raise
+    staged.commit()

@@ -1,0 +1,143 @@
+"""Content fingerprints: a hash of what produced a result, so saved state is reused only for the same code.
+
+Saved state (a verify run's draw shards, a calibrate seed, a sweep cell) is keyed on a fingerprint of
+
+* the project's own code: every ``.py`` and ``.toml`` file of the installed ``harness`` and ``specimpl``
+  packages (by content, so uncommitted edits count, and no ``.git`` is needed: :func:`code_fingerprint`);
+* the sampler's source (:func:`sampler_fingerprint`): for a sampler loaded from ``file.py:fn``, that
+  file's bytes; for ``package.module:fn``, every ``.py`` file of its top-level package (or the module's
+  own file when it is not in a package; for a third-party package installed in site-packages, its
+  version and the module's file);
+* the resolved configuration (a scenario dataclass, a cell's settings: canonical JSON, :func:`canonical`),
+  the seed and the draw counts — whatever the caller passes to :func:`fingerprint`.
+
+A saved result whose fingerprint differs from the current one was made by other code or settings: it is
+ignored and recomputed, never reused.  Fingerprints are hex SHA-256 digests; :func:`short` gives the
+8-character form printed in reports.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+__all__ = ["fingerprint", "canonical", "code_fingerprint", "sampler_fingerprint", "files_fingerprint", "short",
+           "PROJECT_PACKAGES"]
+
+PROJECT_PACKAGES = ("harness", "specimpl")
+_SUFFIXES = (".py", ".toml")
+
+
+def short(fp: Optional[str]) -> str:
+    """The first 8 hex digits of a fingerprint (``'unknown'`` for None)."""
+    return fp[:8] if fp else "unknown"
+
+
+def _plain(x):
+    """``x`` as plain JSON data: dataclasses as dicts, tuples as lists, numpy scalars as numbers."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set, frozenset)):
+        items = [_plain(v) for v in x]
+        return sorted(items, key=repr) if isinstance(x, (set, frozenset)) else items
+    if isinstance(x, Path):
+        return str(x)
+    if hasattr(x, "item") and getattr(x, "ndim", 1) == 0:
+        return x.item()
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    return repr(x)
+
+
+def canonical(obj) -> str:
+    """Canonical JSON of ``obj`` (sorted keys, dataclasses expanded): equal settings give equal text."""
+    return json.dumps(_plain(obj), sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def fingerprint(*parts) -> str:
+    """SHA-256 of the canonical JSON of ``parts``."""
+    return hashlib.sha256(canonical(list(parts)).encode()).hexdigest()
+
+
+def files_fingerprint(files: Iterable[Path], root: Optional[Path] = None) -> str:
+    """SHA-256 over the (relative name, bytes) of ``files``, in sorted order."""
+    h = hashlib.sha256()
+    for path in sorted(Path(f) for f in files):
+        name = path.relative_to(root).as_posix() if root is not None else path.name
+        h.update(name.encode() + b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _package_files(pkg_dir: Path, suffixes=_SUFFIXES) -> list[Path]:
+    return [p for p in pkg_dir.rglob("*") if p.suffix in suffixes and p.is_file() and "__pycache__" not in p.parts]
+
+
+def code_fingerprint() -> str:
+    """Fingerprint of the project's own code: every .py and .toml file of the installed ``harness`` and
+    ``specimpl`` packages, by content (relative names included)."""
+    h = hashlib.sha256()
+    for name in PROJECT_PACKAGES:
+        pkg_dir = Path(sys.modules[name].__file__ if name in sys.modules else
+                       __import__(name).__file__).resolve().parent
+        h.update(name.encode() + b"=" + files_fingerprint(_package_files(pkg_dir), pkg_dir).encode())
+    return h.hexdigest()
+
+
+def _unwrap(fn):
+    """The function behind a partial, a bound method or a callable object."""
+    for _ in range(10):
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif inspect.ismethod(fn):
+            fn = fn.__func__
+        else:
+            break
+    return fn
+
+
+def _source_files(fn) -> tuple[str, list[Path], Optional[Path]]:
+    """(how it was found, the files, their root) of the source of callable ``fn``."""
+    fn = _unwrap(fn)
+    holder = fn if (inspect.isfunction(fn) or inspect.isclass(fn)) else type(fn)
+    mod_name = getattr(holder, "__module__", None) or ""
+    top = mod_name.split(".")[0]
+    top_mod = sys.modules.get(top)
+    if "." in mod_name and top_mod is not None and getattr(top_mod, "__path__", None):
+        roots = [Path(p).resolve() for p in top_mod.__path__]
+        if any(part in ("site-packages", "dist-packages") for part in roots[0].parts) and top not in PROJECT_PACKAGES:
+            # an installed third-party package: its version and the module's own file (not thousands of files)
+            mod_file = getattr(sys.modules.get(mod_name), "__file__", None)
+            return (f"installed {top} {getattr(top_mod, '__version__', None)}",
+                    [Path(mod_file).resolve()] if mod_file else [], None)
+        return f"package {top}", [f for r in roots for f in _package_files(r, (".py",))], roots[0].parent
+    code = getattr(holder, "__code__", None)
+    src = code.co_filename if code is not None else None
+    if src is None:
+        mod = sys.modules.get(mod_name)
+        src = getattr(mod, "__file__", None)
+    if src is None:
+        try:
+            src = inspect.getsourcefile(holder)
+        except TypeError:
+            src = None
+    if src and Path(src).is_file():
+        return f"file {Path(src).name}", [Path(src).resolve()], None
+    return f"unreadable source of {getattr(holder, '__qualname__', repr(holder))}", [], None
+
+
+def sampler_fingerprint(fn: Callable) -> str:
+    """Fingerprint of a sampler's source: the file it was defined in (``--sampler file.py:fn``) or every
+    .py file of its top-level package (``package.module:fn``), plus its qualified name.  A callable whose
+    source cannot be read is fingerprinted by its name only."""
+    how, files, root = _source_files(fn)
+    name = getattr(_unwrap(fn), "__qualname__", type(fn).__qualname__)
+    return fingerprint(how, name, files_fingerprint(files, root) if files else None)

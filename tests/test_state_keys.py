@@ -1,0 +1,145 @@
+"""Saved state is keyed on content (harness.fingerprint): a verify run reuses saved draw shards only when
+the sampler's source, the project's code, the scenario, the seed and the draw counts are the same, and
+says so; a changed sampler file is redrawn."""
+import json
+import textwrap
+
+import pytest
+
+from harness import fingerprint as fpmod
+from harness.scenarios import load_scenario, load_settings
+from harness.verify import draw as drawmod
+from harness.verify.pipeline import verify
+from harness.verify.sampler import load_sampler
+
+GOOD = """
+    from specimpl import SamplingConfig, speculative_generate
+
+    def fn(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
+           generator=None):
+        return speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
+                                    eos_token_id=eos_token_id, generator=generator)
+"""
+
+LOSSY = """
+    import torch
+    from specimpl import SamplingConfig, SpeculativeSampler
+
+    class AcceptAll(SpeculativeSampler):
+        def uniforms(self, B, generator, dtype, device):
+            u_draft, u_acc, u_fin = super().uniforms(B, generator, dtype, device)
+            return u_draft, torch.zeros_like(u_acc), u_fin
+
+    def fn(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
+           generator=None):
+        return AcceptAll(target, draft, k, config).generate(prompts, max_new_tokens, eos_token_id, generator)
+"""
+
+
+def _run(path, out, capsys=None):
+    settings = load_settings()
+    res = verify(sampler=load_sampler(f"{path}:fn"), sampler_label="my.py:fn", scenarios=[load_scenario("base")],
+                 settings=settings, draws=4000, controls=False, out=out, figures=False, progress=False,
+                 von_neumann=False)
+    err = capsys.readouterr().err if capsys is not None else ""
+    return res, err
+
+
+@pytest.fixture
+def keep_state(monkeypatch):
+    """A completed run keeps its _tmp_state (as an interrupted one does)."""
+    monkeypatch.setattr(drawmod.RunState, "clear", lambda self: None)
+
+
+def test_edited_sampler_is_redrawn(tmp_path, keep_state, capsys):
+    src = tmp_path / "my.py"
+    src.write_text(textwrap.dedent(GOOD))
+    first, _ = _run(src, tmp_path / "out", capsys)
+    assert first.passed
+    assert len(list((tmp_path / "out" / "_tmp_state").glob("*.pkl"))) == 2  # sampler + target-only baseline
+    src.write_text(textwrap.dedent(LOSSY))
+    second, err = _run(src, tmp_path / "out", capsys)
+    assert not second.passed  # redrawn with the lossy code and caught, not PASSed from the old draws
+    assert second.meta["resume"]["stale_shards_redrawn"] == 1
+    assert second.meta["resume"]["reused_shards"] == 1  # the baseline: same code, same scenario
+    assert "ignored 1 saved draw shard made by other code" in err
+
+
+def test_reuse_is_announced(tmp_path, keep_state, capsys):
+    src = tmp_path / "my.py"
+    src.write_text(textwrap.dedent(GOOD))
+    first, err1 = _run(src, tmp_path / "out", capsys)
+    assert first.meta["resume"]["reused_shards"] == 0 and "reused" not in err1
+    second, err2 = _run(src, tmp_path / "out", capsys)
+    fp = fpmod.short(second.meta["resume"]["fingerprint"])
+    line = f"reused 2 saved draw shards from an earlier run of the same code (fingerprint {fp})"
+    assert line in err2
+    assert line in (tmp_path / "out" / "summary.md").read_text()
+    assert json.loads((tmp_path / "out" / "meta.json").read_text())["resume"]["reused_shards"] == 2
+    assert second.table.pvalue.tolist() == first.table.pvalue.tolist()
+
+
+def test_changed_scenario_is_redrawn(tmp_path, keep_state, capsys):
+    src = tmp_path / "my.py"
+    src.write_text(textwrap.dedent(GOOD))
+    _run(src, tmp_path / "out", capsys)
+    settings = load_settings()
+    sc = load_scenario("base")
+    import dataclasses
+    sc16 = dataclasses.replace(sc, k=sc.k + 1)  # same name, other config
+    res = verify(sampler=load_sampler(f"{src}:fn"), sampler_label="my.py:fn", scenarios=[sc16], settings=settings,
+                 draws=4000, controls=False, out=tmp_path / "out", figures=False, progress=False, von_neumann=False)
+    assert res.meta["resume"] == {**res.meta["resume"], "reused_shards": 0, "stale_shards_redrawn": 2}
+
+
+def test_sampler_fingerprint_follows_the_source(tmp_path):
+    src = tmp_path / "s.py"
+    src.write_text(textwrap.dedent(GOOD))
+    a = fpmod.sampler_fingerprint(load_sampler(f"{src}:fn"))
+    assert fpmod.sampler_fingerprint(load_sampler(f"{src}:fn")) == a
+    src.write_text(textwrap.dedent(GOOD) + "\n# a comment changes the source\n")
+    assert fpmod.sampler_fingerprint(load_sampler(f"{src}:fn")) != a
+    from specimpl import speculative_generate
+    from specimpl.speculative import speculative_generate as same
+    assert fpmod.sampler_fingerprint(speculative_generate) == fpmod.sampler_fingerprint(same)
+
+
+def test_canonical_config():
+    assert fpmod.canonical({"b": 1, "a": (1, 2)}) == fpmod.canonical({"a": [1, 2], "b": 1})
+    sc = load_scenario("base")
+    assert fpmod.fingerprint(sc) == fpmod.fingerprint(load_scenario("base"))
+    import dataclasses
+    assert fpmod.fingerprint(sc) != fpmod.fingerprint(dataclasses.replace(sc, max_new_tokens=sc.max_new_tokens + 1))
+    assert len(fpmod.code_fingerprint()) == 64
+
+
+def test_calibrate_seed_keyed_on_scenario_config(tmp_path):
+    import dataclasses
+
+    from harness.calibrate import _pvalues
+    settings, sc = load_settings(), load_scenario("base")
+    store = tmp_path / "_tmp_seeds"
+    store.mkdir()
+    a, ra = _pvalues(settings, [sc], seeds=1, draws=1000, store=store, progress=False)
+    assert ra["reused_seeds"] == [] and ra["stale_seeds_redrawn"] == []
+    b, rb = _pvalues(settings, [sc], seeds=1, draws=1000, store=store, progress=False)
+    assert rb["reused_seeds"] == [settings.seed + 1000] and b.pvalue.tolist() == a.pvalue.tolist()
+    sc2 = dataclasses.replace(sc, k=sc.k + 9)  # the scenario edited under the same name
+    c, rc = _pvalues(settings, [sc2], seeds=1, draws=1000, store=store, progress=False)
+    assert rc["reused_seeds"] == [] and rc["stale_seeds_redrawn"] == [settings.seed + 1000]
+    (tmp_path / "fresh").mkdir()
+    fresh, _ = _pvalues(settings, [sc2], seeds=1, draws=1000, store=tmp_path / "fresh", progress=False)
+    assert len(c) == len(fresh) and c.pvalue.tolist() == fresh.pvalue.tolist()
+
+
+def test_real_model_shards_are_reused_and_announced(tmp_path, keep_state, capsys):
+    from harness.cli import main
+    argv = ["pit", "--out", str(tmp_path / "p"), "--no-progress", "--no-figures", "--no-peer", "--only", "reference",
+            "--n-sequences", "8", "--max-new-tokens", "8"]
+    assert main(argv) == 0
+    first = capsys.readouterr().err
+    assert "reused" not in first
+    assert main(argv) == 0
+    assert "reused 1 saved draw shard from an earlier run of the same code" in capsys.readouterr().err
+    meta = json.loads((tmp_path / "p" / "meta.json").read_text())
+    assert meta["resume"]["reused_shards"] == 1 and meta["resume"]["stale_shards_redrawn"] == 0
