@@ -15,7 +15,8 @@ drawn (:mod:`harness.verify.draw`), put in one family with a Holm adjustment at 
 
 Roles: the reference and ``--sampler`` samplers and the lossless controls must pass, the bugs of
 ``specimpl.hf_bugs.HF_BUGS`` must be caught, transformers' assisted generation is a *peer*: reported,
-not judged.  Exit status 0 when every run is as its role requires, 1 otherwise, 2 for bad arguments.
+not judged.  Exit status 0 when every run is as its role requires, 1 otherwise, 2 for bad arguments, 3
+when the reference or a ``--sampler`` failed, 130 when interrupted (:mod:`harness.errors`).
 The report goes to ``results/hf/pit/`` (``--out``); an interrupted run resumes from its finished draws.
 """
 from __future__ import annotations
