@@ -2,6 +2,7 @@
 error (one line), 3 the sampler or a model failed (summary on stderr, traceback in <out>/error.log), 130
 interrupted.  The CLI runs in-process through harness.cli.main."""
 import textwrap
+import threading
 
 import pandas as pd
 import pytest
@@ -49,6 +50,8 @@ def test_sys_exit_or_keyboard_interrupt_inside_a_sampler_is_its_failure(tmp_path
     assert words in _lines(err)[-1] and "Traceback" not in err
 
 
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="SIGINT is handled in the main thread only")
 def test_a_real_ctrl_c_during_a_sampler_call_is_an_interrupt(tmp_path, monkeypatch, capsys):
     body = "import os, signal\n" + SIG + "    os.kill(os.getpid(), signal.SIGINT)\n"
     rc, err = _verify_sampler(tmp_path, monkeypatch, capsys, body)
