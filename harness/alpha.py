@@ -88,14 +88,25 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from harness.errors import UsageError
+    from harness.options import check_option, check_out, check_seed, check_threads, check_unique
     from harness.provenance import atomic_write_csv, metadata
-    from harness.verify.cli import fail_args, with_threads
+    from harness.verify.cli import with_threads
+    check_threads(args.threads)
+    check_seed(args.seed)
+    check_out(args.out, is_file=True)
+    for name, v, lo in (("--n-sequences", args.n_sequences, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+                        ("--k", args.k, 1)):
+        check_option(v >= lo, name, v, f"an integer >= {lo}")
+    check_unique(args.variant, "--variant")
     try:
         df = with_threads(args.threads, lambda: measure_alpha(
             args.variant, n_sequences=args.n_sequences, max_new_tokens=args.max_new_tokens, k=args.k, seed=args.seed,
             progress=not args.no_progress))
-    except ValueError as e:  # e.g. an unknown --variant
-        return fail_args("alpha", str(e))
+    except ValueError as e:
+        if not str(e).startswith("`which`"):
+            raise
+        raise UsageError(str(e).replace("`which`", "`--variant`", 1)) from None  # an unknown --variant
     cols = ["variant", "config", "alpha_judged", "alpha_ci99_low", "alpha_ci99_high", "acceptance_rate",
             "mean_acceptance_length", "tokens_per_target_call"] + \
         [c for c in df.columns if c.startswith("alpha_") and c[6:].isdigit()]

@@ -38,7 +38,8 @@ from harness.fingerprint import code_fingerprint, fingerprint, short
 from harness.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.stats import holm
-from harness.verify.cli import fail_args, with_threads
+from harness.options import check_option, check_unique
+from harness.verify.cli import check_common, with_threads
 
 __all__ = ["add_arguments", "run", "calibrate"]
 
@@ -60,18 +61,22 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    try:
-        if args.seeds < 1:
-            raise ValueError(f"`--seeds` must be an integer >= 1; got {args.seeds!r}")
-        if args.draws < 500:
-            raise ValueError(f"`--draws` must be an integer >= 500; got {args.draws!r}")
-        settings = load_settings(args.scenario_dir)
-        scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
-    except ValueError as e:
-        return fail_args("calibrate", str(e))
+    """Exit 0 when every family-wise rate is consistent with its nominal level, 1 when one is not."""
+    check_common(args)
+    check_option(args.seeds >= 1, "--seeds", args.seeds, "an integer >= 1")
+    check_option(args.draws >= 500, "--draws", args.draws, "an integer >= 500")
+    check_unique(args.scenario, "--scenario")
+    settings = load_settings(args.scenario_dir)
+    scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
     res = with_threads(args.threads, lambda: calibrate(settings, scenarios, seeds=args.seeds, draws=args.draws,
                                                        out=args.out, fresh=args.fresh, progress=not args.no_progress))
     print(res["console"], file=sys.stderr)
+    bad = res["family"][~res["family"].consistent.astype(bool)]
+    if len(bad):
+        levels = ", ".join(f"{a:g}" for a in bad.family_level)
+        print(f"python -m harness calibrate: the family-wise false-alarm rate is inconsistent with the nominal "
+              f"level at {levels} (summary: consistent: NO); exit 1", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,11 +1,25 @@
 """`python -m harness <command>`: verify, pit, alpha, calibrate, sweep, report.
 
-Each command lives in its own module, which provides ``add_arguments(parser)`` and ``run(args) -> int``.
+Each command lives in its own module, which provides ``add_arguments(parser)`` and ``run(args) -> int``
+(0 ok, 1 lossy).  :func:`main` is the one place where exceptions become exit statuses
+(:mod:`harness.errors`): a :class:`~harness.errors.UsageError` is 2 (one line), a
+:class:`~harness.errors.SamplerError` or any other failure 3 (one or two lines, the traceback in
+``<out>/error.log``), Ctrl-C 130.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from harness.errors import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, SamplerError, UsageError,
+                            sigint_flag)
+
+__all__ = ["main", "COMMANDS", "write_error_log"]
 
 COMMANDS = {
     "verify": ("harness.verify", "prove a sampler lossless on a set of scenarios (the battery)"),
@@ -17,13 +31,76 @@ COMMANDS = {
     "report": ("harness.report", "draw figures and tables from stored results"),
 }
 
+EPILOG = "exit status (every command):\n" + "\n".join(f"  {code:<4d} {what}" for code, what in EXIT_CODES.items())
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error reported on one line (exit 2)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict]:
+    parser = _Parser(prog="python -m harness", description=__doc__.splitlines()[0], epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     mods = {}
     for name, (modname, help_) in COMMANDS.items():
         mods[name] = importlib.import_module(modname)
-        mods[name].add_arguments(sub.add_parser(name, help=help_))
-    args = parser.parse_args(argv)
-    return int(mods[args.command].run(args) or 0)
+        mods[name].add_arguments(sub.add_parser(name, help=help_, epilog=EPILOG,
+                                                formatter_class=argparse.RawDescriptionHelpFormatter))
+    return parser, mods
+
+
+def main(argv=None) -> int:
+    parser, mods = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    prog = f"python -m harness {args.command}"
+    with sigint_flag():
+        try:
+            return int(mods[args.command].run(args) or 0)
+        except UsageError as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            print(f"\n{prog}: interrupted; what was saved so far is kept (run the same command again to resume)",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except SamplerError as e:
+            log = write_error_log(_out_dir(args), f"{prog}: {e.summary}\n\n{e.details or traceback.format_exc()}")
+            print(f"{prog}: failed: {e.summary}; full traceback in {log}", file=sys.stderr)
+            return EXIT_FAILED
+        except Exception as e:  # noqa: BLE001 - any other failure: summarised, traceback to the log, status 3
+            log = write_error_log(_out_dir(args), traceback.format_exc())
+            first = " ".join(str(e).split())[:300]
+            print(f"{prog}: failed: {type(e).__name__}: {first}; full traceback in {log}", file=sys.stderr)
+            return EXIT_FAILED
+
+
+def _out_dir(args) -> Optional[Path]:
+    """The folder the command writes to (``--out``, or the parent of an ``--out`` file), if any."""
+    out = getattr(args, "failure_dir", None) or getattr(args, "out", None)
+    if out is None:
+        return None
+    out = Path(out)
+    return out.parent if out.suffix and not out.is_dir() else out
+
+
+def write_error_log(folder: Optional[Path], text: str) -> Path:
+    """Write ``text`` to ``folder/error.log`` (or, when that cannot be written, a temporary file); its path."""
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / "error.log"
+            path.write_text(text)
+            return path
+        except OSError:
+            pass
+    fd, name = tempfile.mkstemp(prefix="harness-error-", suffix=".log")
+    with open(fd, "w") as f:
+        f.write(text)
+    return Path(name)

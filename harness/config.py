@@ -20,6 +20,8 @@ from typing import Optional
 
 import numpy as np
 
+from harness.errors import UsageError
+
 __all__ = ["EXPERIMENTS", "VERIFY_DIR", "SWEEP_DIR", "RESULTS", "read_toml", "overlay", "derive_seed"]
 
 EXPERIMENTS = Path(str(resources.files("harness") / "experiments"))
@@ -29,28 +31,30 @@ RESULTS = Path("results")  # relative: results land under the directory the comm
 
 
 def read_toml(path, what: str = "file") -> dict:
-    """Parse ``path``; a missing file or invalid TOML is a ``ValueError`` naming ``what`` and the path."""
+    """Parse ``path``; a missing file or invalid TOML is a :class:`harness.errors.UsageError` (a
+    ``ValueError``) naming ``what`` and the path."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{what} {str(path)!r} does not exist")
+        raise UsageError(f"{what} {str(path)!r} does not exist")
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{what} {str(path)!r} is not valid TOML: {e}") from None
+        raise UsageError(f"{what} {str(path)!r} is not valid TOML: {e}") from None
 
 
 def overlay(base: dict, over: dict, *, strict: bool = False, where: str = "", source: Optional[str] = None) -> dict:
     """``base`` with ``over`` laid on it, tables merged key by key (``over`` wins).
 
-    With ``strict`` every key of ``over`` must exist in ``base``; an unknown key raises a ``ValueError``
-    naming it (with its dotted path ``where``), the ``source`` file, and the keys allowed there.
+    With ``strict`` every key of ``over`` must exist in ``base``; an unknown key raises a
+    :class:`harness.errors.UsageError` (a ``ValueError``) naming the ``source`` file, the key (with its
+    dotted path ``where``) and the keys known there.
     """
     out = copy.deepcopy(base)
     for key, v in over.items():
         if strict and key not in base:
-            src = f" in {source}" if source else ""
-            raise ValueError(f"unknown setting `{where}{key}`{src}; allowed: {sorted(base)}")
+            src = f"{source}: " if source else ""
+            raise UsageError(f"{src}key `{where}{key}` is not a known setting; known: {sorted(base)}")
         if isinstance(v, dict) and isinstance(out.get(key), dict):
             out[key] = overlay(out[key], v, strict=strict, where=f"{where}{key}.", source=source)
         else:

@@ -93,9 +93,11 @@ def code_fingerprint() -> str:
 
 
 def _unwrap(fn):
-    """The function behind a partial, a bound method or a callable object."""
+    """The function behind a wrapper (``__wrapped__``, e.g. verify's guard), a partial, a bound method."""
     for _ in range(10):
-        if isinstance(fn, functools.partial):
+        if getattr(fn, "__wrapped__", None) is not None:
+            fn = fn.__wrapped__
+        elif isinstance(fn, functools.partial):
             fn = fn.func
         elif inspect.ismethod(fn):
             fn = fn.__func__

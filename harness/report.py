@@ -526,8 +526,29 @@ def add_arguments(parser) -> None:
     parser.add_argument("--formats", default="png,pdf", help="comma-separated figure formats")
 
 
+FORMATS = ("png", "pdf", "svg")
+
+
+def check_arguments(args) -> tuple:
+    """The options, checked before anything is drawn (UsageError naming the option); the formats."""
+    from harness.errors import UsageError
+    from harness.options import check_option, check_out
+    results = Path(args.results)
+    if not results.is_dir():
+        raise UsageError(f"`--results` must be a sweep's results folder; got {str(results)!r}, which "
+                         f"{'is not a folder' if results.exists() else 'does not exist'}")
+    check_option((results / "meta.json").is_file(), "--results", str(results),
+                 "a sweep's results folder (holding meta.json; run `python -m harness sweep` first)")
+    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    check_option(bool(formats) and all(f in FORMATS for f in formats), "--formats", args.formats,
+                 f"a comma-separated list drawn from {','.join(FORMATS)}")
+    check_out(args.out)
+    return formats
+
+
 def run(args) -> int:
-    written = make_report(args.results, args.out, tuple(f.strip() for f in args.formats.split(",") if f.strip()))
+    formats = check_arguments(args)
+    written = make_report(args.results, args.out, formats)
     for name, paths in written.items():
         for p in ([paths] if isinstance(paths, str) else paths):
             print(f"wrote {p}", file=sys.stderr)

@@ -9,6 +9,12 @@ Model pairs are built by a *builder*: ``"ngram"`` (tabular toy models of :mod:`s
 exact law :class:`harness.exact.ExactLaw` gives) or ``"package.module:function"`` taking the scenario's
 ``[target]`` and ``[draft]`` tables and returning ``(target, draft)`` LanguageModels (real models: no
 exact law, so the battery uses its target-scoring tests only).
+
+Every file is checked against :data:`SCENARIO_SCHEMA` (and default.toml against :data:`DEFAULT_SCHEMA`)
+before any work: an unknown key, a value of the wrong type or out of range raises
+:class:`harness.errors.UsageError` naming the file and the dotted key (:mod:`harness.schema`); the
+checks that need the merged scenario (EOS and prompt ids below the vocabulary size, the keys a draft
+kind needs) name the scenario file.
 """
 from __future__ import annotations
 
@@ -18,6 +24,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.config import VERIFY_DIR, overlay, read_toml
+from harness.errors import UsageError
+from harness.schema import Field, boolean, fail, integer, number, one_of, text, validate
 from specimpl.errors import check_arg
 from specimpl.ngram import NGramModel, disjoint_draft, noisy_draft, random_ngram, tempered_draft
 from specimpl.sampling import SamplingConfig
@@ -27,6 +35,43 @@ __all__ = ["Scenario", "RunSettings", "SCENARIO_DIR", "load_settings", "load_sce
 
 SCENARIO_DIR = VERIFY_DIR
 DEFAULT_FILE = "default.toml"
+
+DRAFT_KINDS = ("same", "noisy", "tempered", "disjoint", "random")
+DRAFT_NEEDS = {"noisy": "eps", "tempered": "tau"}  # the key a draft kind cannot do without
+SEED = integer(0)
+
+SCENARIO_SCHEMA = {
+    "description": text(),
+    "builder": text(lambda b: b == "ngram" or (b.count(":") == 1 and all(b.split(":"))),
+                    "'ngram' or 'package.module:function'"),
+    "k": integer(1), "max_new_tokens": integer(2), "joint_tokens": integer(0),
+    "prompt": Field(
+        lambda v: isinstance(v, list) and len(v) > 0 and all(type(t) is int and t >= 0 for t in v),
+        "a non-empty list of token ids (integers >= 0)"),
+    "eos_token_id": integer(-1, allowed="a token id (an integer >= 0), or -1 for no EOS"),
+    "weight": number(0, lo_open=True), "full_weight": number(0, lo_open=True),
+    "sampling": {"temperature": number(0, allowed="a finite number >= 0 (0 means greedy)"),
+                 "top_k": integer(0, allowed="an integer >= 0 (0: no top-k)"),
+                 "top_p": number(0, 1, lo_open=True), "greedy": boolean()},
+    "target": {"kind": one_of("random"), "vocab_size": integer(2), "order": integer(1),
+               "concentration": number(0, lo_open=True), "support": integer(0, allowed="an integer >= 0 (0: all)"),
+               "seed": SEED},
+    "draft": {"kind": one_of(*DRAFT_KINDS), "eps": number(0, 1), "tau": number(0, lo_open=True),
+              "overlap": number(0, 1), "seed": SEED, "concentration": number(0, lo_open=True),
+              "order": integer(1), "support": integer(0, allowed="an integer >= 0 (0: all)")},
+}
+RUN_SCHEMA = {
+    "family_alpha": number(0, 1e-4, lo_open=True, allowed="a family-wise budget in (0, 1e-4]"),
+    "power": Field(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0.5 <= v < 1,
+                   "a number in [0.5, 1)"),
+    "tv_confidence": Field(lambda v: isinstance(v, float) and 0 < v < 1, "a number in (0, 1)"),
+    **{key: integer(2) for key in ("draws", "full_draws", "control_draws", "full_control_draws")},
+    "scenarios": Field(lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v),
+                       "a list of scenario names"),
+    "seed": SEED, "min_chunks": integer(1), "max_chunk": integer(1), "pit_bins": integer(2), "logprob_max": integer(1),
+    "von_neumann_proposals": integer(1), "full_von_neumann_proposals": integer(1),
+}
+DEFAULT_SCHEMA = {"run": RUN_SCHEMA, "scenario": SCENARIO_SCHEMA, "real_model": {}}  # real_model: realmodel.py's
 
 
 @dataclass(frozen=True)
@@ -51,25 +96,37 @@ class RunSettings:
     raw: dict = field(default_factory=dict, compare=False)
 
 
+def read_defaults(directory: Optional[Path] = None) -> dict:
+    """default.toml of ``directory``, checked against :data:`DEFAULT_SCHEMA` (UsageError naming file: key)."""
+    d = Path(directory) if directory is not None else SCENARIO_DIR
+    path = d / DEFAULT_FILE
+    if not path.is_file():
+        raise UsageError(f"`--scenario-dir` must be a folder holding {DEFAULT_FILE}; got {str(d)!r}")
+    raw = read_toml(path, "scenario file")
+    validate(raw, DEFAULT_SCHEMA, str(path), free=("real_model",) + _free(raw.get("scenario", {}), "scenario."))
+    return raw
+
+
+def _free(table: dict, where: str = "") -> tuple:
+    """The tables a model builder other than 'ngram' reads itself (their keys are not checked here)."""
+    return () if table.get("builder", "ngram") == "ngram" else (f"{where}target", f"{where}draft")
+
+
 def load_settings(directory: Optional[Path] = None) -> RunSettings:
     d = Path(directory) if directory is not None else SCENARIO_DIR
     path = d / DEFAULT_FILE
-    check_arg(path.is_file(), "scenario directory", str(d), f"a folder holding {DEFAULT_FILE}")
-    run = read_toml(path, "scenario file").get("run", {})
-    try:
-        s = RunSettings(
-            family_alpha=float(run["family_alpha"]), power=float(run["power"]),
-            tv_confidence=float(run["tv_confidence"]), draws=int(run["draws"]), full_draws=int(run["full_draws"]),
-            control_draws=int(run["control_draws"]), full_control_draws=int(run["full_control_draws"]),
-            scenarios=tuple(run["scenarios"]), seed=int(run["seed"]), min_chunks=int(run["min_chunks"]),
-            max_chunk=int(run["max_chunk"]), pit_bins=int(run["pit_bins"]), logprob_max=int(run["logprob_max"]),
-            von_neumann_proposals=int(run["von_neumann_proposals"]),
-            full_von_neumann_proposals=int(run["full_von_neumann_proposals"]), raw=run)
-    except KeyError as e:
-        raise ValueError(f"{path}: [run] lacks the key {e.args[0]!r}") from None
-    check_arg(0 < s.family_alpha <= 1e-4, "family_alpha", s.family_alpha, "a family-wise budget in (0, 1e-4]")
-    check_arg(0.5 <= s.power < 1, "power", s.power, "a number in [0.5, 1)")
-    return s
+    run = read_defaults(d).get("run", {})
+    missing = [key for key in RUN_SCHEMA if key not in run]
+    if missing:
+        raise UsageError(f"{path}: [run] lacks the key(s) {missing}")
+    return RunSettings(
+        family_alpha=float(run["family_alpha"]), power=float(run["power"]),
+        tv_confidence=float(run["tv_confidence"]), draws=int(run["draws"]), full_draws=int(run["full_draws"]),
+        control_draws=int(run["control_draws"]), full_control_draws=int(run["full_control_draws"]),
+        scenarios=tuple(run["scenarios"]), seed=int(run["seed"]), min_chunks=int(run["min_chunks"]),
+        max_chunk=int(run["max_chunk"]), pit_bins=int(run["pit_bins"]), logprob_max=int(run["logprob_max"]),
+        von_neumann_proposals=int(run["von_neumann_proposals"]),
+        full_von_neumann_proposals=int(run["full_von_neumann_proposals"]), raw=run)
 
 
 @dataclass(frozen=True)
@@ -146,14 +203,49 @@ def list_scenarios(directory: Optional[Path] = None) -> list[str]:
 
 
 def load_scenario(name: str, directory: Optional[Path] = None) -> Scenario:
-    """Scenario ``name`` (file ``<name>.toml``) merged over default.toml's ``[scenario]``."""
+    """Scenario ``name`` (file ``<name>.toml``) merged over default.toml's ``[scenario]``; both files are
+    checked first (:data:`SCENARIO_SCHEMA`), then the merged scenario; UsageError naming file: key."""
     d = Path(directory) if directory is not None else SCENARIO_DIR
     path = d / f"{name}.toml"
     if not path.is_file():
-        raise ValueError(f"`--scenario` must be one of {list_scenarios(d)}; got {name!r} (no file {path})")
-    base = read_toml(d / DEFAULT_FILE, "scenario file").get("scenario", {})
-    raw = overlay(base, read_toml(path, "scenario file"))  # not strict (yet): unknown keys are kept
-    return scenario_from_dict(name, raw)
+        raise UsageError(f"`--scenario` must be one of {list_scenarios(d)}; got {name!r} (no file {path})")
+    base = read_defaults(d).get("scenario", {})
+    own = read_toml(path, "scenario file")
+    validate(own, SCENARIO_SCHEMA, str(path), free=_free({**base, **own}))
+    raw = overlay(base, own)
+    _check_merged(raw, str(path))
+    try:
+        sc = scenario_from_dict(name, raw)
+        if sc.exact:
+            sc.build()  # the n-gram pair's own checks (e.g. a disjoint draft needs support < vocab_size)
+    except (KeyError, ValueError) as e:
+        raise UsageError(f"{path}: {e if isinstance(e, ValueError) else f'lacks the key {e.args[0]!r}'}") from None
+    return sc
+
+
+def _check_merged(raw: dict, source: str) -> None:
+    """The checks that need the scenario merged over the defaults (ids against the vocabulary size, the
+    key a draft kind needs, J <= N)."""
+    if raw.get("builder", "ngram") == "ngram":
+        V = raw.get("target", {}).get("vocab_size")
+        if V is None:
+            fail(source, "target.vocab_size", None, "an integer >= 2 (the n-gram target's vocabulary size)")
+        eos = raw.get("eos_token_id", -1)
+        if not -1 <= eos < V:
+            fail(source, "eos_token_id", eos, f"a token id in [0, vocab_size = {V}), or -1 for no EOS")
+        prompt = raw.get("prompt", [0])
+        if any(t >= V for t in prompt):
+            fail(source, "prompt", prompt, f"a non-empty list of token ids in [0, vocab_size = {V})")
+        support = raw["target"].get("support", 0)
+        if support > V:
+            fail(source, "target.support", support, f"an integer in [0, vocab_size = {V}] (0: all)")
+        kind = raw.get("draft", {}).get("kind", "noisy")
+        need = DRAFT_NEEDS.get(kind)
+        if need and need not in raw.get("draft", {}):
+            fail(source, f"draft.{need}", None, f"set for draft.kind = {kind!r}")
+    J, N = raw.get("joint_tokens", 0), raw.get("max_new_tokens", 2)
+    if J > N:
+        fail(source, "joint_tokens", J, f"an integer in [0, max_new_tokens = {N}]")
 
 
 def scenario_from_dict(name: str, raw: dict[str, Any]) -> Scenario:

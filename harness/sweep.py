@@ -34,6 +34,8 @@ from harness.fingerprint import code_fingerprint, fingerprint, short
 from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_parquet, metadata
 from harness.sweep_suites import SUITES, Cell
 from harness.sweep_tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
+from harness.errors import UsageError
+from harness.options import check_option, check_out, check_unique
 from specimpl.errors import check_arg
 
 __all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "cell_key", "store_cell", "finalize",
@@ -46,29 +48,56 @@ DEFAULT_CONFIG = SWEEP_DIR / "default.toml"
 def _read(path: Path) -> dict:
     path = Path(path)
     if path.suffix == ".json" and path.is_file():
-        return json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise UsageError(f"`--config` {str(path)!r} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"`--config` {str(path)!r} must hold a JSON object; got {type(data).__name__}")
+        return data
     return read_toml(path, "`--config`")
 
 
-def _check(cfg: dict) -> None:
-    bad = [s for s in cfg["suites"] if s not in SUITES]
-    check_arg(not bad, "suites", cfg["suites"], f"a list drawn from {list(SUITES)}")
-    check_arg(cfg["device"] in ("cpu", "cuda") or str(cfg["device"]).startswith("cuda:"), "device", cfg["device"],
-              "'cpu' or 'cuda'")
-    if str(cfg["device"]).startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError("`device` is 'cuda' but torch.cuda.is_available() is False on this machine")
-    for name, suite in SUITES.items():
-        suite.check(cfg[name])
+def _check(cfg: dict, source: str = "the sweep config") -> None:
+    """The whole config, before any cell runs; UsageError naming ``source`` and the key."""
+    try:
+        check_arg(isinstance(cfg["suites"], list) and len(cfg["suites"]) > 0, "suites", cfg["suites"],
+                  f"a non-empty list drawn from {list(SUITES)}")
+        bad = [s for s in cfg["suites"] if s not in SUITES]
+        check_arg(not bad, "suites", cfg["suites"], f"a list drawn from {list(SUITES)}")
+        dup = sorted({s for s in cfg["suites"] if cfg["suites"].count(s) > 1})
+        check_arg(not dup, "suites", cfg["suites"], "a list naming each suite once")
+        check_arg(isinstance(cfg["name"], str) and cfg["name"] and "/" not in cfg["name"], "name", cfg["name"],
+                  "a non-empty folder name")
+        check_arg(isinstance(cfg["seed"], int) and not isinstance(cfg["seed"], bool) and cfg["seed"] >= 0, "seed",
+                  cfg["seed"], "an integer >= 0")
+        check_arg(isinstance(cfg["threads"], int) and not isinstance(cfg["threads"], bool) and cfg["threads"] >= 1,
+                  "threads", cfg["threads"], "an integer >= 1")
+        check_arg(cfg["device"] in ("cpu", "cuda") or str(cfg["device"]).startswith("cuda:"), "device", cfg["device"],
+                  "'cpu' or 'cuda'")
+        if str(cfg["device"]).startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError("`device` is 'cuda' but torch.cuda.is_available() is False on this machine")
+        for name, suite in SUITES.items():
+            suite.check(cfg[name])
+    except UsageError:
+        raise
+    except (ValueError, TypeError, KeyError) as e:
+        msg = f"lacks the key {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+        raise UsageError(f"{source}: {msg}") from None
 
 
 def load_config(path: Optional[Path] = None, overrides: Optional[dict] = None) -> dict:
-    """The default config, overlaid with ``path`` (TOML or JSON) and then ``overrides``; unknown keys are errors."""
+    """The default config, overlaid with ``path`` (TOML or JSON) and then ``overrides``; every key and value
+    checked (UsageError, a ValueError, naming the file and key)."""
     cfg = read_toml(DEFAULT_CONFIG, "sweep file")
+    sources = [str(DEFAULT_CONFIG)]
     if path is not None and Path(path).resolve() != DEFAULT_CONFIG.resolve():
         cfg = overlay(cfg, _read(path), strict=True, source=str(path))
+        sources = [str(path)]
     if overrides:
-        cfg = overlay(cfg, overrides, strict=True, source="the overrides")
-    _check(cfg)
+        cfg = overlay(cfg, overrides, strict=True, source="the command line")
+        sources.append("the command line")
+    _check(cfg, " + ".join(sources))
     return cfg
 
 
@@ -256,15 +285,29 @@ def _print_fidelity(fidelity_: dict) -> None:
                   f"{f['measured_model']['median']:.1%} worst {f['measured_model']['worst']:.1%}", file=sys.stderr)
 
 
-def run(args) -> int:
+def _overrides(args) -> dict:
+    """The config keys the options override; UsageError naming the option."""
     over = {}
-    if args.device:
+    if args.device is not None:
+        check_option(bool(args.device.strip()), "--device", args.device, "'cpu', 'cuda' or 'cuda:N'")
         over["device"] = args.device
-    if args.suites:
-        over["suites"] = [s.strip() for s in args.suites.split(",") if s.strip()]
-    cfg = load_config(args.config, over)
+    if args.suites is not None:
+        suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+        check_option(bool(suites) and all(s in SUITES for s in suites), "--suites", args.suites,
+                     f"a comma-separated list drawn from {','.join(SUITES)}")
+        check_unique(suites, "--suites")
+        over["suites"] = suites
+    return over
+
+
+def run(args) -> int:
+    check_out(args.out)
+    cfg = load_config(args.config, _overrides(args))
+    try:
+        cells = plan(cfg)  # the whole plan, before the first cell
+    except ValueError as e:
+        raise UsageError(f"{args.config}: {e}") from None
     out = Path(args.out) if args.out else RESULTS / "sweep" / cfg["name"]
-    cells = plan(cfg)
     code = code_fingerprint()
     current = {c.id for c in cells if _is_current(out, c, cfg, code)}
     stale = [c for c in cells if c.id not in current and _cell_path(out, c).exists()]

@@ -107,7 +107,7 @@ def test_uninstrumented_lossless_sampler_passes(scen_dir, tmp_path):
 
 
 def test_sampler_with_wrong_output_fails_with_reason(scen_dir, tmp_path):
-    assert _verify(scen_dir, tmp_path / "w", "--sampler", f"{HERE}:wrong_shape_generate") == 1
+    assert _verify(scen_dir, tmp_path / "w", "--sampler", f"{HERE}:wrong_shape_generate") == 3  # failed, not lossy
     runs = pd.read_csv(tmp_path / "w" / "runs.csv", comment="#")
     assert "shape (B, max_new_tokens)" in runs.verdict.iloc[0]
 
@@ -136,7 +136,8 @@ def test_bad_scenario_and_draws_exit_2(capsys, scen_dir, tmp_path):
 
 
 def test_load_sampler_resolves_module_function():
-    assert load_sampler("specimpl.speculative:speculative_generate") is speculative_generate
+    fn = load_sampler("specimpl.speculative:speculative_generate")
+    assert fn.__wrapped__ is speculative_generate and fn.failures == []  # wrapped by guard_sampler
 
 
 def test_default_settings_meet_the_budget():

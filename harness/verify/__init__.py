@@ -26,8 +26,10 @@ after a rejection must be caught; a draft cache that is never rolled back, lossl
 catalogue.  The report (``results/verify/``) holds the table of tests, a markdown summary, the
 per-position observed/expected tables and PIT histograms, and figures drawn from those tables.
 
-Exit status: 0 when every scenario is judged lossless and (without ``--sampler``) every buggy control
-is caught and every lossless control passes; 1 otherwise; 2 for bad arguments.
+Exit status (:mod:`harness.errors`): 0 when every scenario is judged lossless and (without ``--sampler``)
+every buggy control is caught and every lossless control passes; 1 otherwise; 2 for bad arguments or
+scenario files (before any work); 3 when the sampler under test failed (raised, exited, returned
+malformed output; traceback in ``<out>/error.log``); 130 when interrupted.
 
 One module per step:
 

@@ -1,8 +1,9 @@
 """`python -m harness verify`: its options, their checks, and the run they start.
 
-Bad arguments (an unknown scenario, a malformed ``--sampler``, too few draws, contradicting flags) print
-one line naming the option and exit with status 2; otherwise :func:`harness.verify.verify` runs and the
-exit status is 0 when everything passed, 1 otherwise.
+Bad arguments (an unknown scenario, a malformed ``--sampler``, too few draws, contradicting flags, a bad
+scenario file) raise :class:`harness.errors.UsageError` before any work (exit 2, one line naming the
+option or ``file: key``); otherwise :func:`harness.verify.verify` runs and the exit status is 0 when
+everything passed, 1 otherwise, 3 when the sampler under test failed (:func:`sampler_failure`).
 """
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ from typing import Callable, Optional
 
 import torch
 
-from harness.config import RESULTS, read_toml
+from harness.config import RESULTS, overlay, read_toml
+from harness.errors import UsageError
+from harness.options import check_option, check_out, check_seed, check_threads, check_unique
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.pipeline import verify
-from harness.verify.sampler import load_sampler
+from harness.verify.sampler import load_sampler, sampler_failure
 
-__all__ = ["add_arguments", "run", "fail_args", "with_threads"]
+__all__ = ["add_arguments", "run", "fail_args", "with_threads", "check_common", "real_model_spec"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -57,8 +60,16 @@ def add_common_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def fail_args(command: str, msg: str) -> int:
-    print(f"python -m harness {command}: error: {msg}", file=sys.stderr)
+    print(f"python -m harness {command}: error: {' '.join(str(msg).split())}", file=sys.stderr)
     return 2
+
+
+def check_common(args) -> None:
+    """The options of :func:`add_common_arguments` (and ``--seed``, ``--out`` where present); UsageError."""
+    check_threads(args.threads)
+    check_seed(getattr(args, "seed", None))
+    check_out(getattr(args, "out", None))
+    check_option(Path(args.scenario_dir).is_dir(), "--scenario-dir", str(args.scenario_dir), "an existing folder")
 
 
 def with_threads(threads: int, fn: Callable):
@@ -82,28 +93,39 @@ class _Choice:
 
 
 def _choose(args) -> _Choice:
-    """The options, checked; ValueError (naming the option) when they are bad."""
-    settings = load_settings(args.scenario_dir)
-    sampler = load_sampler(args.sampler) if args.sampler else None
+    """The options, checked; UsageError (naming the option or file: key) when they are bad."""
+    check_common(args)
+    check_unique(args.scenario, "--scenario")
     for name, v in (("--draws", args.draws), ("--control-draws", args.control_draws),
                     ("--real-model-sequences", args.real_model_sequences)):
-        if v is not None and v < 2:
-            raise ValueError(f"`{name}` must be an integer >= 2; got {v!r}")
+        check_option(v is None or v >= 2, name, v, "an integer >= 2")
+    settings = load_settings(args.scenario_dir)
+    sampler = load_sampler(args.sampler) if args.sampler else None
     names = args.scenario or list(settings.scenarios)
-    rm_spec = load_real_model_spec(read_toml(Path(args.scenario_dir) / "default.toml", "scenario file").get("real_model"))
+    rm_spec = real_model_spec(Path(args.scenario_dir) / "default.toml")
     explicit_rm = REAL_MODEL_SCENARIO in names
     names = [n for n in names if n != REAL_MODEL_SCENARIO]
     use_rm = explicit_rm if args.scenario else rm_spec.enabled
     if args.no_real_model:
         if explicit_rm:
-            raise ValueError(f"`--scenario` {REAL_MODEL_SCENARIO!r} contradicts `--no-real-model`")
+            raise UsageError(f"`--scenario` {REAL_MODEL_SCENARIO!r} contradicts `--no-real-model`")
         use_rm = False
     scenarios = [load_scenario(n, args.scenario_dir) for n in names]
     inexact = [s.name for s in scenarios if not s.exact]
     if inexact:
-        raise ValueError(f"`--scenario` {inexact} use a model builder without an exact law; this battery needs "
+        raise UsageError(f"`--scenario` {inexact} use a model builder without an exact law; this battery needs "
                          "builder 'ngram' (real-model pairs: python -m harness pit)")
     return _Choice(settings, sampler, scenarios, rm_spec if use_rm else None)
+
+
+def real_model_spec(path: Path, overrides: Optional[dict] = None) -> RealModelSpec:
+    """The ``[real_model]`` table of default.toml ``path`` (with ``overrides`` laid over it), checked;
+    UsageError naming the file and key."""
+    raw = read_toml(path, "scenario file").get("real_model") or {}
+    try:
+        return load_real_model_spec(overlay(raw, overrides or {}))
+    except ValueError as e:
+        raise UsageError(f"{path}: {e}") from None
 
 
 def _slug(s: str) -> str:
@@ -111,14 +133,19 @@ def _slug(s: str) -> str:
 
 
 def run(args) -> int:
+    """Exit status 0 (passed), 1 (lossy); UsageError (2) before any work, SamplerError (3) when the
+    sampler under test failed (the report is written first)."""
     try:
         ch = _choose(args)
-    except ValueError as e:  # bad arguments or scenario files: clear message, status 2
-        return fail_args("verify", str(e))
+    except UsageError:
+        raise
+    except ValueError as e:  # a check elsewhere (scenario settings, real-model table) that names its key
+        raise UsageError(str(e)) from None
     if args.out is not None:
         out = args.out
     else:
         out = RESULTS / "verify" / "custom" / _slug(args.sampler) if args.sampler else RESULTS / "verify"
+    (Path(out) / "error.log").unlink(missing_ok=True)  # a failure log of an earlier run is not this run's
     res = with_threads(args.threads, lambda: verify(
         sampler=ch.sampler, sampler_label=args.sampler or "reference", scenarios=ch.scenarios, settings=ch.settings,
         draws=args.draws, control_draws=args.control_draws, seed=args.seed, full=args.full,
@@ -126,4 +153,8 @@ def run(args) -> int:
         progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
         real_model_sequences=args.real_model_sequences))
     print(res.console, file=sys.stderr)
+    failure = sampler_failure(res.verdicts, ch.sampler)
+    if failure is not None:
+        args.failure_dir = out
+        raise failure
     return 0 if res.passed else 1

@@ -15,7 +15,8 @@ drawn (:mod:`harness.verify.draw`), put in one family with a Holm adjustment at 
 
 Roles: the reference and ``--sampler`` samplers and the lossless controls must pass, the bugs of
 ``specimpl.hf_bugs.HF_BUGS`` must be caught, transformers' assisted generation is a *peer*: reported,
-not judged.  Exit status 0 when every run is as its role requires, 1 otherwise, 2 for bad arguments.
+not judged.  Exit status 0 when every run is as its role requires, 1 otherwise, 2 for bad arguments, 3
+when the reference or a ``--sampler`` failed, 130 when interrupted (:mod:`harness.errors`).
 The report goes to ``results/hf/pit/`` (``--out``); an interrupted run resumes from its finished draws.
 """
 from __future__ import annotations
@@ -27,15 +28,17 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.config import RESULTS, overlay, read_toml
-from harness.realmodel import RealModelSpec, load_real_model_spec
+from harness.config import RESULTS
+from harness.realmodel import RealModelSpec
 from harness.scenarios import load_settings
-from harness.verify.cli import add_common_arguments, fail_args, with_threads
+from harness.errors import UsageError
+from harness.options import check_option, check_unique
+from harness.verify.cli import add_common_arguments, check_common, real_model_spec, with_threads
 from harness.verify.draw import RunState, draw_all
 from harness.verify.family import family_config
 from harness.verify.pipeline import VerifyResult, conclude, real_model_config
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, real_model_seed
-from harness.verify.sampler import load_sampler
+from harness.verify.sampler import load_sampler, sampler_failure
 
 __all__ = ["add_arguments", "run", "catalogue", "pit"]
 
@@ -100,11 +103,10 @@ def _entries(args) -> list[tuple[str, str, Callable, int]]:
 
 def _spec(args) -> RealModelSpec:
     """default.toml's ``[real_model]`` with the options' overrides (checked as that table is)."""
-    raw = read_toml(Path(args.scenario_dir) / "default.toml", "scenario file").get("real_model") or {}
-    raw = overlay(raw, {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("k", args.k)) if v is not None})
+    over = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("k", args.k)) if v is not None}
     if args.temperature is not None:
-        raw = overlay(raw, {"sampling": {"temperature": args.temperature}})
-    return load_real_model_spec(raw)
+        over["sampling"] = {"temperature": args.temperature}
+    return real_model_spec(Path(args.scenario_dir) / "default.toml", over)
 
 
 def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, out: Optional[Path] = None,
@@ -130,17 +132,28 @@ def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, o
 
 
 def run(args) -> int:
+    """Exit 0 / 1 by the runs' roles; UsageError (2) before any work; SamplerError (3) when the reference
+    or a ``--sampler`` failed (the report is written first)."""
+    check_common(args)
+    check_unique(args.sampler, "--sampler")
+    check_unique(args.only, "--only")
+    if args.alpha is not None:
+        check_option(0 < args.alpha < 1, "--alpha", args.alpha, "a number in (0, 1)")
+    settings = load_settings(args.scenario_dir)
+    if args.alpha is not None:
+        settings = dataclasses.replace(settings, family_alpha=args.alpha)
     try:
-        settings = load_settings(args.scenario_dir)
-        if args.alpha is not None:
-            if not 0 < args.alpha < 1:
-                raise ValueError(f"`--alpha` must be a number in (0, 1); got {args.alpha!r}")
-            settings = dataclasses.replace(settings, family_alpha=args.alpha)
-        entries, spec = _entries(args), _spec(args)
+        entries = _entries(args)
     except ValueError as e:
-        return fail_args("pit", str(e))
+        raise UsageError(str(e)) from None
+    spec = _spec(args)
+    (Path(args.out) / "error.log").unlink(missing_ok=True)  # a failure log of an earlier run is not this run's
     res = with_threads(args.threads, lambda: pit(entries, spec, settings, seed=args.seed, out=args.out,
                                                  fresh=args.fresh, figures=not args.no_figures,
                                                  progress=not args.no_progress))
     print(res.console, file=sys.stderr)
+    samplers = [fn for _, role, fn, _ in entries if role in UNDER_TEST]
+    failure = sampler_failure(res.verdicts, samplers[0] if len(samplers) == 1 else None)
+    if failure is not None:
+        raise failure
     return 0 if res.passed else 1

@@ -6,29 +6,46 @@ A *sampler* is any callable with the signature of :func:`specimpl.speculative_ge
 
 :func:`load_sampler` is the one place that imports a user's sampler (``python -m harness verify`` and
 ``python -m harness pit`` both use it); :func:`check_output` is the one check of a call's ``tokens``.
+
+A loaded sampler is wrapped by :func:`guard_sampler`: a ``SystemExit``, or a ``KeyboardInterrupt`` that
+is not the user's Ctrl-C, raised inside a call becomes a :class:`SamplerCallError` (an ordinary
+exception, so the run records it as the sampler's failure), and every failed call's traceback is kept
+(``wrapper.failures``) for the error log.  :func:`sampler_failure` turns a finished run's verdicts
+into the :class:`harness.errors.SamplerError` (exit 3) when a sampler under test failed.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import inspect
+import traceback
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
+from harness.errors import SamplerError, UsageError, user_interrupted
 from specimpl.speculative import PAD
 
-__all__ = ["load_sampler", "check_output", "SamplerSpecError", "SamplerOutputError"]
+__all__ = ["load_sampler", "check_output", "guard_sampler", "sampler_failure", "SamplerSpecError",
+           "SamplerOutputError", "SamplerCallError", "SIGNATURE"]
+
+SIGNATURE = "fn(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator)"
 
 _FORMS = "'package.module:function' or 'path/to/file.py:function'"
 
 
-class SamplerSpecError(ValueError):
-    """Bad ``--sampler`` value."""
+class SamplerSpecError(UsageError):
+    """Bad ``--sampler`` value (exit 2)."""
 
 
 class SamplerOutputError(RuntimeError):
     """A sampler call returned something other than the documented ``GenerationResult``."""
+
+
+class SamplerCallError(RuntimeError):
+    """A sampler call ended in ``SystemExit`` or in a ``KeyboardInterrupt`` of its own."""
 
 
 def load_sampler(spec: str) -> Callable:
@@ -43,7 +60,67 @@ def load_sampler(spec: str) -> Callable:
                                f"(no attribute {fn_name!r})")
     if not callable(fn):
         raise SamplerSpecError(f"`--sampler` must name a callable; got {spec!r} ({type(fn).__name__})")
-    return fn
+    _check_signature(fn, spec)
+    return guard_sampler(fn)
+
+
+def _check_signature(fn: Callable, spec: str) -> None:
+    """Refuse a callable that cannot take the documented call (when its signature can be read)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins and the like: left to the call itself
+        return
+    try:
+        sig.bind(None, None, None, k=1, max_new_tokens=2, config=None, eos_token_id=None, generator=None)
+    except TypeError as e:
+        raise SamplerSpecError(f"`--sampler` {spec!r} must accept {SIGNATURE}; its signature is "
+                               f"{getattr(fn, '__name__', 'fn')}{sig} ({e})") from None
+
+
+def guard_sampler(fn: Callable) -> Callable:
+    """``fn`` wrapped so that SystemExit and a sampler's own KeyboardInterrupt raise
+    :class:`SamplerCallError`; every failed call's (summary, traceback) is appended to ``.failures``."""
+    if hasattr(fn, "failures"):
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            if user_interrupted():
+                raise
+            call.failures.append(("the sampler raised KeyboardInterrupt (not a Ctrl-C of the user)",
+                                  traceback.format_exc()))
+        except SystemExit as e:
+            call.failures.append((f"the sampler called sys.exit({e.code!r})", traceback.format_exc()))
+        except Exception as e:
+            call.failures.append((f"{type(e).__name__}: {e}", traceback.format_exc()))
+            raise
+        raise SamplerCallError(call.failures[-1][0])
+
+    call.failures = []
+    return call
+
+
+def sampler_failure(verdicts, sampler: Optional[Callable] = None,
+                    roles=("reference", "sampler")) -> Optional[SamplerError]:
+    """The :class:`SamplerError` of the first run in ``verdicts`` (the rows of runs.csv) whose role is in
+    ``roles`` and that ended in an error (None when none did); ``sampler``'s recorded tracebacks (a
+    :func:`guard_sampler` wrapper) are its details."""
+    if verdicts is None or not len(verdicts) or "error" not in verdicts:
+        return None
+    bad = verdicts[verdicts.role.isin(roles) & verdicts.error.notna() & (verdicts.error.astype(str) != "")]
+    if not len(bad):
+        return None
+    row = bad.iloc[0]
+    first = " ".join(str(row.error).split())[:300]
+    more = f" (and {len(bad) - 1} more run(s))" if len(bad) > 1 else ""
+    summary = f"the sampler failed on scenario {row.scenario!r}{more}: {first}"
+    details = "\n".join(tb for _, tb in getattr(sampler, "failures", []))
+    if not details:
+        details = "\n".join(f"{r.run} on {r.scenario}: {r.error}" for r in bad.itertuples())
+    return SamplerError(summary, details)
 
 
 def _import_file(file_name: str, spec: str):
@@ -54,7 +131,7 @@ def _import_file(file_name: str, spec: str):
     mod = importlib.util.module_from_spec(ms)
     try:
         ms.loader.exec_module(mod)
-    except Exception as e:  # noqa: BLE001 - report any import-time failure of the user's file
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - report any import-time failure of the user's file
         raise SamplerSpecError(f"`--sampler`: importing {file_name!r} failed: {type(e).__name__}: {e}") from None
     return mod
 

@@ -1,0 +1,54 @@
+"""Checks of the command-line options every subcommand shares, before any work: each bad value raises a
+:class:`harness.errors.UsageError` (exit 2) naming the option, echoing the value and saying what is allowed."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Optional
+
+from harness.errors import UsageError
+
+__all__ = ["check_option", "check_seed", "check_threads", "check_out", "check_unique"]
+
+
+def check_option(ok: bool, option: str, value, allowed: str) -> None:
+    """Raise a UsageError naming ``option`` and its bad ``value`` unless ``ok``."""
+    if not ok:
+        raise UsageError(f"`{option}` must be {allowed}; got {value!r}")
+
+
+def check_seed(seed: Optional[int], option: str = "--seed") -> None:
+    check_option(seed is None or 0 <= seed < 2 ** 63, option, seed, "an integer in [0, 2**63)")
+
+
+def check_threads(threads: Optional[int], option: str = "--threads") -> None:
+    check_option(threads is None or threads >= 1, option, threads, "an integer >= 1")
+
+
+def check_out(path: Optional[Path], option: str = "--out", is_file: bool = False) -> None:
+    """``path`` (a folder, or with ``is_file`` a file) can be created and written: no part of it is a
+    regular file where a folder is needed, and its nearest existing folder is writable.  Creates nothing."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.exists() and (path.is_dir() if is_file else not path.is_dir()):
+        raise UsageError(f"`{option}` must be {'a file' if is_file else 'a folder'}; got {str(path)!r}, which is "
+                         f"{'a folder' if is_file else 'an existing file'}")
+    folder = path.parent if is_file else path
+    p = folder
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    what = "a file" if is_file else "a folder"
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"`{option}` must be {what} that can be created; got {str(path)!r}, but {str(p)!r} is a file")
+    if p.exists() and not os.access(p, os.W_OK | os.X_OK):
+        raise UsageError(f"`{option}` must be {what} that can be written; got {str(path)!r}, but {str(p)!r} "
+                         "is not writable")
+
+
+def check_unique(values: Optional[Iterable], option: str) -> None:
+    """A repeatable option names each value once."""
+    values = list(values or [])
+    dup = sorted({v for v in values if values.count(v) > 1})
+    if dup:
+        raise UsageError(f"`{option}` names {', '.join(map(repr, dup))} more than once; got {values}")
