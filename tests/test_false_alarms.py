@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from harness.battery import (AcceptancePlan, _acc_lengths, acceptance_notes, hoeffding_test, hotelling_test,
@@ -132,14 +132,14 @@ def legal_scenarios(draw):
 
 
 def _legal(sc) -> bool:
+    """Not on a float32 tie of top-p (verify refuses those above 1e-4; float32 rounding alone is ~1e-7)."""
     t, d = sc.build()
-    return max(warp_mismatch(t, sc.config), warp_mismatch(d, sc.config)) <= 1e-9
+    return max(warp_mismatch(t, sc.config), warp_mismatch(d, sc.config)) <= 1e-6
 
 
 def _never_flagged(case):
     sc, draws, seed = case
-    if not _legal(sc):  # a float32 tie: verify refuses the scenario (not a legal one)
-        return
+    assume(_legal(sc))
     res = _run(sc, draws, seed)
     bad = res.table[res.table.reject]
     assert res.passed and bad.empty, f"{sc.describe()} draws {draws} seed {seed}:\n{bad.to_string()}"
