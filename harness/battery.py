@@ -31,7 +31,14 @@ Families of tests (row field ``family``; ``loss`` marks the tests whose rejectio
                   process; the accepted-length histogram against its exact expectation.  Rounds are not
                   independent, so both use the between-call variance (t / Hotelling T² over the
                   sampler calls of the run).  Not loss tests: a lossless sampler that accepts less
-                  than allowed is reported *inefficient*.
+                  than allowed is reported *inefficient*.  Valid at every size (:func:`plan_acceptance`,
+                  decided from the plan alone: k, N, the exact law, the call sizes): draft positions
+                  >= N are dropped (their drafts are never emitted; the report's plan notes say so) and
+                  accepted lengths >= N pooled; a count fixed under H0 is checked exactly from any
+                  number of calls; where the between-call tests lack data (one call, fewer calls than
+                  Hotelling's d + 2, or under :data:`MIN_EXPECTED_PER_CALL` of a coordinate's rarer
+                  outcome per call) the exact Hoeffding bound over the sequences
+                  (:func:`hoeffding_test`) replaces them.
 """
 from __future__ import annotations
 
