@@ -146,7 +146,7 @@ def _never_flagged(case):
     TRIED.append((sc.name, draws))
 
 
-@settings(max_examples=30, derandomize=True, deadline=None)
+@settings(max_examples=40, derandomize=True, deadline=None)
 @given(legal_scenarios())
 def test_reference_never_flagged_on_random_legal_scenarios(case):
     _never_flagged(case)
