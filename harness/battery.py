@@ -31,7 +31,14 @@ Families of tests (row field ``family``; ``loss`` marks the tests whose rejectio
                   process; the accepted-length histogram against its exact expectation.  Rounds are not
                   independent, so both use the between-call variance (t / Hotelling T² over the
                   sampler calls of the run).  Not loss tests: a lossless sampler that accepts less
-                  than allowed is reported *inefficient*.
+                  than allowed is reported *inefficient*.  Valid at every size (:func:`plan_acceptance`,
+                  decided from the plan alone: k, N, the exact law, the call sizes): draft positions
+                  >= N are dropped (their drafts are never emitted; the report's plan notes say so) and
+                  accepted lengths >= N pooled; a count fixed under H0 is checked exactly from any
+                  number of calls; where the between-call tests lack data (one call, fewer calls than
+                  Hotelling's d + 2, or under :data:`MIN_EXPECTED_PER_CALL` of a coordinate's rarer
+                  outcome per call) the exact Hoeffding bound over the sequences
+                  (:func:`hoeffding_test`) replaces them.
 """
 from __future__ import annotations
 
@@ -47,7 +54,8 @@ from harness import stats
 from harness.exact import ExactLaw
 
 __all__ = ["Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "plan_pit_value_tests",
-           "plan_von_neumann_tests", "ks_uniform_binned", "chunk_t_test", "hotelling_test", "chunk_t_min_detectable",
+           "plan_von_neumann_tests", "ks_uniform_binned", "chunk_t_test", "hotelling_test", "hoeffding_test",
+           "plan_acceptance", "AcceptancePlan", "acceptance_notes", "chunk_t_min_detectable",
            "chunk_t_n_for_deviation", "plan_chunks", "tv_interval", "clopper_pearson"]
 
 LOGPROB_FLOOR = -1e9  # log-probability given to sequences the target cannot produce (finite for KS/AD)
@@ -205,6 +213,30 @@ def hotelling_test(D, *, alpha: float, power: float, zero_dims=None) -> ChunkTRe
     lam = _ncf_noncentrality(d, C - d, float(alpha), float(power))
     mde = math.sqrt(lam / C)  # T²(C-d)/(d(C-1)) ~ F(d, C-d, λ) with λ = C δ'Σ⁻¹δ
     return ChunkTResult(t2, p, C, dev, mde, alpha, power, f"Hotelling T² over {C} sampler calls (d={d})")
+
+
+def hoeffding_test(total, n_sequences: int, width, *, scale: float, alpha: float, power: float,
+                   why: str = "") -> ChunkTResult:
+    """Exact (conservative) test that E[total] = 0 where ``total`` (d,) sums ``n_sequences`` independent
+    per-sequence deviations, coordinate j lying in an interval of length ``width[j]``: Hoeffding's
+    inequality P(|S_j| >= t) <= 2 exp(-2 t² / (n w_j²)) per coordinate, Bonferroni over the d coordinates.
+    Valid at every sample size (no asymptotics); the fallback of :func:`chunk_t_test` and
+    :func:`hotelling_test` where they are not.  ``scale`` is the expected count the deviation is a rate of
+    (``deviation`` = the S_j of largest size / scale; ``min_detectable`` likewise, the smallest rate deviation on one
+    coordinate that rejects with probability >= ``power``, by the same inequality)."""
+    S = np.atleast_1d(np.asarray(total, dtype=np.float64))
+    w = np.atleast_1d(np.asarray(width, dtype=np.float64))
+    d, n = S.size, int(n_sequences)
+    dev = float(S[np.argmax(np.abs(S))] / scale) if d and scale > 0 else 0.0  # signed: the largest deviation
+    if d == 0 or n < 1:
+        return ChunkTResult(0.0, 1.0, 0, dev, math.inf, alpha, power, "Hoeffding: nothing to test")
+    z = S / (w * math.sqrt(n))  # |S| / (w sqrt(n)); p_j = 2 exp(-2 z²)
+    p = float(min(1.0, d * 2.0 * math.exp(-2.0 * float(np.max(z * z)))))
+    reach = math.sqrt(math.log(2 * d / alpha) / 2) + math.sqrt(math.log(1 / (1 - power)) / 2)
+    mde = float(reach * w.max() * math.sqrt(n) / scale) if scale > 0 else math.inf
+    note = f"; {why}" if why else ""
+    return ChunkTResult(float(np.abs(z).max()), p, n, dev, mde, alpha, power,
+                        f"Hoeffding bound over {n} sequences (exact, conservative; d={d}){note}")
 
 
 def clopper_pearson(k: int, n: int, delta: float) -> tuple[float, float]:
@@ -453,23 +485,118 @@ def _pit_pairs(table, m):
     return ev
 
 
-def _acc_position(e, scale, exact_alpha, i):
+MIN_EXPECTED_PER_CALL = 20.0  # expected count per sampler call of a random acceptance coordinate's rarer
+                              # outcome before the between-call t / Hotelling tests are used (below it: the
+                              # exact Hoeffding bound; with >= 20 a call, equal totals in every call — zero
+                              # spread, which those tests read as a deviation — do not happen by chance)
+H0_TOL = 1e-12  # an exact rate within this of 0 or 1, or an expected count below it, is deterministic under H0
+
+
+@dataclass(frozen=True)
+class AcceptancePlan:
+    """How the acceptance-law tests of one run are made, decided from the plan alone (k, N, the exact law,
+    the sizes of the sampler calls) before any p-value is seen.
+
+    positions        draft positions tested (those < N; a draft at position >= N is never emitted)
+    cells            groups of accepted-length cells (n = 0..N-1 alone, n >= N pooled into one)
+    deterministic    every per-sequence count is fixed under H0 (all exact rates 0 or 1, no EOS)
+    calls            sequences per sampler call
+    notes            what was dropped or pooled, and why (for the report)"""
+
+    positions: tuple
+    cells: tuple
+    deterministic: bool
+    calls: tuple
+    notes: tuple
+
+
+def plan_acceptance(exact, k: int, n_tokens: int, eos, calls) -> AcceptancePlan:
+    """The :class:`AcceptancePlan` of a run with ``k`` drafts a round and ``n_tokens`` positions."""
+    tested = min(k, n_tokens)
+    cells = tuple((n,) for n in range(tested)) + ((tuple(range(tested, k + 1)),) if k >= n_tokens else ((k,),))
+    notes = tuple(acceptance_notes(k, n_tokens))
+    live = exact.reached > H0_TOL
+    a = exact.alpha[live]
+    det = eos is None and bool(np.all((a <= H0_TOL) | (a >= 1 - H0_TOL)))
+    return AcceptancePlan(tuple(range(tested)), cells, det, tuple(int(b) for b in calls), notes)
+
+
+def _rounds_bound(n_tokens: int, emitted: int) -> int:
+    """Most rounds per sequence that emit >= ``emitted`` tokens each (pre-truncation): the sequence ends
+    once N tokens are out, so (r - 1) * emitted < N."""
+    return -(-n_tokens // emitted)
+
+
+def _exact_zero_check(e, scale_mean: float, alpha: float, power: float) -> ChunkTResult:
+    """A count fixed under H0, from any number of calls: a deviation rejects outright."""
+    e = np.asarray(e, dtype=np.float64)
+    bad = bool(e.size and np.abs(e).max() > 1e-9 * max(1.0, scale_mean))
+    dev = float(e.sum() / max(scale_mean * e.size, 1e-300)) if e.size else 0.0
+    return ChunkTResult(math.inf if bad else 0.0, 0.0 if bad else 1.0, e.size, dev, 0.0 if not bad else math.inf,
+                        alpha, power, "deterministic under H0: exact check")
+
+
+def _acc_position(e, scale, exact_alpha, exact_reach, i, plan: AcceptancePlan, n_tokens: int):
+    C, n = e.size, sum(plan.calls)
+    deterministic = exact_reach <= H0_TOL or exact_alpha <= H0_TOL or exact_alpha >= 1 - H0_TOL
+    # the rarer outcome (accepted or rejected) per call: enough of it, and zero spread cannot happen by chance
+    per_call = min(plan.calls) * exact_reach * min(exact_alpha, 1 - exact_alpha) if plan.calls else 0.0
+    why = (f"{C} sampler call(s): the between-call t test needs >= 2" if C < 2 else
+           f"{per_call:.3g} accepted or rejected drafts expected per call < {MIN_EXPECTED_PER_CALL:g}")
+    asymptotic = C >= 2 and per_call >= MIN_EXPECTED_PER_CALL
+
     def ev(alpha, power, delta):
-        r = chunk_t_test(e, scale, alpha=alpha, power=power)
+        if C >= 2 and (deterministic or asymptotic):
+            r = chunk_t_test(e, scale, alpha=alpha, power=power)
+        elif deterministic:
+            r = _exact_zero_check(e, float(np.mean(scale)) if C else 0.0, alpha, power)
+        else:
+            r = hoeffding_test(e.sum(), n, _rounds_bound(n_tokens, i + 1), scale=n * exact_reach, alpha=alpha,
+                               power=power, why=why)
         measured = exact_alpha + r.deviation
         return _row(r.statistic, r.pvalue, r.min_detectable, "acceptance rate", r.method, n=int(np.sum(scale)),
                     expected=float(exact_alpha), observed=float(measured), direction=float(np.sign(r.deviation)))
     return ev
 
 
-def _acc_lengths(D, expected, observed, zero_dims):
+def _acc_lengths(D, expected, observed, exact_hist, plan: AcceptancePlan, n_tokens: int):
+    """Accepted-length histogram: Hotelling T² over the calls where valid (plan), else Hoeffding per cell."""
+    C = D.shape[0]
+    n = sum(plan.calls)
+    zero_dims = exact_hist <= H0_TOL
+    random = ~zero_dims & (not plan.deterministic)
+    d = int(random.sum())
+    rarer = np.minimum(exact_hist, exact_hist.sum() - exact_hist)[random]  # a cell's rounds, or the others
+    per_call = float(min(plan.calls) * rarer.min()) if d and plan.calls else math.inf
+    asymptotic = plan.deterministic or (C >= d + 2 and per_call >= MIN_EXPECTED_PER_CALL)
+    why = (f"{C} sampler call(s) for {d} random cells: Hotelling T² needs >= {d + 2}" if C < d + 2 else
+           f"{per_call:.3g} rounds expected per call in a cell < {MIN_EXPECTED_PER_CALL:g}")
+    widths = np.array([_rounds_bound(n_tokens, min(g) + 1) for g in plan.cells], np.float64)
+
+    def hoeff(alpha, power, note):
+        tot = D.sum(0)
+        if bool((np.abs(tot[zero_dims]) > 1e-9 * max(1.0, float(np.abs(D).max()))).any()):
+            return ChunkTResult(math.inf, 0.0, C, 0.0, 0.0, alpha, power, "a count that is 0 under H0 is not")
+        return hoeffding_test(tot[random], n, widths[random], scale=n, alpha=alpha, power=power, why=note)
+
     def ev(alpha, power, delta):
-        r = hotelling_test(D, alpha=alpha, power=power, zero_dims=zero_dims)
+        unit = "Mahalanobis shift per call"
+        if asymptotic:
+            r = hotelling_test(D, alpha=alpha, power=power, zero_dims=zero_dims)
+        else:
+            r, unit = hoeff(alpha, power, why), "rounds per sequence (one length)"
         low = float(np.dot(np.arange(len(observed)), observed) - np.dot(np.arange(len(expected)), expected))
-        return _row(r.statistic, r.pvalue, r.min_detectable, "Mahalanobis shift per call", r.method,
+        return _row(r.statistic, r.pvalue, r.min_detectable, unit, r.method,
                     expected=float(np.dot(np.arange(len(expected)), expected)),
                     observed=float(np.dot(np.arange(len(observed)), observed)), direction=float(np.sign(low)))
     return ev
+
+
+def _pool_cells(x: np.ndarray, cells: tuple) -> np.ndarray:
+    """Columns of x (..., k+1) summed over each group of ``cells`` (the identity when no group pools)."""
+    if all(len(g) == 1 for g in cells):
+        return x
+    return np.stack([x[..., list(g)].sum(-1) for g in cells], axis=-1)
 
 
 def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> list[TestSpec]:
@@ -506,19 +633,36 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> lis
                 specs.append(TestSpec("pit", name, None, True, _pit_pairs(acc.pit_pairs[start], acc.pair_bins)))
     usable = [c for c in acc.chunks if c[1].shape == (k,)]
     if usable and acc.calls_without_stats == 0 and law.Q is not None:
-        exact = law.acceptance_law(k)
-        Bc = np.array([c[0] for c in usable], np.float64)
-        reached = np.stack([c[1] for c in usable])  # (C, k)
-        accepted = np.stack([c[2] for c in usable])  # (C, k)
-        hist = np.stack([c[3] for c in usable])  # (C, k+1)
-        for i in range(k):
-            e = accepted[:, i] - exact.alpha[i] * reached[:, i]
-            specs.append(TestSpec("acceptance", "position", i, False,
-                                  _acc_position(e, reached[:, i], exact.alpha[i], i)))
-        D = hist - Bc[:, None] * exact.hist[None, :]  # (C, k+1)
-        specs.append(TestSpec("acceptance", "lengths", None, False,
-                              _acc_lengths(D, exact.hist / max(exact.rounds, 1e-300),
-                                           hist.sum(0) / max(hist.sum(), 1.0), exact.hist <= 1e-12)))
+        specs += _acceptance_specs(law, k, usable)
+    return specs
+
+
+def acceptance_notes(k: int, n_tokens: int) -> list[str]:
+    """What :func:`plan_tests` drops or pools of a run's acceptance tests, from k and N alone (the report's
+    notes)."""
+    if k <= n_tokens:
+        return []
+    return [f"dropped: acceptance at draft positions {n_tokens}..{k - 1} (a draft at position >= "
+            f"max_new_tokens {n_tokens} is never emitted); accepted lengths >= {n_tokens} pooled into one cell"]
+
+
+def _acceptance_specs(law: ExactLaw, k: int, usable: list) -> list[TestSpec]:
+    """The acceptance tests of a run whose sampler calls (``usable``) all returned SpecStats."""
+    exact = law.acceptance_law(k)
+    Bc = np.array([c[0] for c in usable], np.float64)
+    plan = plan_acceptance(exact, k, law.N, law.eos, Bc)
+    reached = np.stack([c[1] for c in usable])  # (C, k)
+    accepted = np.stack([c[2] for c in usable])  # (C, k)
+    hist = np.stack([c[3] for c in usable])  # (C, k+1)
+    specs = []
+    for i in plan.positions:
+        e = accepted[:, i] - exact.alpha[i] * reached[:, i]
+        specs.append(TestSpec("acceptance", "position", i, False,
+                              _acc_position(e, reached[:, i], exact.alpha[i], exact.reached[i], i, plan, law.N)))
+    D = _pool_cells(hist - Bc[:, None] * exact.hist[None, :], plan.cells)  # (C, cells)
+    specs.append(TestSpec("acceptance", "lengths", None, False,
+                          _acc_lengths(D, exact.hist / max(exact.rounds, 1e-300), hist.sum(0) / max(hist.sum(), 1.0),
+                                       _pool_cells(exact.hist, plan.cells), plan, law.N)))
     return specs
 
 

@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
-from harness.battery import TEST_COLUMNS, TestRow, TestSpec, plan_pit_value_tests, plan_tests, plan_von_neumann_tests
+from harness.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, plan_pit_value_tests, plan_tests,
+                             plan_von_neumann_tests)
 from harness.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import RunSet
 
-__all__ = ["PlannedTest", "FamilyLevels", "plan_family", "family_levels", "evaluate_family", "holm_adjust",
+__all__ = ["PlannedTest", "FamilyPlan", "FamilyLevels", "plan_family", "family_levels", "evaluate_family", "holm_adjust",
            "rows_table", "family_config"]
 
 
@@ -35,39 +36,54 @@ class PlannedTest:
     spec: TestSpec
 
 
+class FamilyPlan(list):
+    """The planned tests (a list of :class:`PlannedTest`) and ``notes``: the tests left out of the family
+    by the plan alone (sizes, reachable positions), with the reason, e.g. ``dropped: acceptance at draft
+    positions 8..31 ...`` (see :func:`harness.battery.acceptance_notes`)."""
+
+    def __init__(self, tests=(), notes=()):
+        super().__init__(tests)
+        self.notes = tuple(notes)
+
+
 @dataclass(frozen=True)
 class FamilyLevels:
     """``n_tests`` tests: each planned at ``alpha_each`` = family_alpha / n_tests; ``n_bounds`` confidence
-    bounds, each at miss probability ``delta_each`` = (1 - tv_confidence) / n_bounds."""
+    bounds, each at miss probability ``delta_each`` = (1 - tv_confidence) / n_bounds; ``notes``: what the
+    plan left out, and why."""
 
     n_tests: int
     n_bounds: int
     alpha_each: float
     delta_each: float
+    notes: tuple = ()
 
 
-def plan_family(rs: RunSet) -> list[PlannedTest]:
+def plan_family(rs: RunSet) -> FamilyPlan:
     """Every test of every run of ``rs`` that drew without error, in report order."""
-    plan = []
+    plan, notes = [], []
     for r in rs.runs:
         if r.error is None:
             base = rs.baselines[r.scenario.name]
             plan += [PlannedTest(r.label, r.role, r.scenario.name, ts)
                      for ts in plan_tests(r.acc, base.acc if base.error is None else None, r.scenario.k)]
+            if r.scenario.exact:
+                notes += [f"{r.label} on {r.scenario.name}: {n}"
+                          for n in acceptance_notes(r.scenario.k, r.scenario.max_new_tokens)]
     for rr in rs.real_runs:
         if rr.error is None:
             plan += [PlannedTest(rr.label, rr.role, REAL_MODEL_SCENARIO, ts) for ts in plan_pit_value_tests(rr.draw.u)]
     for v in rs.vn:
         specs = plan_von_neumann_tests(v.draw.samples.numpy(), v.cdf, v.draw.proposed, v.draw.accepted, v.M)
         plan += [PlannedTest(v.label, v.role, v.scenario, ts) for ts in specs]
-    return plan
+    return FamilyPlan(plan, notes)
 
 
 def family_levels(plan: list[PlannedTest], settings) -> FamilyLevels:
     m = len(plan)
     n_bounds = sum(1 for p in plan if p.spec.wants_tv_bound)
     return FamilyLevels(m, n_bounds, settings.family_alpha / max(m, 1),
-                        (1 - settings.tv_confidence) / max(n_bounds, 1))
+                        (1 - settings.tv_confidence) / max(n_bounds, 1), tuple(getattr(plan, "notes", ())))
 
 
 def _evaluate(p: PlannedTest, levels: FamilyLevels, power: float) -> TestRow:
@@ -110,4 +126,4 @@ def family_config(settings, levels: FamilyLevels) -> dict:
     """The family's settings, as recorded in a report's provenance."""
     return {"family_alpha": settings.family_alpha, "power": settings.power, "tv_confidence": settings.tv_confidence,
             "n_tests": levels.n_tests, "alpha_bonferroni": levels.alpha_each, "tv_delta_each": levels.delta_each,
-            "settings": settings.raw}
+            "settings": settings.raw, **({"plan_notes": list(levels.notes)} if levels.notes else {})}

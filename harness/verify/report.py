@@ -169,7 +169,8 @@ def _budget(config, timing) -> list[str]:
                f"({timing['wall_real_model_s']:.0f} s incl. target scoring) " if timing.get("tokens_real_model") else "")
             + f"+ {timing['von_neumann_proposals']:,} von Neumann proposals, in **{timing['wall_total_s']:.0f} s** "
             f"(drawing {timing['wall_draw_s']:.0f} s = {tot / max(timing['wall_draw_s'], 1e-9) / 1e6:.2f} M "
-            f"tokens/s incl. statistics; tests {timing['wall_tests_s']:.0f} s).", ""]
+            f"tokens/s incl. statistics; tests {timing['wall_tests_s']:.0f} s).",
+            *(f"- Plan: {n}" for n in config.get("plan_notes", ())), ""]
 
 
 def _scenarios(main, table, runs, laws) -> list[str]:
