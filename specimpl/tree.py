@@ -42,7 +42,7 @@ from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, w
 from specimpl.speculative import PAD, GenerationResult, SpecStats
 from specimpl.tree_models import as_tree_model, check_parents
 
-__all__ = ["TokenTree", "verify_tree", "TreeSampler", "tree_generate", "tree_generate_without_replacement"]
+__all__ = ["TokenTree", "sibling_laws", "verify_tree", "TreeSampler", "tree_generate", "tree_generate_without_replacement"]
 
 
 # ------------------------------------------------------------------------------------------ trees
@@ -153,22 +153,49 @@ def as_token_tree(tree, k: int, n_drafts: int) -> TokenTree:
 
 
 # ---------------------------------------------------------------------------------- pure step
-def verify_tree(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, tree: TokenTree, u_accept: torch.Tensor,
-                u_final: torch.Tensor, *, replacement: bool = True):
+def sibling_laws(q: torch.Tensor, x: torch.Tensor, tree: TokenTree, replacement: bool = True) -> torch.Tensor:
+    """The law each node's token was drawn from.
+
+    q (B, 1+N, V) draft laws after [root, nodes] (the parents' laws);  x (B, N) node tokens.
+    Returns qc (B, N, V): with replacement qc_j = q_{parent(j)}; without replacement the parent's law
+    with the tokens of j's earlier siblings removed and renormalised (zeros when nothing is left; the
+    first sibling's law is the parent's, unchanged).
+    """
+    par = tree.parents_ext[1:].to(q.device)  # (N,) ext parent of each node
+    qc = q[:, par]  # (B, N, V)
+    if replacement:
+        return qc
+    rank = torch.from_numpy(tree.sibling_rank).to(q.device)  # (N,)
+    for j in (rank > 0).nonzero().squeeze(1).tolist():
+        earlier = ((par == par[j]) & (rank < rank[j])).nonzero().squeeze(1)  # (r,) j's earlier siblings
+        taken = torch.zeros_like(qc[:, j], dtype=torch.bool)  # (B, V)
+        tok = x[:, earlier]  # (B, r)
+        taken.scatter_(1, tok.clamp(min=0), tok >= 0)
+        left = q[:, par[j]].masked_fill(taken, 0.0)  # (B, V)
+        mass = left.sum(-1, keepdim=True)
+        qc[:, j] = torch.where(mass > 0, left / mass.clamp(min=torch.finfo(left.dtype).tiny), left)
+    return qc
+
+
+def verify_tree(p: torch.Tensor, qc: torch.Tensor, x: torch.Tensor, tree: TokenTree, u_accept: torch.Tensor,
+                u_final: torch.Tensor, *, rejection_update=None):
     """Recursive rejection sampling of one draft tree.
 
-    p (B, 1+N, V) target laws after [root, node 0..N-1];  q (B, 1+N, V) the draft laws the children of
-    [root, nodes] were drawn from (before removing earlier siblings; rows of leaves unused);
+    p (B, 1+N, V) target laws after [root, node 0..N-1];  qc (B, N, V) the law each node's token was
+    drawn from (:func:`sibling_laws`; a one-hot row for a token chosen deterministically);
     x (B, N) node tokens (-1: unused node, skipped);  u_accept (B, N);  u_final (B,).
+    Child j of the current node is accepted iff u_j qc_j(x_j) < r(x_j); a rejection updates
+    r <- norm(max(0, r - qc_j)).  The residual is carried unnormalised, r = R / Z, so the first test at a
+    node is u q(x) < p(x) exactly as in :func:`specimpl.speculative.verify_block`.
+    ``rejection_update(R, Z, q_j, x_j, rejected) -> (R, Z)`` replaces that update (for controls only).
     Returns n (B,) accepted drafts, path (B, D) the accepted nodes by depth (-1 past n), y (B,).
-    The residual is carried unnormalised, r = R / Z, so the first test at a node is u q(x) < p(x)
-    exactly as in :func:`specimpl.speculative.verify_block`.
     """
-    B, T, V = p.shape
+    B = p.shape[0]
+    update = rejection_update or _after_rejection
     kids = tree.children_table.to(p.device)  # (1+N, S)
     rows = torch.arange(B, device=p.device)
     cur = torch.zeros(B, dtype=torch.long, device=p.device)  # (B,) ext index of the current node
-    R, Z, Qs = p[:, 0].clone(), p.new_ones(B, 1), q[:, 0].clone()  # (B, V), (B, 1), (B, V)
+    R, Z = p[:, 0].clone(), p.new_ones(B, 1)  # (B, V), (B, 1)
     n = torch.zeros(B, dtype=torch.long, device=p.device)
     path = torch.full((B, tree.depth), -1, dtype=torch.long, device=p.device)
     searching = torch.ones(B, dtype=torch.bool, device=p.device)
@@ -182,33 +209,26 @@ def verify_tree(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, tree: TokenTr
             if not bool(live.any()):
                 continue
             t0 = tok.clamp(min=0).unsqueeze(1)  # (B, 1)
-            qx, rx = Qs.gather(1, t0).squeeze(1), R.gather(1, t0).squeeze(1)  # (B,)
+            q_j = qc[rows, node]  # (B, V)
+            qx, rx = q_j.gather(1, t0).squeeze(1), R.gather(1, t0).squeeze(1)  # (B,)
             acc = live & (qx > 0) & (u_accept[rows, node] * qx * Z.squeeze(1) < rx)
-            R, Z, Qs = _after_rejection(R, Z, Qs, t0, live & ~acc, replacement)
+            R, Z = update(R, Z, q_j, t0, live & ~acc)
             path[acc, d] = node[acc]
             n += acc
             moved |= acc
             cur = torch.where(acc, c, cur)
-            a = acc.unsqueeze(1)
-            R = torch.where(a, p[rows, cur], R)
-            Z = torch.where(a, torch.ones_like(Z), Z)
-            Qs = torch.where(a, q[rows, cur], Qs)
+            R = torch.where(acc.unsqueeze(1), p[rows, cur], R)
+            Z = torch.where(acc.unsqueeze(1), torch.ones_like(Z), Z)
         searching &= moved
     return n, path, sample_categorical(R, u_final)
 
 
-def _after_rejection(R, Z, Qs, t0, rej, replacement: bool):
-    """r <- norm(max(0, r - q_s)) as R <- max(0, R - Z q_s), Z <- sum R (kept if it would vanish: round-off);
-    without replacement also q_s <- norm(q_s with the rejected token removed)."""
-    R_new = (R - Z * Qs).clamp(min=0)  # (B, V)
+def _after_rejection(R, Z, q_j, t0, rejected):
+    """r <- norm(max(0, r - q_j)) as R <- max(0, R - Z q_j), Z <- sum R (kept if it would vanish: round-off)."""
+    R_new = (R - Z * q_j).clamp(min=0)  # (B, V)
     Z_new = R_new.sum(-1, keepdim=True)  # (B, 1)
-    ok = rej.unsqueeze(1) & (Z_new > 0)
-    R, Z = torch.where(ok, R_new, R), torch.where(ok, Z_new, Z)
-    if not replacement:
-        Q_ex = Qs.scatter(1, t0, 0.0)  # (B, V)
-        mass = Q_ex.sum(-1, keepdim=True)
-        Qs = torch.where(rej.unsqueeze(1) & (mass > 0), Q_ex / mass.clamp(min=torch.finfo(Q_ex.dtype).tiny), Qs)
-    return R, Z, Qs
+    ok = rejected.unsqueeze(1) & (Z_new > 0)
+    return torch.where(ok, R_new, R), torch.where(ok, Z_new, Z)
 
 
 # ------------------------------------------------------------------------- round-loop helpers
@@ -283,7 +303,7 @@ class TreeSampler:
     target scores [pending, all N nodes] in one ``forward_tree``; both commit [pending, accepted path].
 
     Subclass and override one of :meth:`warp_target`, :meth:`warp_draft`, :meth:`draw_children`,
-    :meth:`uniforms`, :meth:`verify` to build a variant (see ``harness.bugs_tree``).
+    :meth:`uniforms`, :meth:`proposal_laws`, :meth:`verify` to build a variant (see ``harness.bugs_tree``).
     """
 
     compact_below = 0.5  # as the reference sampler: keeps the uniforms' batch layout identical
@@ -315,8 +335,12 @@ class TreeSampler:
         u = torch.rand(A, 2 * N + 1, generator=generator, dtype=dtype, device=device)
         return u[:, :N], u[:, N:2 * N], u[:, 2 * N]
 
-    def verify(self, p, q, x, u_accept, u_final):
-        return verify_tree(p, q, x, self.tree, u_accept, u_final, replacement=self.replacement)
+    def proposal_laws(self, q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """q (A, 1+N, V) the parents' draft laws, x (A, N) -> (A, N, V) the law each token was drawn from."""
+        return sibling_laws(q, x, self.tree, self.replacement)
+
+    def verify(self, p, qc, x, u_accept, u_final):
+        return verify_tree(p, qc, x, self.tree, u_accept, u_final)
 
     @property
     def target_dtype(self):
@@ -408,11 +432,11 @@ class TreeSampler:
         t1 = time.perf_counter()
         p = self.warp_target(self.target.forward_tree(tstate, tokens, self.tree.parents_ext.to(dev)))  # (A, 1+N, V)
         t2 = time.perf_counter()
+        qc = self.proposal_laws(q, tokens[:, 1:])  # (A, N, V)
         if self.validate:
             check_probs("p", p)
-            internal = self.tree.children_table[:, 0] >= 0  # rows whose children were drawn
-            check_probs("q", q[:, internal.to(dev)])
-        n, path, y = self.verify(p, q, tokens[:, 1:], u_acc, u_fin)  # (A,), (A, D), (A,)
+            check_probs("qc", qc[tokens[:, 1:] >= 0])
+        n, path, y = self.verify(p, qc, tokens[:, 1:], u_acc, u_fin)  # (A,), (A, D), (A,)
         path_ext = torch.cat([torch.zeros_like(n).unsqueeze(1), (path + 1).clamp(min=0)], 1)  # (A, 1+D)
         self.target.commit_path(tstate, tokens, path_ext, n + 1)  # pending + the accepted path
         self.draft.commit_path(dstate, tokens, path_ext, n + 1)
