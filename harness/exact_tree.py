@@ -36,7 +36,8 @@ from specimpl.ngram import NGramModel, context_of, warped_table
 from specimpl.sampling import SamplingConfig
 from specimpl.tree import TokenTree, as_token_tree
 
-__all__ = ["RoundLaw", "pair_tables", "block_round_law", "tree_round_law", "acceptance_law", "ExactRounds"]
+__all__ = ["RoundLaw", "pair_tables", "block_round_law", "tree_round_law", "acceptance_law", "ExactRounds",
+           "MeanTest", "accepted_mean_test"]
 
 
 @dataclass(frozen=True)
@@ -284,3 +285,40 @@ class ExactRounds:
 
     def acceptance(self, law: RoundLaw) -> AcceptanceLaw:
         return acceptance_law(law, self.start, self.n_tokens)
+
+
+# ------------------------------------------------------------------ measured against exact
+@dataclass(frozen=True)
+class MeanTest:
+    """z test of the mean accepted drafts per round against the exact law (normal approximation, the
+    exact variance under H0): ``min_detectable`` is the |shift| detected with probability ``power``."""
+
+    mean: float
+    expected: float
+    z: float
+    pvalue: float
+    rounds: int
+    min_detectable: float
+    alpha: float
+    power: float
+
+
+def accepted_mean_test(hist_counts, probs, *, alpha: float = 1e-6, power: float = 0.99) -> MeanTest:
+    """``hist_counts`` (D+1,) rounds with n = 0..D accepted (iid rounds, e.g. one per sequence from one
+    context); ``probs`` (D+1,) their exact law (:meth:`RoundLaw.hist`)."""
+    from scipy import stats
+
+    c = np.asarray(hist_counts, dtype=np.float64)
+    pr = np.asarray(probs, dtype=np.float64)
+    check_arg(c.ndim == 1 and c.shape == pr.shape and c.sum() >= 2, "hist_counts", c.shape,
+              f"a histogram of shape {pr.shape} with at least 2 rounds")
+    check_arg(0 < alpha < 1 and 0 < power < 1, "alpha", (alpha, power), "alpha and power in (0, 1)")
+    n_vals = np.arange(c.size)
+    n = int(c.sum())
+    mean, mu = float(c @ n_vals / n), float(pr @ n_vals)
+    sd = float(np.sqrt(max(pr @ n_vals ** 2 - mu ** 2, 0.0)))
+    se = sd / np.sqrt(n)
+    z = (mean - mu) / se if se > 0 else (0.0 if mean == mu else np.inf)
+    p = float(2 * stats.norm.sf(abs(z)))
+    mdd = float((stats.norm.isf(alpha / 2) + stats.norm.isf(1 - power)) * se)
+    return MeanTest(mean, mu, float(z), p, n, mdd, alpha, power)

@@ -38,7 +38,8 @@ from specimpl.model import LanguageModel
 from specimpl.sampling import SamplingConfig, sample_categorical
 from specimpl.speculative import GenerationResult, SpeculativeSampler
 
-__all__ = ["verify_block_jointly", "block_weights", "BlockSampler", "block_generate"]
+__all__ = ["verify_block_jointly", "block_weights", "block_passes", "block_final_draw", "BlockSampler",
+           "block_generate"]
 
 
 def block_weights(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -60,6 +61,43 @@ def block_weights(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor) -> tuple[to
     return w, p_x, q_x
 
 
+def block_passes(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_accept: torch.Tensor,
+                 w: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(B, k) bool: eta_i < h_i for each position (p (B, k+1, V), q (B, k, V), x (B, k), u_accept (B, k)).
+
+    ``w`` (B, k) the weights to use (default :func:`block_weights`; controls pass others)."""
+    B, k, V = q.shape
+    w_true, p_x, q_x = block_weights(p, q, x)
+    w = w_true if w is None else w
+    passed = torch.empty(B, k, dtype=torch.bool, device=p.device)
+    if k > 1:
+        w_in = w[:, :k - 1]  # (B, k-1) w_1..w_{k-1}
+        R = (w_in.unsqueeze(-1) * p[:, 1:k] - q[:, 1:k]).clamp(min=0).sum(-1)  # (B, k-1) R_1..R_{k-1}
+        denom = R + (1 - w_in)  # (B, k-1)
+        # eta < R / denom without dividing; h = 1 (always passes) where denom is 0 (then p_{i+1} = q_{i+1}, w_i = 1)
+        passed[:, :k - 1] = torch.where(denom > 0, u_accept[:, :k - 1] * denom < R, torch.ones_like(R, dtype=torch.bool))
+    if w is w_true:  # eta_k < w_k = min(1, w_{k-1} p_k / q_k), evaluated as eta_k q_k < w_{k-1} p_k
+        w_before = w[:, k - 2] if k > 1 else torch.ones_like(w[:, 0])  # (B,) w_{k-1}
+        passed[:, k - 1] = (q_x[:, k - 1] > 0) & (u_accept[:, k - 1] * q_x[:, k - 1] < w_before * p_x[:, k - 1])
+    else:
+        passed[:, k - 1] = u_accept[:, k - 1] < w[:, k - 1]
+    return passed
+
+
+def block_final_draw(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor, tau: torch.Tensor,
+                     u_final: torch.Tensor) -> torch.Tensor:
+    """y (B,): from norm(max(0, w_tau p_{tau+1} - q_{tau+1})) when tau < k (w_0 = 1), from p_{k+1} when tau = k."""
+    B, k, V = q.shape
+    w_tau = torch.cat([torch.ones_like(w[:, :1]), w], 1).gather(1, tau.unsqueeze(1))  # (B, 1)
+    at = tau.view(B, 1, 1).expand(B, 1, V)  # (B, 1, V)
+    p_next = p.gather(1, at).squeeze(1)  # (B, V) p_{tau+1}
+    q_next = q.gather(1, at.clamp(max=k - 1)).squeeze(1)  # (B, V) q_{tau+1} (unused when tau = k)
+    residual = torch.where((tau < k).unsqueeze(-1), (w_tau * p_next - q_next).clamp(min=0), p_next)  # (B, V)
+    # empty only in round-off (w_tau p_next <= q_next everywhere); p_{tau+1} is then the right law
+    residual = torch.where(residual.sum(-1, keepdim=True) <= 0, p_next, residual)
+    return sample_categorical(residual, u_final)
+
+
 def verify_block_jointly(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_accept: torch.Tensor,
                          u_final: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Block verification of one round of k drafts (Sun et al. 2024, Algorithm 2).
@@ -68,27 +106,11 @@ def verify_block_jointly(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_ac
     u_accept (B, k) the uniforms eta_i;  u_final (B,) uniform of the final draw.
     Returns tau (B,) accepted drafts and y (B,) the round's final token.
     """
-    B, k, V = q.shape
-    w, p_x, q_x = block_weights(p, q, x)  # (B, k) each
-    passed = torch.empty(B, k, dtype=torch.bool, device=p.device)  # (B, k) eta_i < h_i
-    if k > 1:
-        w_in = w[:, :k - 1]  # (B, k-1) w_1..w_{k-1}
-        R = (w_in.unsqueeze(-1) * p[:, 1:k] - q[:, 1:k]).clamp(min=0).sum(-1)  # (B, k-1) R_1..R_{k-1}
-        denom = R + (1 - w_in)  # (B, k-1)
-        # eta < R / denom without dividing; h = 1 (always passes) where denom is 0 (then p_{i+1} = q_{i+1}, w_i = 1)
-        passed[:, :k - 1] = torch.where(denom > 0, u_accept[:, :k - 1] * denom < R, torch.ones_like(R, dtype=torch.bool))
-    w_before = w[:, k - 2] if k > 1 else torch.ones_like(w[:, 0])  # (B,) w_{k-1}
-    passed[:, k - 1] = (q_x[:, k - 1] > 0) & (u_accept[:, k - 1] * q_x[:, k - 1] < w_before * p_x[:, k - 1])
-    pos = torch.arange(1, k + 1, device=p.device)  # (k,)
-    tau = (passed * pos).amax(dim=1)  # (B,) largest passing position, 0 if none
-    w_tau = torch.cat([torch.ones_like(w[:, :1]), w], 1).gather(1, tau.unsqueeze(1))  # (B, 1) w_0 = 1
-    at = tau.view(B, 1, 1).expand(B, 1, V)  # (B, 1, V)
-    p_next = p.gather(1, at).squeeze(1)  # (B, V) p_{tau+1}
-    q_next = q.gather(1, at.clamp(max=k - 1)).squeeze(1)  # (B, V) q_{tau+1} (unused when tau = k)
-    residual = torch.where((tau < k).unsqueeze(-1), (w_tau * p_next - q_next).clamp(min=0), p_next)  # (B, V)
-    # empty only in round-off (w_tau p_next <= q_next everywhere); p_{tau+1} is then the right law
-    residual = torch.where(residual.sum(-1, keepdim=True) <= 0, p_next, residual)
-    return tau, sample_categorical(residual, u_final)
+    k = q.shape[1]
+    passed = block_passes(p, q, x, u_accept)  # (B, k)
+    tau = (passed * torch.arange(1, k + 1, device=p.device)).amax(dim=1)  # (B,) largest passing position, 0 if none
+    w, _, _ = block_weights(p, q, x)
+    return tau, block_final_draw(p, q, w, tau, u_final)
 
 
 class BlockSampler(SpeculativeSampler):
