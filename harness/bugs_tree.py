@@ -230,6 +230,7 @@ class TreeControl:
     scenario: str = "base"
     shows_when: str = "-"
     kwargs: dict = field(default_factory=dict)
+    quick_draws: int = 60_000  # sequences at which quick_law_check detects the bug (measured over 5 seeds)
 
     @property
     def must_be_caught(self) -> bool:
@@ -259,7 +260,7 @@ CATALOGUE: tuple[TreeControl, ...] = (
     TreeControl("block_token_residual", BlockTokenResidual, "lossy", "block",
                 "block acceptance but the recovered token drawn from the token-level residual max(0, p - q)",
                 "vllm-ascend issue #7807 / PR #7808 (sample_recovered_tokens ignored block_verify)",
-                shows_when="k >= 2 and rejections with w_tau < 1"),
+                shows_when="k >= 2 and rejections with w_tau < 1", quick_draws=150_000),
     TreeControl("block_first_failure_stop", BlockFirstFailureStop, "lossy", "block",
                 "block verification stopped at the first failed h-test (an accepted prefix) instead of the last pass",
                 "vllm-ascend PR #11985 (review comment marked critical proposing exactly this change)",
