@@ -13,7 +13,7 @@ from harness.bugs_tree import quick_law_check
 from harness.exact import ExactLaw
 from harness.exact_tree import ExactRounds, accepted_mean_test
 from harness.stats import accepted_length_gof
-from specimpl import NGramModel, SamplingConfig, noisy_draft, random_ngram, speculative_generate
+from specimpl import NGramModel, SamplingConfig, noisy_draft, random_ngram
 from specimpl.speculative import SpeculativeSampler, verify_block
 from specimpl.tree import (TokenTree, TreeSampler, sibling_laws, tree_generate, tree_generate_without_replacement,
                            verify_tree)
