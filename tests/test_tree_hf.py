@@ -95,8 +95,9 @@ def test_greedy_tree_sampling_equals_greedy_decoding(pair, kw):
     target, draft = pair
     prompts = tiny_pair_prompts(3, 24, seed=3, min_length=10)
     greedy = SamplingConfig(greedy=True)
-    ref = autoregressive_generate(target, prompts, max_new_tokens=20, config=greedy, eos_token_id=target.eos_token_id)
+    eos = target.config.eos_token_id  # the tiny pair's config names one id
+    ref = autoregressive_generate(target, prompts, max_new_tokens=20, config=greedy, eos_token_id=eos)
     out = tree_generate(target, draft, prompts, k=3, max_new_tokens=20, config=greedy,
-                        eos_token_id=target.eos_token_id, generator=torch.Generator().manual_seed(0), **kw)
+                        eos_token_id=eos, generator=torch.Generator().manual_seed(0), **kw)
     assert torch.equal(out.tokens, ref.tokens)
     assert out.stats.totals()["target_calls"] < 20  # several tokens per target call
