@@ -32,8 +32,8 @@ from harness.exact import ExactLaw
 from harness.stats import chi2_gof
 from specimpl.block import BlockSampler, block_final_draw, block_passes, block_weights, verify_block_jointly
 from specimpl.ngram import noisy_draft, random_ngram
+from specimpl.result import GenerationResult
 from specimpl.sampling import SamplingConfig, sample_categorical
-from specimpl.speculative import GenerationResult
 from specimpl.tree import TreeSampler, sibling_laws, verify_tree
 from specimpl.tree_models import SequentialTreeModel, TreeAdapter
 

@@ -35,8 +35,9 @@ from typing import Optional
 import torch
 
 from specimpl.model import LanguageModel
+from specimpl.result import GenerationResult
 from specimpl.sampling import SamplingConfig, sample_categorical
-from specimpl.speculative import GenerationResult, SpeculativeSampler
+from specimpl.speculative import SpeculativeSampler
 
 __all__ = ["verify_block_jointly", "block_weights", "block_passes", "block_final_draw", "BlockSampler",
            "block_generate"]

@@ -37,9 +37,12 @@ import numpy as np
 import torch
 
 from specimpl.errors import check_arg
-from specimpl.model import LanguageModel, Prompts, as_prompt_list, check_prompt_tensor, check_same_vocab
+from specimpl.inputs import check_generate_args, prompt_batch
+from specimpl.model import LanguageModel, Prompts, check_same_vocab
+from specimpl.result import PAD, GenerationResult, SpecStats
 from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
-from specimpl.speculative import PAD, GenerationResult, SpecStats
+from specimpl.speculative import _emit_round  # the reference round's emit rule; x may be (A, D) for any D
+from specimpl.timing import device_syncer
 from specimpl.tree_models import as_tree_model, check_parents
 
 __all__ = ["TokenTree", "sibling_laws", "verify_tree", "TreeSampler", "tree_generate", "tree_generate_without_replacement"]
@@ -232,63 +235,14 @@ def _after_rejection(R, Z, q_j, t0, rejected):
 
 
 # ------------------------------------------------------------------------- round-loop helpers
-def _check_common(k, max_new_tokens, config, eos_token_id, vocab_size) -> None:
-    """Argument checks shared by the samplers (the same rules as specimpl.speculative's)."""
-    check_arg(isinstance(max_new_tokens, int) and not isinstance(max_new_tokens, bool) and max_new_tokens >= 1,
-              "max_new_tokens", max_new_tokens, "an integer >= 1")
-    check_arg(isinstance(k, int) and not isinstance(k, bool) and k >= 1, "k", k, "an integer >= 1")
-    check_arg(isinstance(config, SamplingConfig), "config", config, "a specimpl.SamplingConfig")
-    if eos_token_id is not None:
-        check_arg(isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool)
-                  and 0 <= eos_token_id < vocab_size, "eos_token_id", eos_token_id,
-                  f"None or a token id in [0, {vocab_size})")
-
-
-def _prompt_batch(prompts: Prompts, vocab_size: int, device):
-    """Validated prompts for ``prefill`` (a tensor stays a tensor) and the last token of each (B,)."""
-    if torch.is_tensor(prompts):
-        pt = check_prompt_tensor(prompts, vocab_size)
-        return pt, pt[:, -1].to(device)
-    plist = as_prompt_list(prompts, vocab_size)
-    return plist, torch.tensor([p[-1] for p in plist], dtype=torch.long, device=device)
-
-
-def _emit_round(x, n, y, remaining, alive, eos_token_id):
-    """Host arrays: x (A, D) accepted path tokens, n (A,), y (A,), remaining (A,), alive (A,).
-    Returns emit (A, D+1) = x_1..x_n, y then PAD, cut at max_new_tokens and just after an EOS;
-    m (A,) tokens written; done (A,) the sequence ends this round."""
-    A, D = x.shape
-    j = np.arange(D + 1)
-    emit = np.concatenate([x, np.zeros((A, 1), x.dtype)], 1)  # (A, D+1)
-    emit[np.arange(A), n] = y
-    m = np.minimum(n + 1, remaining) * alive
-    done = m == remaining
-    if eos_token_id is not None:
-        is_eos = (emit == eos_token_id) & (j < m[:, None])
-        has_eos = is_eos.any(1)
-        m = np.where(has_eos, is_eos.argmax(1) + 1, m)
-        done = done | has_eos
-    emit[j >= m[:, None]] = PAD
-    return emit, m, done
-
-
-def _record(stats: SpecStats, r: int, A: int, hist: np.ndarray, emitted: int, nodes: int, draft_calls: int,
-            times: tuple, t_clock: dict) -> None:
-    """One round into ``stats`` the way SpecStats is filled by the reference sampler: hist (D+1,) rounds
-    with n = 0..D accepted among live sequences; ``drafted`` counts tree nodes."""
-    D = stats.k
-    stats.accepted_hist += hist
-    tail = np.cumsum(hist[::-1])[::-1]  # tail[i] = rounds with n >= i
-    stats.reached += tail[:D]
-    stats.accepted_at += tail[1:]
-    live = int(tail[0])
-    td, tt, ts = times
-    t_clock["draft"] += td
-    t_clock["target"] += tt
-    t_clock["sampler"] += ts
-    stats.rounds.append({"round": r, "batch": A, "sequence_rounds": live, "drafted": live * nodes,
-                         "accepted": int(tail[1:].sum()), "emitted": emitted, "target_calls": 1,
-                         "draft_calls": draft_calls, "t_draft": td, "t_target": tt, "t_sampler": ts})
+def _record(stats: SpecStats, A: int, hist: np.ndarray, emitted: int, nodes: int, times: tuple, t_clock: dict) -> None:
+    """One round into ``stats`` (:meth:`SpecStats.add_round`, k = the tree's depth D: hist (D+1,) rounds
+    with n = 0..D accepted among live sequences) and into the phase clock; ``drafted`` counts tree
+    nodes (N per live sequence), not D."""
+    stats.add_round(A, hist, emitted, *times)
+    stats.rounds[-1]["drafted"] = int(hist.sum()) * nodes
+    for phase, t in zip(("draft", "target", "sampler"), times):
+        t_clock[phase] += t
 
 
 # ------------------------------------------------------------------------------- the sampler
@@ -311,11 +265,12 @@ class TreeSampler:
     def __init__(self, target: LanguageModel, draft: LanguageModel, k: int, config: SamplingConfig = SamplingConfig(),
                  *, tree=None, n_drafts: int = 2, replacement: bool = True, validate: bool = False):
         check_same_vocab(target, draft)
-        _check_common(k, 1, config, None, target.vocab_size)
+        check_generate_args(k, 1, config, None, target.vocab_size)
         check_arg(isinstance(replacement, bool), "replacement", replacement, "True or False")
         self.tree = as_token_tree(tree, k, n_drafts)
         self.target, self.draft = as_tree_model(target), as_tree_model(draft)
         self.k, self.config, self.replacement, self.validate = k, config, replacement, bool(validate)
+        self._sync = device_syncer(self.target.device)  # before each phase stamp (honest times on CUDA)
 
     # -- the steps a variant may override ------------------------------------------------------
     def warp_target(self, logits: torch.Tensor) -> torch.Tensor:
@@ -386,12 +341,13 @@ class TreeSampler:
     # -- the round loop ------------------------------------------------------------------------
     def generate(self, prompts: Prompts, max_new_tokens: int, eos_token_id: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> GenerationResult:
-        _check_common(self.k, max_new_tokens, self.config, eos_token_id, self.target.vocab_size)
+        check_generate_args(self.k, max_new_tokens, self.config, eos_token_id, self.target.vocab_size)
         dev = self.target.device
         t_clock = {"draft": 0.0, "target": 0.0, "sampler": 0.0}
         tic = time.perf_counter()
-        batch, pending = _prompt_batch(prompts, self.target.vocab_size, dev)
+        batch, pending = prompt_batch(prompts, self.target.vocab_size, dev)
         st = [self.target.prefill(batch), self.draft.prefill(batch)]  # target, draft states
+        self._sync()
         t_clock["prefill"] = time.perf_counter() - tic
         B, D = pending.shape[0], self.tree.depth
         out = np.full((B, max_new_tokens + D + 1), PAD, dtype=np.int64)  # host output buffer
@@ -400,15 +356,13 @@ class TreeSampler:
         alive = np.ones(B, dtype=bool)
         stats = SpecStats(D)
         j = np.arange(D + 1)
-        r = 0
         while True:
             n_h, emit, m, done, pending, times = self._round(st, pending, max_new_tokens - n_out[idx], alive,
                                                              eos_token_id, generator)
             out[idx[:, None], n_out[idx][:, None] + j] = emit
             n_out[idx] += m
-            _record(stats, r, idx.size, np.bincount(n_h[alive], minlength=D + 1), int(m.sum()),
-                    self.tree.n_nodes, D, times, t_clock)
-            r += 1
+            _record(stats, idx.size, np.bincount(n_h[alive], minlength=D + 1), int(m.sum()), self.tree.n_nodes,
+                    times, t_clock)
             A = idx.size
             alive = alive & ~done
             n_alive = int(alive.sum())
@@ -429,8 +383,10 @@ class TreeSampler:
         t0 = time.perf_counter()
         u_draft, u_acc, u_fin = self.uniforms(A, generator, self.target_dtype, dev)
         tokens, q = self.draft_tree(dstate, pending, u_draft)  # (A, 1+N), (A, 1+N, V)
+        self._sync()
         t1 = time.perf_counter()
         p = self.warp_target(self.target.forward_tree(tstate, tokens, self.tree.parents_ext.to(dev)))  # (A, 1+N, V)
+        self._sync()
         t2 = time.perf_counter()
         qc = self.proposal_laws(q, tokens[:, 1:])  # (A, N, V)
         if self.validate:
@@ -443,6 +399,7 @@ class TreeSampler:
         x_path = tokens.gather(1, path_ext[:, 1:])  # (A, D), junk past n
         n_h, y_h = n.cpu().numpy(), y.cpu().numpy()
         emit, m, done = _emit_round(x_path.cpu().numpy(), n_h, y_h, remaining, alive, eos_token_id)
+        self._sync()
         t3 = time.perf_counter()
         return n_h, emit, m, done, y, (t1 - t0, t2 - t1, t3 - t2)
 
