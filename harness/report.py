@@ -491,6 +491,10 @@ TABLES = tuple(_suite_table(s, st) for s, st in SUITE_STYLES.items()) + (
     Output("summary", _has_measured, lambda r: summary_md(r.measured, r.meta), "summary.md"),
 )
 
+from harness import report_algorithms as _algorithms  # noqa: E402  issue 12's suite (imports this module lazily)
+FIGURES += tuple(Output(*f) for f in _algorithms.FIGURES)
+TABLES += tuple(Output(*t) for t in _algorithms.TABLES)
+
 
 # -- driver ---------------------------------------------------------------------------------------
 # The files a report writes (a folder's earlier report without a manifest is cleaned of these only).

@@ -464,3 +464,6 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           frozenset({"measured", "profiles"})),
     Suite("profile", ProfileParams, _profile_cells, _run_profile, feeds=frozenset({"profiles"})),
 )}
+
+from harness.sweep_algorithms import algorithms_suite  # noqa: E402  issue 12's suite (it imports this module lazily)
+SUITES["algorithms"] = algorithms_suite()

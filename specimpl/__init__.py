@@ -25,3 +25,7 @@ __all__ = [
     "SpecStats", "SpeculativeSampler", "speculative_generate", "verify_block", "verify_block_checked", "PAD", "autoregressive_generate",
     "NGramModel", "random_ngram", "noisy_draft", "tempered_draft", "disjoint_draft",
 ]
+from specimpl.block import BlockSampler, block_generate, verify_block_jointly  # noqa: E402  beyond one chain (issue 12)
+from specimpl.tree import TokenTree, TreeSampler, tree_generate, tree_generate_without_replacement, verify_tree  # noqa: E402
+__all__ += ["BlockSampler", "block_generate", "verify_block_jointly", "TokenTree", "TreeSampler", "tree_generate",  # noqa: E402
+            "tree_generate_without_replacement", "verify_tree"]

@@ -49,7 +49,7 @@ def tiny(tmp_path_factory):
 
 def test_default_config_is_valid_and_overlays_are_checked(tmp_path):
     cfg = sweep.load_config()
-    assert cfg["suites"] == ["grid", "synthetic", "real", "profile"]
+    assert cfg["suites"] == ["grid", "synthetic", "real", "profile", "algorithms"]
     assert len(sweep.plan(cfg)) > 50
     bad = tmp_path / "bad.toml"
     bad.write_text("[synthetic]\nalpah = [0.5]\n")
