@@ -59,12 +59,13 @@ def autoregressive_generate(target: LanguageModel, prompts: Prompts, *, max_new_
         tic = time.perf_counter()
         logits = target.forward(state, pending.unsqueeze(1))[:, 0]  # (B, V)
         p = warp(logits, config)  # (B, V)
-        if check_finite:
-            check_finite_laws("target", p, f"step {t + 1}", config)
+        total = p.sum() if check_finite else None  # read after the draw, which syncs anyway
         sync()
         t1 = time.perf_counter()
         u = torch.rand(B, generator=generator, dtype=dtype, device=dev)
         x = sample_categorical(p, u)  # (B,)
+        if total is not None:
+            check_finite_laws("target", p, f"step {t + 1}", config, total=float(total))
         out[:, t] = torch.where(alive, x, out[:, t])
         if eos_token_id is not None:
             alive = alive & (x != eos_token_id)

@@ -10,6 +10,7 @@ come back as Python ints.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
@@ -58,14 +59,17 @@ def check_generator(generator, device=None) -> None:
                   f"a torch.Generator on the models' device type {want!r}", exc=TypeError)
 
 
-def check_finite_laws(who: str, laws: torch.Tensor, where: str, config: SamplingConfig) -> None:
+def check_finite_laws(who: str, laws: torch.Tensor, where: str, config: SamplingConfig,
+                      total: Optional[float] = None) -> None:
     """Raise :class:`NonFiniteLawError` unless every entry of the warped laws (A, ..., V) is finite.
 
     ``who`` names the model ('target' or 'draft'), ``where`` the place in the loop ('round 3').  The
     test is one sum (a law's entries are in [0, 1], so the sum is finite iff every entry is) and one
-    host read; only on failure is the first bad row, and position within the row's block, located.
+    host read; ``total``, when given, is that sum already read (a loop reads it with the host copies
+    it makes anyway, so a GPU run gains no sync).  Only on failure is the first bad row, and the
+    position within the row's block, located.
     """
-    if math.isfinite(float(laws.sum())):
+    if math.isfinite(float(laws.sum()) if total is None else total):
         return
     bad = ~torch.isfinite(laws)  # (A, ..., V)
     row = int(bad.flatten(1).any(1).nonzero()[0, 0]) if laws.dim() > 1 else 0

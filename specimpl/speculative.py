@@ -249,9 +249,13 @@ class SpeculativeSampler:
             sync()
             t2 = time.perf_counter()
             # ---- accept / resample -------------------------------------------------------------
-            self._check_laws(p, q, rnd)
+            sums = torch.stack([q.sum().float(), p.sum().float()]) if self.check_finite else None  # read below
+            if self.validate:
+                check_probs("p", p)
+                check_probs("q", q)
             n, y = self.verify(p, q, x, u_acc, u_fin)  # (A,), (A,)
             n_h, y_h, x_h = n.cpu().numpy(), y.cpu().numpy(), x.cpu().numpy()  # host copies
+            self._check_finite(p, q, sums, rnd)  # before anything of this round is emitted
             emit, m, done = _emit_round(x_h, n_h, y_h, max_new_tokens - n_out[idx], rows.alive, eos_token_id)
             # positions >= n_out hold PAD for every sequence, so finished rows (m = 0, all PAD) may write too
             out[idx[:, None], n_out[idx][:, None] + j] = emit
@@ -269,14 +273,13 @@ class SpeculativeSampler:
         tokens = torch.from_numpy(np.ascontiguousarray(out[:, :max_new_tokens])).to(dev)
         return GenerationResult(tokens=tokens, lengths=torch.from_numpy(n_out).to(dev), stats=stats, timings=clock)
 
-    def _check_laws(self, p, q, rnd: int) -> None:
-        """Round ``rnd``'s warped laws: finite (unless ``check_finite`` is off); normalised with ``validate``."""
-        if self.check_finite:
-            check_finite_laws("draft", q, f"round {rnd}", self.config)
-            check_finite_laws("target", p, f"round {rnd}", self.config)
-        if self.validate:
-            check_probs("p", p)
-            check_probs("q", q)
+    def _check_finite(self, p, q, sums, rnd: int) -> None:
+        """Round ``rnd``'s warped laws must be finite; ``sums`` (2,) = (q.sum(), p.sum()), or None (check off)."""
+        if sums is None:
+            return
+        sq, sp = sums.tolist()
+        check_finite_laws("draft", q, f"round {rnd}", self.config, total=sq)
+        check_finite_laws("target", p, f"round {rnd}", self.config, total=sp)
 
     def _prefill(self, prompts) -> _Rows:
         """Both models consume every prompt token but the last, which is pending for both."""
