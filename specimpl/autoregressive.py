@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from specimpl.inputs import check_finite_laws, check_generate_args, check_generator, prompt_batch
+from specimpl.inputs import check_finite_laws, check_generate_args, check_generator, law_sums, prompt_batch
 from specimpl.model import LanguageModel, Prompts
 from specimpl.result import PAD, GenerationResult
 from specimpl.sampling import SamplingConfig, sample_categorical, warp
@@ -59,13 +59,13 @@ def autoregressive_generate(target: LanguageModel, prompts: Prompts, *, max_new_
         tic = time.perf_counter()
         logits = target.forward(state, pending.unsqueeze(1))[:, 0]  # (B, V)
         p = warp(logits, config)  # (B, V)
-        total = p.sum() if check_finite else None  # read after the draw, which syncs anyway
+        total = law_sums(p) if check_finite else None  # read after the draw, which syncs anyway
         sync()
         t1 = time.perf_counter()
         u = torch.rand(B, generator=generator, dtype=dtype, device=dev)
         x = sample_categorical(p, u)  # (B,)
         if total is not None:
-            check_finite_laws("target", p, f"step {t + 1}", config, total=float(total))
+            check_finite_laws("target", p, f"step {t + 1}", config, total=float(total[0]))
         out[:, t] = torch.where(alive, x, out[:, t])
         if eos_token_id is not None:
             alive = alive & (x != eos_token_id)

@@ -18,7 +18,8 @@ from specimpl.errors import as_int, check_arg
 from specimpl.model import Prompts, as_prompt_list, check_prompt_tensor
 from specimpl.sampling import SamplingConfig
 
-__all__ = ["check_generate_args", "check_generator", "check_finite_laws", "prompt_batch", "NonFiniteLawError"]
+__all__ = ["check_generate_args", "check_generator", "check_finite_laws", "law_sums", "prompt_batch",
+           "NonFiniteLawError"]
 
 
 class NonFiniteLawError(ValueError):
@@ -81,6 +82,13 @@ def check_finite_laws(who: str, laws: torch.Tensor, where: str, config: Sampling
     raise NonFiniteLawError(f"the {who}'s warped next-token law is not finite (NaN or inf) at {where}, {at}: the "
                             f"{who} model returned NaN or +inf logits, or a row without a finite logit{hint}; "
                             "logits must be finite or -inf, with at least one finite entry per row")
+
+
+def law_sums(*laws: torch.Tensor) -> torch.Tensor:
+    """(n,) float32 sums of the given laws, still on their device: the loops compute them right after
+    warping and read them (``.tolist()``) with the host copies they make anyway, then hand each to
+    :func:`check_finite_laws` as ``total``.  Finite iff every entry of that law is finite."""
+    return torch.stack([law.sum().float() for law in laws])
 
 
 def prompt_batch(prompts: Prompts, vocab_size: int, device):

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from specimpl.errors import check_arg
-from specimpl.inputs import check_finite_laws, check_generate_args, check_generator, prompt_batch
+from specimpl.inputs import check_finite_laws, check_generate_args, check_generator, law_sums, prompt_batch
 from specimpl.model import LanguageModel, ModelState, Prompts, check_same_vocab
 from specimpl.result import PAD, GenerationResult, SpecStats
 from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
@@ -249,7 +249,7 @@ class SpeculativeSampler:
             sync()
             t2 = time.perf_counter()
             # ---- accept / resample -------------------------------------------------------------
-            sums = torch.stack([q.sum().float(), p.sum().float()]) if self.check_finite else None  # read below
+            sums = law_sums(q, p) if self.check_finite else None  # read with the host copies below
             if self.validate:
                 check_probs("p", p)
                 check_probs("q", q)
