@@ -65,7 +65,7 @@ def autoregressive_generate(target: LanguageModel, prompts: Prompts, *, max_new_
         u = torch.rand(B, generator=generator, dtype=dtype, device=dev)
         x = sample_categorical(p, u)  # (B,)
         if total is not None:
-            check_finite_laws("target", p, f"step {t + 1}", config, total=float(total[0]))
+            check_finite_laws("target", p, f"step {t + 1}", config, total=total.item())
         out[:, t] = torch.where(alive, x, out[:, t])
         if eos_token_id is not None:
             alive = alive & (x != eos_token_id)

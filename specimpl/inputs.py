@@ -85,10 +85,14 @@ def check_finite_laws(who: str, laws: torch.Tensor, where: str, config: Sampling
 
 
 def law_sums(*laws: torch.Tensor) -> torch.Tensor:
-    """(n,) float32 sums of the given laws, still on their device: the loops compute them right after
-    warping and read them (``.tolist()``) with the host copies they make anyway, then hand each to
-    :func:`check_finite_laws` as ``total``.  Finite iff every entry of that law is finite."""
-    return torch.stack([law.sum().float() for law in laws])
+    """0-d sum of all entries of the given laws, still on their device: finite iff every entry of every
+    law is (entries are probabilities).  The loops compute it right after warping and read it with the
+    host copies they make anyway; only when it is not finite do they locate the bad law
+    (:func:`check_finite_laws`)."""
+    total = laws[0].sum()
+    for law in laws[1:]:
+        total = total + law.sum()
+    return total
 
 
 def prompt_batch(prompts: Prompts, vocab_size: int, device):

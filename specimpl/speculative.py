@@ -28,6 +28,7 @@ loop on lookup tables, for n-gram toy models, is :mod:`specimpl.tabular`; the ou
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -249,13 +250,13 @@ class SpeculativeSampler:
             sync()
             t2 = time.perf_counter()
             # ---- accept / resample -------------------------------------------------------------
-            sums = law_sums(q, p) if self.check_finite else None  # read with the host copies below
+            total = law_sums(q, p) if self.check_finite else None  # read after the host copies below
             if self.validate:
                 check_probs("p", p)
                 check_probs("q", q)
             n, y = self.verify(p, q, x, u_acc, u_fin)  # (A,), (A,)
             n_h, y_h, x_h = n.cpu().numpy(), y.cpu().numpy(), x.cpu().numpy()  # host copies
-            self._check_finite(p, q, sums, rnd)  # before anything of this round is emitted
+            self._check_finite(p, q, total, rnd)  # before anything of this round is emitted
             emit, m, done = _emit_round(x_h, n_h, y_h, max_new_tokens - n_out[idx], rows.alive, eos_token_id)
             # positions >= n_out hold PAD for every sequence, so finished rows (m = 0, all PAD) may write too
             out[idx[:, None], n_out[idx][:, None] + j] = emit
@@ -273,13 +274,13 @@ class SpeculativeSampler:
         tokens = torch.from_numpy(np.ascontiguousarray(out[:, :max_new_tokens])).to(dev)
         return GenerationResult(tokens=tokens, lengths=torch.from_numpy(n_out).to(dev), stats=stats, timings=clock)
 
-    def _check_finite(self, p, q, sums, rnd: int) -> None:
-        """Round ``rnd``'s warped laws must be finite; ``sums`` (2,) = (q.sum(), p.sum()), or None (check off)."""
-        if sums is None:
+    def _check_finite(self, p, q, total, rnd: int) -> None:
+        """Round ``rnd``'s warped laws must be finite; ``total`` the 0-d :func:`law_sums` of q and p, or None
+        (check off)."""
+        if total is None or math.isfinite(total.item()):
             return
-        sq, sp = sums.tolist()
-        check_finite_laws("draft", q, f"round {rnd}", self.config, total=sq)
-        check_finite_laws("target", p, f"round {rnd}", self.config, total=sp)
+        check_finite_laws("draft", q, f"round {rnd}", self.config)
+        check_finite_laws("target", p, f"round {rnd}", self.config)
 
     def _prefill(self, prompts) -> _Rows:
         """Both models consume every prompt token but the last, which is pending for both."""
