@@ -10,7 +10,13 @@ a noisy draft (q = 0.55 p + 0.45 r) whose exact per-position acceptance is alpha
   (``tabular=False``, the sampler's default) at B = 100,000, for reference;
 * ``test_autoregressive``: target-only sampling of the same tokens (B = 1,000,000);
 * ``test_loop``: benchmarks/loop_reference.py, the same algorithm as a plain per-sequence
-  Python/numpy loop, on B = 2,000 sequences (its tokens/s does not depend on B).
+  Python/numpy loop, on B = 2,000 sequences (its tokens/s does not depend on B);
+* ``test_finite_check_cost``: the per-round finiteness check of the warped laws
+  (:func:`specimpl.inputs.check_finite_laws`), on vs off, on the generic loops where it runs every
+  round (the tabular loops check their tables once): speculative at B = 100,000 and B = 64, and
+  autoregressive at B = 100,000.  On and off calls alternate within each repeat (time.perf_counter,
+  one warm-up pair discarded); the conftest prints each median's tokens/s, the ratio on / off, and
+  the share of one call's wall time spent inside the checks (timed in place: robust to load).
 
 Tokens counted are the tokens actually generated (``lengths.sum()``).  The conftest prints
 tokens/s of each (wall clock, the benchmark's median) and tokens per CPU-second (process CPU
@@ -109,3 +115,71 @@ def test_loop(benchmark):
     benchmark.extra_info.update(role="loop", tokens=sum(map(len, outs)), B=B_LOOP,
                                 what=f"per-sequence Python loop (benchmarks/loop_reference.py), B={B_LOOP:,}")
     assert sum(map(len, outs)) == B_LOOP * N_NEW
+
+
+def _check_cost_workloads(prompts):
+    """(name, call(check: bool) -> GenerationResult) for the finiteness-check comparison."""
+    big, small = prompts[:B_GENERIC], prompts[:64]
+    on, off = SpeculativeSampler(TARGET, DRAFT, K, tabular=False), SpeculativeSampler(TARGET, DRAFT, K, tabular=False)
+    off.check_finite = False
+
+    def spec(p):
+        return lambda check: (on if check else off).generate(p, N_NEW, None, torch.Generator().manual_seed(1))
+
+    def ar(check):
+        return autoregressive_generate(TARGET, big, max_new_tokens=N_NEW, generator=torch.Generator().manual_seed(1),
+                                       tabular=False, check_finite=check)
+
+    return [(f"speculative generic B={B_GENERIC:,}", spec(big)), ("speculative generic B=64", spec(small)),
+            (f"autoregressive generic B={B_GENERIC:,}", ar)]
+
+
+def _time_in_check(call):
+    """Seconds inside the finiteness check during one call(True) (the laws' sums and their test, timed in
+    place), and the call's seconds."""
+    import specimpl.autoregressive as ar_mod
+    import specimpl.speculative as spec_mod
+    names = ("check_finite_laws", "law_sums")
+    inner, spent = {n: getattr(spec_mod, n) for n in names}, [0.0]
+
+    def timed(fn):
+        def f(*a, **kw):
+            tic = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[0] += time.perf_counter() - tic
+        return f
+
+    for n in names:
+        setattr(spec_mod, n, timed(inner[n]))
+        setattr(ar_mod, n, timed(inner[n]))
+    try:
+        tic = time.perf_counter()
+        call(True)
+        return spent[0], time.perf_counter() - tic
+    finally:
+        for n in names:
+            setattr(spec_mod, n, inner[n])
+            setattr(ar_mod, n, inner[n])
+
+
+def test_finite_check_cost(benchmark, prompts):
+    repeats = int(os.environ.get("BENCH_CHECK_REPEATS", "5"))
+    rows = []
+    for name, call in _check_cost_workloads(prompts):
+        times = {True: [], False: []}
+        tokens = int(call(True).lengths.sum())  # warm-up pair, discarded
+        call(False)
+        for r in range(repeats):
+            for check in ((True, False) if r % 2 == 0 else (False, True)):  # alternate which goes first
+                tic = time.perf_counter()
+                res = call(check)
+                times[check].append(time.perf_counter() - tic)
+                assert int(res.lengths.sum()) == tokens
+        t_on, t_off = float(np.median(times[True])), float(np.median(times[False]))
+        in_check, t_call = _time_in_check(call)
+        rows.append(dict(workload=name, tokens=tokens, on=tokens / t_on, off=tokens / t_off, ratio=t_off / t_on,
+                         share=in_check / t_call))
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the comparison above is the measurement
+    benchmark.extra_info.update(role="finite_check", repeats=repeats, rows=rows)

@@ -27,6 +27,9 @@ def _rates(config):
     session = getattr(config, "_benchmarksession", None)
     out = {}
     for bench in getattr(session, "benchmarks", []) or []:
+        if bench.extra_info.get("role") == "finite_check":
+            out[bench.name] = (float("nan"), float("nan"), bench.extra_info)
+            continue
         tokens = bench.extra_info.get("tokens")
         if tokens and bench.stats and bench.stats.rounds:
             cpu = bench.extra_info.get("cpu_s")
@@ -46,6 +49,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                   f"{platform.processor() or platform.machine()}" + (f", load average {load[0]:.2f}" if load else ""))
     tr.write_line(f"  {'benchmark':<26s} {'M tokens/s':>11s} {'M tokens/CPU-s':>15s}   workload")
     for name, (rate, cpu_rate, info) in sorted(rates.items()):
+        if info.get("role") == "finite_check":
+            continue
         tr.write_line(f"  {name:<26s} {rate / 1e6:11.3f} {cpu_rate / 1e6:15.3f}   {info.get('what', '')}")
     spec = [(r, c) for r, c, i in rates.values() if i.get("role") == "speculative"]
     loop = [(r, c) for r, c, i in rates.values() if i.get("role") == "loop"]
@@ -53,3 +58,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         (s, sc), (lp, lc) = spec[0], loop[0]
         tr.write_line(f"speculative: {s / 1e6:.2f} M tokens/s, loop: {lp:,.0f} tokens/s, ratio {s / lp:,.0f}")
         tr.write_line(f"per CPU-second: speculative {sc / 1e6:.2f} M, loop {lc:,.0f}, ratio {sc / lc:,.0f}")
+    _print_check_cost(tr, rates)
+
+
+def _print_check_cost(tr, rates):
+    for _, _, info in rates.values():
+        if info.get("role") != "finite_check":
+            continue
+        tr.write_line(f"finiteness check of the warped laws, on vs off (medians of {info['repeats']} alternated calls):")
+        tr.write_line(f"  {'workload':<36s} {'on tokens/s':>12s} {'off tokens/s':>13s} {'on/off':>7s} {'in check':>9s}")
+        for r in info["rows"]:
+            tr.write_line(f"  {r['workload']:<36s} {r['on']:12,.0f} {r['off']:13,.0f} {r['ratio']:7.3f} "
+                          f"{r['share']:8.2%}")
+        tr.write_line("  (on/off: ratio of the tokens/s medians, noisy on a shared machine; in check: share of one "
+                      "call's wall time spent inside the checks, timed in place)")

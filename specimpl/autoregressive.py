@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from specimpl.inputs import check_generate_args, prompt_batch
+from specimpl.inputs import check_finite_laws, check_generate_args, check_generator, law_sums, prompt_batch
 from specimpl.model import LanguageModel, Prompts
 from specimpl.result import PAD, GenerationResult
 from specimpl.sampling import SamplingConfig, sample_categorical, warp
@@ -28,14 +28,18 @@ __all__ = ["autoregressive_generate"]
 
 def autoregressive_generate(target: LanguageModel, prompts: Prompts, *, max_new_tokens: int,
                             config: SamplingConfig = SamplingConfig(), eos_token_id: Optional[int] = None,
-                            generator: Optional[torch.Generator] = None, tabular: bool = True) -> GenerationResult:
+                            generator: Optional[torch.Generator] = None, tabular: bool = True,
+                            check_finite: bool = True) -> GenerationResult:
     """Draw each token x_t ~ p(. | x_<t) with one target call per token.
 
     ``tabular=True`` (the default) opts in to the lookup-table loop for a plain n-gram target;
-    ``tabular=False`` forces the generic loop (same output).
+    ``tabular=False`` forces the generic loop (same output).  Each step checks that the warped law is
+    finite and raises a ``ValueError`` naming the step and row otherwise (``check_finite=False`` skips
+    that, for benchmarks; the tabular loop checks its table once).
     """
     V = target.vocab_size
-    check_generate_args(None, max_new_tokens, config, eos_token_id, V)
+    _, max_new_tokens, eos_token_id = check_generate_args(None, max_new_tokens, config, eos_token_id, V)
+    check_generator(generator, target.device)
     if tabular and is_tabular_model(target):
         return tabular_autoregressive(target, prompts, max_new_tokens, config, eos_token_id, generator)
     dev = target.device
@@ -55,10 +59,13 @@ def autoregressive_generate(target: LanguageModel, prompts: Prompts, *, max_new_
         tic = time.perf_counter()
         logits = target.forward(state, pending.unsqueeze(1))[:, 0]  # (B, V)
         p = warp(logits, config)  # (B, V)
+        total = law_sums(p) if check_finite else None  # read after the draw, which syncs anyway
         sync()
         t1 = time.perf_counter()
         u = torch.rand(B, generator=generator, dtype=dtype, device=dev)
         x = sample_categorical(p, u)  # (B,)
+        if total is not None:
+            check_finite_laws("target", p, f"step {t + 1}", config, total=total.item())
         out[:, t] = torch.where(alive, x, out[:, t])
         if eos_token_id is not None:
             alive = alive & (x != eos_token_id)

@@ -24,11 +24,14 @@ The cache class is :class:`specimpl.hf_cache.RaggedKVCache`.  The mask is handed
 transformers passes through unchanged; for sliding-window configs the window is applied in the
 mask, and models with mixed layer types get a ``{layer_type: mask}`` mapping.
 
-Loading checks, before any weights are read: the path exists (or looks like a hub name), the
+Loading checks, before any weights are read: a local path (absolute, starting with . or ~, or
+whose first component exists here) must be a directory holding config.json, else FileNotFoundError
+at once (no hub retries); the
 config is a decoder-only causal LM (not encoder-decoder, not an encoder such as BERT without
 ``is_decoder``), and for a pair, equal output vocabularies and identical tokenizers.  After
 loading, a two-input probe checks that logits at a position do not depend on later tokens.
-``trust_remote_code`` is off unless passed.
+``trust_remote_code`` is off unless passed.  ``HFModel.name`` is :func:`portable_name` of the path
+(no absolute directories of this machine in reports).
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 
 __all__ = ["HFModel", "HFState", "RaggedKVCache", "load_pair", "load_tiny_pair", "check_pair", "TINY_PAIR_DIR",
            "EXAMPLE_HUB_PAIR", "MIN_TRANSFORMERS", "require_transformers",
-           "tiny_pair_prompts", "NonCausalModelError", "VocabularyMismatchError"]
+           "tiny_pair_prompts", "portable_name", "NonCausalModelError", "VocabularyMismatchError"]
 
 # The first transformers release whose cache API RaggedLayer implements: CacheLayerMixin with the
 # abstract get_max_length() and get_mask_sizes(query_length) (5.12 and earlier want
@@ -129,7 +132,8 @@ class HFModel(LanguageModel):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
-        self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+        given = getattr(model.config, "_name_or_path", None)
+        self.name = name or (portable_name(given) if given else type(model).__name__)
         out = model.get_output_embeddings()
         self.vocab_size = int(out.weight.shape[0]) if out is not None else int(model.config.vocab_size)
         self.device = next(model.parameters()).device
@@ -174,7 +178,7 @@ class HFModel(LanguageModel):
             kw["attn_implementation"] = attn_implementation
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **kw)
         model.to(device)
-        return cls(model, tok, name=str(name_or_path))
+        return cls(model, tok, name=portable_name(name_or_path))
 
     # -- the interface --------------------------------------------------------------------------
     def prefill(self, prompts: Prompts) -> HFState:
@@ -379,14 +383,49 @@ def _probe_causal(m: HFModel) -> None:
                                   f"tokens (max difference {diff:.3g}, logit scale {scale:.3g})")
 
 
+def _looks_local(s: str) -> bool:
+    """A path rather than a hub id: absolute, starting with . or ~, existing, more than one '/', or
+    whose first component exists here (``models/targt`` where ./models exists)."""
+    if os.path.isabs(s) or s.startswith((".", "~")) or os.path.exists(s) or s.count("/") > 1:
+        return True
+    first = s.replace(os.sep, "/").split("/")[0]
+    return "/" in s.replace(os.sep, "/") and first != "" and os.path.exists(first)
+
+
+def _check_local_path(s: str) -> None:
+    """Fail fast (no hub retries) on a local path that is not a model directory: missing, or without config.json."""
+    if not _looks_local(s):
+        return
+    d = os.path.expanduser(s)
+    if not os.path.isdir(d):
+        where = os.path.dirname(d.rstrip("/")) or "."
+        hint = f" ({where!r} exists)" if os.path.isdir(where) and where != "." else ""
+        raise FileNotFoundError(f"`name_or_path` must be an existing model directory or a hub name; got {s!r}: "
+                                f"no such directory{hint}")
+    if not os.path.isfile(os.path.join(d, "config.json")):
+        found = sorted(os.listdir(d))
+        raise FileNotFoundError(f"`name_or_path` {s!r} is a directory without config.json (it holds "
+                                f"{found[:5] if found else 'nothing'}); a model directory needs config.json and "
+                                "the weights (model.safetensors), as written by save_pretrained")
+
+
+def portable_name(name_or_path) -> str:
+    """A model's name for reports, free of this machine's directories: a hub id or a relative path as given
+    (normalised); an absolute path as its last two components (``tiny_pair/target``)."""
+    s = str(name_or_path)
+    if not _looks_local(s):
+        return s
+    if os.path.isabs(os.path.expanduser(s)):
+        parts = Path(os.path.expanduser(s)).resolve().parts
+        return "/".join(parts[-2:])
+    return os.path.normpath(s)
+
+
 def _load_config_and_tokenizer(name_or_path, trust_remote_code, revision, local_files_only, load_tokenizer):
     require_transformers()
     from transformers import AutoConfig, AutoTokenizer
     s = str(name_or_path)
-    looks_local = os.path.isabs(s) or s.startswith((".", "~")) or os.path.exists(s) or s.count("/") > 1
-    if looks_local and not os.path.isdir(os.path.expanduser(s)):
-        raise FileNotFoundError(f"`name_or_path` must be an existing model directory or a hub name; got {s!r} "
-                                "(no such directory)")
+    _check_local_path(s)
     kw = dict(trust_remote_code=trust_remote_code, revision=revision)
     if local_files_only is not None:
         kw["local_files_only"] = local_files_only

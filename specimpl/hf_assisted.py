@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from specimpl.inputs import check_generate_args
+from specimpl.inputs import check_generate_args, check_generator
 from specimpl.model import Prompts, as_prompt_list
 from specimpl.result import PAD, GenerationResult
 from specimpl.sampling import SamplingConfig
@@ -80,7 +80,8 @@ class _CallCounter:
 def _run(target, prompts, max_new_tokens, config, eos_token_id, generator, draft=None, k=None) -> GenerationResult:
     tm = _hf_model(target)
     V = tm.get_output_embeddings().weight.shape[0]
-    check_generate_args(k, max_new_tokens, config, eos_token_id, V)
+    k, max_new_tokens, eos_token_id = check_generate_args(k, max_new_tokens, config, eos_token_id, V)
+    check_generator(generator, "cpu")  # it draws the per-prompt seeds on the CPU
     plist = as_prompt_list(prompts, V)
     dev = next(tm.parameters()).device
     gc = _generation_config(tm, config, max_new_tokens, eos_token_id)

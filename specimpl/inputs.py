@@ -1,38 +1,98 @@
-"""The arguments every sampler takes, checked once: k, max_new_tokens, config, eos_token_id, prompts.
+"""The arguments every sampler takes, checked once: k, max_new_tokens, config, eos_token_id, prompts,
+generator; and the finiteness check of the warped laws each round.
 
 Errors follow :func:`specimpl.errors.check_arg`: they name the argument, echo the value and say
 what is allowed.  The speculative sampler, the target-only baseline and the adapters around
 transformers' own decoders all call these, so one bad argument gets one message everywhere.
+Integer arguments may be any integer-like scalar (``np.int64(4)``, a 0-d integer tensor); they
+come back as Python ints.
 """
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 import torch
 
-from specimpl.errors import check_arg
+from specimpl.errors import as_int, check_arg
 from specimpl.model import Prompts, as_prompt_list, check_prompt_tensor
 from specimpl.sampling import SamplingConfig
 
-__all__ = ["check_generate_args", "prompt_batch"]
+__all__ = ["check_generate_args", "check_generator", "check_finite_laws", "law_sums", "prompt_batch",
+           "NonFiniteLawError"]
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+class NonFiniteLawError(ValueError):
+    """A warped next-token law (target p or draft q) holds NaN or inf: non-finite logits, or a warp
+    that overflowed."""
 
 
-def check_generate_args(k, max_new_tokens, config, eos_token_id, vocab_size: int) -> None:
-    """Validate the scalar arguments of a sampler call.
+def check_generate_args(k, max_new_tokens, config, eos_token_id, vocab_size: int):
+    """Validate the scalar arguments of a sampler call; returns ``(k, max_new_tokens, eos_token_id)`` as ints.
 
     ``k`` an integer >= 1 (``None`` for samplers without drafts); ``max_new_tokens`` an integer
     >= 1; ``config`` a :class:`specimpl.SamplingConfig`; ``eos_token_id`` ``None`` or a token id in
-    [0, vocab_size).  Raises ``ValueError`` naming the first bad argument.
+    [0, vocab_size).  Integer-like NumPy / torch scalars are accepted.  Raises ``ValueError`` naming
+    the first bad argument.
     """
-    check_arg(_is_int(max_new_tokens) and max_new_tokens >= 1, "max_new_tokens", max_new_tokens, "an integer >= 1")
+    m = as_int(max_new_tokens)
+    check_arg(m is not None and m >= 1, "max_new_tokens", max_new_tokens, "an integer >= 1")
     if k is not None:
-        check_arg(_is_int(k) and k >= 1, "k", k, "an integer >= 1")
+        kk = as_int(k)
+        check_arg(kk is not None and kk >= 1, "k", k, "an integer >= 1")
+        k = kk
     check_arg(isinstance(config, SamplingConfig), "config", config, "a specimpl.SamplingConfig")
     if eos_token_id is not None:
-        check_arg(_is_int(eos_token_id) and 0 <= eos_token_id < vocab_size, "eos_token_id", eos_token_id,
+        e = as_int(eos_token_id)
+        check_arg(e is not None and 0 <= e < vocab_size, "eos_token_id", eos_token_id,
                   f"None or a token id in [0, {vocab_size})")
+        eos_token_id = e
+    return k, m, eos_token_id
+
+
+def check_generator(generator, device=None) -> None:
+    """``generator`` must be None or a ``torch.Generator`` (on ``device``'s type when given); else TypeError."""
+    check_arg(generator is None or isinstance(generator, torch.Generator), "generator",
+              generator, "None or a torch.Generator (e.g. torch.Generator().manual_seed(7))", exc=TypeError)
+    if generator is not None and device is not None:
+        want = torch.device(device).type
+        check_arg(generator.device.type == want, "generator", f"a generator on {generator.device}",
+                  f"a torch.Generator on the models' device type {want!r}", exc=TypeError)
+
+
+def check_finite_laws(who: str, laws: torch.Tensor, where: str, config: SamplingConfig,
+                      total: Optional[float] = None) -> None:
+    """Raise :class:`NonFiniteLawError` unless every entry of the warped laws (A, ..., V) is finite.
+
+    ``who`` names the model ('target' or 'draft'), ``where`` the place in the loop ('round 3').  The
+    test is one sum (a law's entries are in [0, 1], so the sum is finite iff every entry is) and one
+    host read; ``total``, when given, is that sum already read (a loop reads it with the host copies
+    it makes anyway, so a GPU run gains no sync).  Only on failure is the first bad row, and the
+    position within the row's block, located.
+    """
+    if math.isfinite(float(laws.sum()) if total is None else total):
+        return
+    bad = ~torch.isfinite(laws)  # (A, ..., V)
+    row = int(bad.flatten(1).any(1).nonzero()[0, 0]) if laws.dim() > 1 else 0
+    at = f"row {row}"
+    if laws.dim() == 3:  # (A, positions, V): position i is law i (1-based, as p_i / q_i)
+        at += f", position {int(bad[row].any(1).nonzero()[0, 0]) + 1}"
+    t = config.temperature
+    hint = f"; temperature {t:g} may make logits / temperature overflow" if not config.is_greedy and t < 1e-2 else ""
+    raise NonFiniteLawError(f"the {who}'s warped next-token law is not finite (NaN or inf) at {where}, {at}: the "
+                            f"{who} model returned NaN or +inf logits, or a row without a finite logit{hint}; "
+                            "logits must be finite or -inf, with at least one finite entry per row")
+
+
+def law_sums(*laws: torch.Tensor) -> torch.Tensor:
+    """0-d sum of all entries of the given laws, still on their device: finite iff every entry of every
+    law is (entries are probabilities).  The loops compute it right after warping and read it with the
+    host copies they make anyway; only when it is not finite do they locate the bad law
+    (:func:`check_finite_laws`)."""
+    total = laws[0].sum()
+    for law in laws[1:]:
+        total = total + law.sum()
+    return total
 
 
 def prompt_batch(prompts: Prompts, vocab_size: int, device):

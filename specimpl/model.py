@@ -28,7 +28,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from specimpl.errors import check_arg
+from specimpl.errors import as_int, check_arg
 
 __all__ = ["ModelState", "LanguageModel", "as_prompt_list", "check_prompt_tensor", "check_same_vocab"]
 
@@ -68,35 +68,59 @@ class LanguageModel(ABC):
 
 
 def as_prompt_list(prompts: Prompts, vocab_size: int) -> list[list[int]]:
-    """Validate prompts: a (B, P) integer tensor or a list of B non-empty token lists."""
+    """Validate prompts: a (B, P) integer tensor or a list of B non-empty token lists.
+
+    Token ids must be integer-like (int, NumPy integer, 0-d integer tensor): a float such as 0.7 is
+    refused, never truncated.  Returns lists of Python ints.
+    """
     if torch.is_tensor(prompts):
-        check_arg(prompts.dim() == 2 and prompts.shape[1] >= 1 and not prompts.is_floating_point(),
-                  "prompts", f"tensor of shape {tuple(prompts.shape)} and dtype {prompts.dtype}",
-                  "an integer tensor of shape (B, P) with P >= 1, or a list of non-empty token lists")
-        out = prompts.tolist()
-    else:
-        check_arg(isinstance(prompts, (list, tuple)) and len(prompts) > 0, "prompts", type(prompts).__name__,
-                  "an integer tensor of shape (B, P) or a non-empty list of token lists")
-        out = [list(map(int, p)) for p in prompts]
-    check_arg(len(out) > 0, "prompts", "empty batch", "at least one prompt")
-    for i, p in enumerate(out):
-        check_arg(len(p) >= 1, f"prompts[{i}]", p, "a non-empty list of token ids")
-        bad = [t for t in p if not 0 <= t < vocab_size]
+        return check_prompt_tensor(prompts, vocab_size).tolist()
+    check_arg(isinstance(prompts, (list, tuple)) and len(prompts) > 0, "prompts", type(prompts).__name__,
+              "an integer tensor of shape (B, P) or a non-empty list of token lists")
+    out = []
+    for i, p in enumerate(prompts):
+        row = _token_row(p, i)
+        check_arg(len(row) >= 1, f"prompts[{i}]", row, "a non-empty list of token ids")
+        bad = [t for t in row if not 0 <= t < vocab_size]
         check_arg(not bad, f"prompts[{i}]", bad[:5], f"token ids in [0, {vocab_size})")
+        out.append(row)
     return out
 
 
+def _token_row(p, i: int) -> list[int]:
+    """One prompt as a list of Python ints; non-integer tokens (0.7, '3', True) raise naming prompts[i]."""
+    if torch.is_tensor(p):
+        check_arg(p.dim() == 1 and _is_int_dtype(p.dtype), f"prompts[{i}]",
+                  f"tensor of shape {tuple(p.shape)} and dtype {p.dtype}", "a 1-D integer tensor of token ids")
+        return p.tolist()
+    check_arg(not isinstance(p, (str, bytes)) and hasattr(p, "__iter__"), f"prompts[{i}]", p,
+              "a list of integer token ids")
+    row = []
+    for j, t in enumerate(p):
+        v = as_int(t)
+        check_arg(v is not None, f"prompts[{i}][{j}]", t, "an integer token id (a float is not truncated)")
+        row.append(v)
+    return row
+
+
+def _is_int_dtype(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
 def check_prompt_tensor(prompts: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Vectorised :func:`as_prompt_list` for a (B, P) tensor (no Python loop over B): returns int64 (B, P)."""
-    check_arg(prompts.dim() == 2 and prompts.shape[0] >= 1 and prompts.shape[1] >= 1
-              and not prompts.is_floating_point() and prompts.dtype != torch.bool and not prompts.is_complex(),
+    """Vectorised :func:`as_prompt_list` for a (B, P) tensor (no Python loop over B): returns int64 (B, P).
+
+    Any integer dtype (uint8, int16, ...) is accepted; ids are compared as int64, so a small dtype
+    cannot wrap the vocabulary bound around."""
+    check_arg(prompts.dim() == 2 and prompts.shape[0] >= 1 and prompts.shape[1] >= 1 and _is_int_dtype(prompts.dtype),
               "prompts", f"tensor of shape {tuple(prompts.shape)} and dtype {prompts.dtype}",
               "an integer tensor of shape (B, P) with B, P >= 1, or a list of non-empty token lists")
-    bad = (prompts < 0) | (prompts >= vocab_size)
+    pl = prompts.long()  # no copy for int64; uint8 etc. widened before the comparison with vocab_size
+    bad = (pl < 0) | (pl >= vocab_size)
     if bool(bad.any()):
         i = int(bad.any(1).nonzero()[0, 0])
-        check_arg(False, f"prompts[{i}]", prompts[i][bad[i]][:5].tolist(), f"token ids in [0, {vocab_size})")
-    return prompts.long()
+        check_arg(False, f"prompts[{i}]", pl[i][bad[i]][:5].tolist(), f"token ids in [0, {vocab_size})")
+    return pl
 
 
 def check_same_vocab(target: LanguageModel, draft: LanguageModel) -> None:

@@ -11,21 +11,42 @@ can hand it fixed numbers and check the outcome by hand.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import torch
 
-from specimpl.errors import check_arg
+from specimpl.errors import as_int, check_arg
 
-__all__ = ["SamplingConfig", "warp", "sample_categorical", "TableSampler", "check_probs"]
+__all__ = ["SamplingConfig", "MIN_TEMPERATURE", "warp", "sample_categorical", "TableSampler", "check_probs"]
+
+
+# The smallest positive temperature: logits / T must not overflow (float32 max ~3.4e38, so |logits| up
+# to ~3e32 are safe); a smaller T is refused rather than silently turning the law into NaN.  T = 0 is greedy.
+MIN_TEMPERATURE = 1e-6
+
+
+def _real(v) -> Optional[float]:
+    """A real number (int, float, NumPy or 0-d tensor scalar; not bool, not complex) as a float, else None."""
+    if isinstance(v, (bool, np.bool_)) or isinstance(v, (str, bytes)) or getattr(v, "ndim", 0) != 0:
+        return None
+    if torch.is_tensor(v) and (v.dtype == torch.bool or v.is_complex()):
+        return None
+    if not isinstance(v, numbers.Real) and not torch.is_tensor(v):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
     """Sampling controls, applied in this order: temperature, top-k, top-p.
 
-    temperature : float >= 0. 0 means greedy (same as ``greedy=True``).
+    temperature : 0 (greedy, same as ``greedy=True``) or a float >= MIN_TEMPERATURE (1e-6).
     top_k       : int >= 1 or None (no top-k).
     top_p       : float in (0, 1]. 1 keeps everything.
     greedy      : bool. The distribution becomes one-hot on the argmax (lowest index on ties).
@@ -37,16 +58,21 @@ class SamplingConfig:
     greedy: bool = False
 
     def __post_init__(self):
-        t = self.temperature
-        check_arg(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0,
-                  "temperature", t, "a finite number >= 0 (0 means greedy)")
+        t = _real(self.temperature)
+        check_arg(t is not None and math.isfinite(t) and (t == 0 or t >= MIN_TEMPERATURE), "temperature",
+                  self.temperature, f"0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} (below that, "
+                  "logits / temperature can overflow float32; use temperature=0 for the T -> 0 limit)")
         if self.top_k is not None:
-            check_arg(isinstance(self.top_k, int) and not isinstance(self.top_k, bool) and self.top_k >= 1,
-                      "top_k", self.top_k, "an integer >= 1, or None")
-        p = self.top_p
-        check_arg(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p <= 1,
-                  "top_p", p, "a number in (0, 1]")
-        check_arg(isinstance(self.greedy, bool), "greedy", self.greedy, "True or False")
+            kk = as_int(self.top_k)
+            check_arg(kk is not None and kk >= 1, "top_k", self.top_k, "an integer >= 1, or None")
+            if type(self.top_k) is not int:
+                object.__setattr__(self, "top_k", kk)
+        p = _real(self.top_p)
+        check_arg(p is not None and 0 < p <= 1, "top_p", self.top_p, "a number in (0, 1]")
+        check_arg(isinstance(self.greedy, (bool, np.bool_)), "greedy", self.greedy, "True or False")
+        for name, v in (("temperature", t), ("top_p", p), ("greedy", bool(self.greedy))):
+            if type(getattr(self, name)) not in (int, float, bool):  # NumPy / 0-d tensor scalars -> Python
+                object.__setattr__(self, name, v)
 
     @property
     def is_greedy(self) -> bool:
@@ -67,11 +93,14 @@ def warp(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     """Logits (..., V) -> probabilities (..., V) after temperature, top-k, top-p or greedy.
 
     ``logits`` may hold -inf (tokens of probability 0, e.g. ``log`` of a table).  The result is
-    in the dtype of ``logits`` and sums to 1 over the last axis.
+    in the dtype of ``logits`` and sums to 1 over the last axis.  A row with a NaN or +inf logit, or
+    with no finite one, comes out with NaN entries (greedy too), never as a plausible law: the
+    samplers check the warped laws and raise (:func:`specimpl.inputs.check_finite_laws`).
     """
     if config.is_greedy:
-        idx = logits.argmax(dim=-1, keepdim=True)  # (..., 1) first maximum on ties
-        return torch.zeros_like(logits).scatter_(-1, idx, 1.0)
+        idx = logits.argmax(dim=-1, keepdim=True)  # (..., 1) first maximum on ties (a NaN wins)
+        one = logits.gather(-1, idx) * 0 + 1  # (..., 1) 1, or NaN where the winner is NaN or +-inf
+        return torch.zeros_like(logits).scatter_(-1, idx, one)
     x = logits / config.temperature if config.temperature != 1 else logits
     if config.top_k is not None and config.top_k < x.shape[-1]:
         kth = torch.topk(x, config.top_k, dim=-1).values[..., -1:]  # (..., 1)

@@ -28,6 +28,7 @@ loop on lookup tables, for n-gram toy models, is :mod:`specimpl.tabular`; the ou
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 
 from specimpl.errors import check_arg
-from specimpl.inputs import check_generate_args, prompt_batch
+from specimpl.inputs import check_finite_laws, check_generate_args, check_generator, law_sums, prompt_batch
 from specimpl.model import LanguageModel, ModelState, Prompts, check_same_vocab
 from specimpl.result import PAD, GenerationResult, SpecStats
 from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
@@ -87,6 +88,10 @@ def verify_block_checked(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_ac
               f"shape {tuple(p.shape)}" if torch.is_tensor(p) else type(p).__name__, "a tensor of shape (B, k+1, V), k >= 1")
     B, k1, V = p.shape
     k = k1 - 1
+    if torch.is_tensor(q) and q.dim() == 3 and q.shape[-1] != V:
+        raise ValueError(f"`p` and `q` must have the same number of columns (vocabulary size V, the last axis); "
+                         f"got p of shape {tuple(p.shape)} (V = {V}) and q of shape {tuple(q.shape)} "
+                         f"(V = {q.shape[-1]})")
     check_arg(torch.is_tensor(q) and tuple(q.shape) == (B, k, V), "q",
               f"shape {tuple(q.shape)}" if torch.is_tensor(q) else type(q).__name__, f"a tensor of shape (B, k, V) = {(B, k, V)}")
     check_probs("p", p, atol)
@@ -155,15 +160,19 @@ class SpeculativeSampler:
     ``tabular=True`` itself run the generic loop.
 
     ``validate=True`` checks p and q with :func:`specimpl.sampling.check_probs` every round (generic
-    loop only; costs a few passes over the batch).
+    loop only; costs a few passes over the batch).  Independently, every round checks that the warped
+    p and q are finite (:func:`specimpl.inputs.check_finite_laws`: one sum each) and raises a
+    ``ValueError`` naming the model, round and row otherwise; NaN/inf logits would else turn into
+    a run of the last vocabulary id.  The class attribute ``check_finite`` turns this off (benchmarks).
     """
 
     compact_below = 0.5  # drop finished sequences from the batch when fewer than this share are active
+    check_finite = True  # raise NonFiniteLawError when a warped p or q holds NaN/inf (one sum per law per round)
 
     def __init__(self, target: LanguageModel, draft: LanguageModel, k: int, config: SamplingConfig = SamplingConfig(),
                  *, validate: bool = False, tabular: bool = False):
         check_same_vocab(target, draft)
-        check_generate_args(k, 1, config, None, target.vocab_size)
+        k, _, _ = check_generate_args(k, 1, config, None, target.vocab_size)
         self.target, self.draft, self.k, self.config = target, draft, k, config
         self.validate, self.tabular = bool(validate), bool(tabular)
         self._tabular_loop: Optional[TabularSpeculative] = None
@@ -190,7 +199,9 @@ class SpeculativeSampler:
     def generate(self, prompts: Prompts, max_new_tokens: int, eos_token_id: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> GenerationResult:
         """Continue each prompt by up to ``max_new_tokens`` tokens (fewer after ``eos_token_id``)."""
-        check_generate_args(self.k, max_new_tokens, self.config, eos_token_id, self.target.vocab_size)
+        _, max_new_tokens, eos_token_id = check_generate_args(self.k, max_new_tokens, self.config, eos_token_id,
+                                                              self.target.vocab_size)
+        check_generator(generator, self.target.device)
         if self.uses_tabular_path:
             if self._tabular_loop is None:
                 self._tabular_loop = TabularSpeculative(self.target, self.draft, self.k, self.config,
@@ -223,8 +234,10 @@ class SpeculativeSampler:
         n_out = np.zeros(B, dtype=np.int64)  # (B,) emitted so far
         j = np.arange(k + 1)  # (k+1,)
         stats = SpecStats(k)
+        rnd = 0
         while True:
             A, idx = rows.idx.size, rows.idx
+            rnd += 1
             # ---- draft: k autoregressive proposals x_i ~ q_i ------------------------------------
             tic = time.perf_counter()
             u_draft, u_acc, u_fin = self.uniforms(A, generator, self.target_dtype, dev)
@@ -237,11 +250,13 @@ class SpeculativeSampler:
             sync()
             t2 = time.perf_counter()
             # ---- accept / resample -------------------------------------------------------------
+            total = law_sums(q, p) if self.check_finite else None  # read after the host copies below
             if self.validate:
                 check_probs("p", p)
                 check_probs("q", q)
             n, y = self.verify(p, q, x, u_acc, u_fin)  # (A,), (A,)
             n_h, y_h, x_h = n.cpu().numpy(), y.cpu().numpy(), x.cpu().numpy()  # host copies
+            self._check_finite(p, q, total, rnd)  # before anything of this round is emitted
             emit, m, done = _emit_round(x_h, n_h, y_h, max_new_tokens - n_out[idx], rows.alive, eos_token_id)
             # positions >= n_out hold PAD for every sequence, so finished rows (m = 0, all PAD) may write too
             out[idx[:, None], n_out[idx][:, None] + j] = emit
@@ -258,6 +273,14 @@ class SpeculativeSampler:
                 break
         tokens = torch.from_numpy(np.ascontiguousarray(out[:, :max_new_tokens])).to(dev)
         return GenerationResult(tokens=tokens, lengths=torch.from_numpy(n_out).to(dev), stats=stats, timings=clock)
+
+    def _check_finite(self, p, q, total, rnd: int) -> None:
+        """Round ``rnd``'s warped laws must be finite; ``total`` the 0-d :func:`law_sums` of q and p, or None
+        (check off)."""
+        if total is None or math.isfinite(total.item()):
+            return
+        check_finite_laws("draft", q, f"round {rnd}", self.config)
+        check_finite_laws("target", p, f"round {rnd}", self.config)
 
     def _prefill(self, prompts) -> _Rows:
         """Both models consume every prompt token but the last, which is pending for both."""

@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 
 from specimpl.errors import check_arg
-from specimpl.inputs import check_generate_args
+from specimpl.inputs import check_finite_laws, check_generate_args, check_generator
 from specimpl.model import as_prompt_list, check_prompt_tensor
 from specimpl.ngram import NGramModel
 from specimpl.result import PAD, GenerationResult, SpecStats
@@ -119,8 +119,11 @@ def pair_tables(target: NGramModel, draft: NGramModel, config: SamplingConfig) -
     m = max(target.order, draft.order)
     C = V ** (m - 1)
     J = torch.arange(C)
-    p = warp(target.logtable, config)[J % target.n_contexts].contiguous()  # (C, V)
-    q = warp(draft.logtable, config)[J % draft.n_contexts].contiguous()  # (C, V)
+    pt, qt = warp(target.logtable, config), warp(draft.logtable, config)  # (C_t, V), (C_d, V)
+    check_finite_laws("target", pt, "its warped table (rows are contexts)", config)  # once, for every round
+    check_finite_laws("draft", qt, "its warped table (rows are contexts)", config)
+    p = pt[J % target.n_contexts].contiguous()  # (C, V)
+    q = qt[J % draft.n_contexts].contiguous()  # (C, V)
     thr = _accept_threshold(p.reshape(-1), q.reshape(-1))  # (C * V,)
     r = (p - q).clamp(min=0)  # (C, V) the generic sampler's residual, row by row
     empty = r.sum(-1, keepdim=True) <= 0
@@ -244,7 +247,7 @@ class TabularSpeculative:
                  compact_below: float = 0.5, chunk_size: int = CHUNK_SIZE, workers: Optional[int] = None):
         check_arg(is_tabular_pair(target, draft), "draft", f"{draft!r} with {target!r}",
                   "a plain NGramModel of the target's dtype, with a plain NGramModel target (V <= 32767)")
-        check_generate_args(k, 1, config, None, target.vocab_size)
+        k, _, _ = check_generate_args(k, 1, config, None, target.vocab_size)
         check_arg(isinstance(chunk_size, int) and chunk_size >= 1, "chunk_size", chunk_size, "an integer >= 1")
         check_arg(workers is None or (isinstance(workers, int) and workers >= 1), "workers", workers,
                   "None or an integer >= 1")
@@ -256,7 +259,9 @@ class TabularSpeculative:
     def generate(self, prompts, max_new_tokens: int, eos_token_id: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> GenerationResult:
         """As :meth:`specimpl.speculative.SpeculativeSampler.generate`."""
-        check_generate_args(self.k, max_new_tokens, self.config, eos_token_id, self.target.vocab_size)
+        _, max_new_tokens, eos_token_id = check_generate_args(self.k, max_new_tokens, self.config, eos_token_id,
+                                                              self.target.vocab_size)
+        check_generator(generator, "cpu")
         # Parallelism comes from worker threads over chunks; intra-op threads would only compete with
         # them (and spin-wait on a busy machine), so torch runs single-threaded for the call.
         intra_op = torch.get_num_threads()
@@ -427,7 +432,9 @@ def tabular_autoregressive(target: NGramModel, prompts, max_new_tokens: int, con
     V, C = target.vocab_size, target.n_contexts
     clock = {"target": 0.0, "sampler": 0.0}
     tic = time.perf_counter()
-    sampler = TableSampler(warp(target.logtable, config))  # rows: contexts
+    table = warp(target.logtable, config)  # (C, V) rows: contexts
+    check_finite_laws("target", table, "its warped table (rows are contexts)", config)  # once, for every step
+    sampler = TableSampler(table)
     J = start_contexts(prompts, V, C)  # (B,) context after each prompt
     B = J.shape[0]
     out = torch.full((max_new_tokens, B), PAD, dtype=torch.long)  # (T, B): each step writes one contiguous row

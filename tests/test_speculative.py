@@ -94,8 +94,12 @@ class NaNTarget(NGramModel):
 
 def test_validate_flag_rejects_nan_probabilities():
     bad = NaNTarget(T4.table64.numpy(), 2)
+    s = SpeculativeSampler(bad, D4, 2, validate=True)
+    s.check_finite = False  # the finiteness check (on by default) would raise first; this tests validate's own
     with pytest.raises(ValueError, match="`p`.*NaN"):
-        SpeculativeSampler(bad, D4, 2, validate=True).generate([[1]], 3, generator=gen(0))
+        s.generate([[1]], 3, generator=gen(0))
+    with pytest.raises(ValueError, match="the target's warped next-token law is not finite"):
+        SpeculativeSampler(bad, D4, 2).generate([[1]], 3, generator=gen(0))  # the default, without validate
 
 
 # -- determinism and the two paths ------------------------------------------------------------------
