@@ -76,6 +76,7 @@ ALGORITHMS_SCHEMA = {  # [algorithms]: block / tree reference runs and controls 
     "runs": Field(lambda v: isinstance(v, dict) and all(isinstance(x, list) and all(isinstance(n, str) and n for n in x)
                                                         for x in v.values()),
                   "a table: algorithm name = list of scenario names"),
+    "control_scenario": text(),
 }
 DEFAULT_SCHEMA = {"run": RUN_SCHEMA, "scenario": SCENARIO_SCHEMA, "real_model": {},  # real_model: realmodel.py's
                   "algorithms": ALGORITHMS_SCHEMA}

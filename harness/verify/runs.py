@@ -29,7 +29,7 @@ from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 
 __all__ = ["RunSpec", "RealRun", "VonNeumannRun", "RunSet", "Sizes", "run_sizes", "exact_runs", "baselines_for",
-           "AlgorithmRuns", "algorithm_runs", "control_algorithm",
+           "AlgorithmRuns", "algorithm_runs", "algorithm_exact_runs", "control_algorithm",
            "real_model_seed", "real_runs_for", "MUST_BE_CAUGHT", "UNDER_TEST"]
 
 MUST_BE_CAUGHT = ("lossy", "lossy-by-design")
@@ -112,17 +112,20 @@ class RunSet:
 
 @dataclass(frozen=True)
 class Sizes:
-    """Sequences per scenario (times its weight), per control, and von Neumann proposals."""
+    """Sequences per scenario (times its weight), per control, and von Neumann proposals; ``explicit``:
+    the draws were given (--draws / --control-draws), not default.toml's."""
 
     draws: int
     control_draws: int
     von_neumann_proposals: int
+    explicit: bool = False
 
 
 def run_sizes(settings, full: bool, draws: Optional[int], control_draws: Optional[int]) -> Sizes:
     """The run's sizes: the arguments where given, else default.toml's (``full_*`` with ``full``);
     with ``draws`` given, controls and von Neumann proposals shrink with it."""
     base = draws if draws is not None else (settings.full_draws if full else settings.draws)
+    explicit = draws is not None or control_draws is not None
     if control_draws is None:
         control_draws = settings.full_control_draws if full else settings.control_draws
         if draws is not None:
@@ -130,7 +133,7 @@ def run_sizes(settings, full: bool, draws: Optional[int], control_draws: Optiona
     proposals = settings.full_von_neumann_proposals if full else settings.von_neumann_proposals
     if draws is not None:
         proposals = min(proposals, max(10_000, 5 * draws))
-    return Sizes(base, control_draws, proposals)
+    return Sizes(base, control_draws, proposals, explicit)
 
 
 def exact_runs(fn: Callable, label: str, role: str, scenarios: list, sizes: Sizes, *, full: bool, controls: bool,
@@ -150,7 +153,7 @@ def exact_runs(fn: Callable, label: str, role: str, scenarios: list, sizes: Size
             cache[sc.name] = sc
             runs.append(RunSpec(c.name, c.kind, c.sampler, sc, max(2, round(sizes.control_draws * min(1.0, sc.weight)))))
     if algorithms is not None:
-        runs += _algorithm_runs(algorithms, {sc.name: sc for sc in scenarios}, cache, sizes, full, controls,
+        runs += algorithm_exact_runs(algorithms, {sc.name: sc for sc in scenarios}, cache, sizes, full, controls,
                                 scenario_dir)
     return runs
 
@@ -158,13 +161,16 @@ def exact_runs(fn: Callable, label: str, role: str, scenarios: list, sizes: Size
 @dataclass(frozen=True)
 class AlgorithmRuns:
     """The ``[algorithms]`` table of default.toml: sequences per block / tree reference run and per
-    block / tree control (``full_*`` with --full), and ``runs``: algorithm name -> scenario names."""
+    block / tree control (``full_*`` with --full), ``runs``: algorithm name -> scenario names, and
+    ``control_scenario``: where the controls that :data:`harness.bugs_tree.CATALOGUE` places on ``base``
+    run instead (None: on ``base``)."""
 
     draws: int
     full_draws: int
     control_draws: int
     full_control_draws: int
     runs: dict
+    control_scenario: Optional[str] = None
 
 
 def algorithm_runs(scenario_dir: Path) -> Optional[AlgorithmRuns]:
@@ -179,7 +185,7 @@ def algorithm_runs(scenario_dir: Path) -> Optional[AlgorithmRuns]:
     for name in table["runs"]:
         Algorithm.parse(name, "[algorithms.runs]")
     return AlgorithmRuns(*(int(table[key]) for key in ("draws", "full_draws", "control_draws", "full_control_draws")),
-                         {name: tuple(v) for name, v in table["runs"].items()})
+                         {name: tuple(v) for name, v in table["runs"].items()}, table.get("control_scenario"))
 
 
 def control_algorithm(control) -> str:
@@ -190,14 +196,16 @@ def control_algorithm(control) -> str:
     return f"tree{n}" + ("" if control.kwargs.get("replacement", True) else "-wor")
 
 
-def _algorithm_runs(a: AlgorithmRuns, chosen: dict, cache: dict, sizes: Sizes, full: bool, controls: bool,
+def algorithm_exact_runs(a: AlgorithmRuns, chosen: dict, cache: dict, sizes: Sizes, full: bool, controls: bool,
                     scenario_dir: Path) -> list[RunSpec]:
     """Block / tree reference runs on the chosen scenarios they list, then the block / tree controls.
-    Sizes: ``a``'s, but never more than the run's own (``sizes``: --draws / --control-draws shrink them)."""
+    Sizes: ``a``'s; given --draws / --control-draws (``sizes.explicit``) no more than those."""
     from harness.algorithms import Algorithm
     from harness.bugs_tree import CATALOGUE as TREE_CATALOGUE
-    draws = min(a.full_draws if full else a.draws, sizes.draws)
-    control_draws = min(a.full_control_draws if full else a.control_draws, sizes.control_draws)
+    draws = a.full_draws if full else a.draws
+    control_draws = a.full_control_draws if full else a.control_draws
+    if sizes.explicit:
+        draws, control_draws = min(draws, sizes.draws), min(control_draws, sizes.control_draws)
     runs = []
     for name, names in a.runs.items():
         algo = Algorithm.parse(name, "[algorithms.runs]")
@@ -205,7 +213,8 @@ def _algorithm_runs(a: AlgorithmRuns, chosen: dict, cache: dict, sizes: Sizes, f
                          name) for s in names if s in chosen]
     if controls:
         for c in TREE_CATALOGUE:
-            sc = cache.get(c.scenario) or load_scenario(c.scenario, scenario_dir)
+            name = a.control_scenario if c.scenario == "base" and a.control_scenario else c.scenario
+            sc = cache.get(name) or load_scenario(name, scenario_dir)
             cache[sc.name] = sc
             runs.append(RunSpec(c.name, c.kind, c.sampler, sc, max(2, round(control_draws * min(1.0, sc.weight))),
                                 control_algorithm(c)))
