@@ -117,3 +117,40 @@ def test_plan_tests_without_an_acceptance_law():
     assert any(t.family == "acceptance" for t in with_law)
     assert not any(t.family == "acceptance" for t in without)
     assert len(with_law) - len(without) == sum(t.family == "acceptance" for t in with_law)
+
+
+QUIET = ["--no-real-model", "--no-figures", "--no-progress"]
+
+
+def _acceptance_expected(out):
+    import pandas as pd
+    t = pd.read_csv(out / "tests.csv", comment="#")
+    return t[(t.family == "acceptance") & (t.test == "position")].sort_values("position").expected.to_numpy()
+
+
+def test_cli_algorithm_option(tmp_path, monkeypatch, capsys):
+    """--algorithm block: the plug-in block sampler's acceptance rows are the block law's; an
+    ``algorithm`` attribute does the same; without either, the chain rule's."""
+    from harness.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.py").write_text("from specimpl.block import block_generate as fn\n"
+                                   "def tagged(*a, **kw):\n    return fn(*a, **kw)\ntagged.algorithm = 'block'\n")
+    sc, law = _law("base")
+    blk, ch = acceptance_for("block", law, sc.k).alpha, law.acceptance_law(sc.k).alpha
+    for extra, sampler, expected in ((["--algorithm", "block"], "s.py:fn", blk), ([], "s.py:tagged", blk),
+                                     ([], "s.py:fn", ch)):
+        out = tmp_path / f"o{len(extra)}{sampler[-1]}"
+        rc = main(["verify", "--sampler", sampler, "--scenario", "base", "--draws", "3000", *QUIET, "--out", str(out),
+                   *extra])
+        assert rc == 0, capsys.readouterr().err
+        np.testing.assert_allclose(_acceptance_expected(out), expected)
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--algorithm", "block"], "`--algorithm` needs `--sampler`"),
+    (["--sampler", "specimpl.block:block_generate", "--algorithm", "blocks"], "`--algorithm` must be 'chain'"),
+])
+def test_cli_algorithm_usage_errors(args, msg, capsys):
+    from harness.cli import main
+    assert main(["verify", "--scenario", "base", *QUIET, *args]) == 2
+    assert msg in capsys.readouterr().err
