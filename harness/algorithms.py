@@ -45,8 +45,9 @@ class Algorithm:
             return cls(name, name)
         return cls(name, "tree", int(m.group(2)), m.group(3) is None)
 
-    def generate(self, target, draft, prompts, *, k: int, max_new_tokens: int, config: SamplingConfig = SamplingConfig(),
-                 generator: Optional[torch.Generator] = None, eos_token_id: Optional[int] = None):
+    def generate(self, target, draft, prompts, *, k: int, max_new_tokens: int,
+                 config: SamplingConfig = SamplingConfig(), generator: Optional[torch.Generator] = None,
+                 eos_token_id: Optional[int] = None):
         """The algorithm's reference sampler (the sampler call signature)."""
         kw = dict(k=k, max_new_tokens=max_new_tokens, config=config, eos_token_id=eos_token_id, generator=generator)
         if self.kind == "chain":

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -39,7 +38,7 @@ import torch
 
 from harness.algorithms import Algorithm
 from harness.costmodel_tree import TimedTreeModel, tree_speedup
-from harness.exact_tree import ExactRounds, RoundLaw, acceptance_law
+from harness.exact_tree import ExactRounds, acceptance_law
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
 

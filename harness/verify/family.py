@@ -24,7 +24,8 @@ from harness.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, 
 from harness.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import RunSet
 
-__all__ = ["PlannedTest", "FamilyPlan", "FamilyLevels", "plan_family", "run_acceptance", "family_levels", "evaluate_family", "holm_adjust",
+__all__ = ["PlannedTest", "FamilyPlan", "FamilyLevels", "plan_family", "run_acceptance", "family_levels",
+           "evaluate_family", "holm_adjust",
            "rows_table", "family_config"]
 
 

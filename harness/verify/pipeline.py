@@ -82,11 +82,24 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
 
     def config(levels: FamilyLevels) -> dict:
         return {"sampler": sampler_label, "scenarios": [s.name for s in scenarios], "draws": sizes.draws,
-                "control_draws": sizes.control_draws if controls else 0, "full": full,
+                "control_draws": sizes.control_draws if controls else 0, "full": full, "algorithm": algorithm,
+                "algorithms": _algorithms_config(rs, algos),
                 **family_config(settings, levels), **_sources_config(rs, sizes)}
 
     return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
                     t_drawn=time.perf_counter())
+
+
+def _algorithms_config(rs: RunSet, algos) -> Optional[dict]:
+    """default.toml's ``[algorithms]`` and the block / tree runs drawn from it (None without)."""
+    if algos is None:
+        return None
+    settings = {"draws": algos.draws, "full_draws": algos.full_draws, "control_draws": algos.control_draws,
+                "full_control_draws": algos.full_control_draws, "control_scenario": algos.control_scenario,
+                "runs": {k: list(v) for k, v in algos.runs.items()}}
+    return {"settings": settings,
+            "runs": [{"run": r.label, "scenario": r.scenario.name, "algorithm": r.algorithm, "sequences": r.draws}
+                     for r in rs.runs if r.algorithm != "chain"]}
 
 
 def _sources_config(rs: RunSet, sizes: Sizes) -> dict:

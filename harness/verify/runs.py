@@ -144,8 +144,8 @@ def exact_runs(fn: Callable, label: str, role: str, scenarios: list, sizes: Size
     the block / tree reference runs on the scenarios they list (those of ``scenarios`` only) and (with
     ``controls``) the block / tree controls of :data:`harness.bugs_tree.CATALOGUE`."""
     from harness.bugs import CATALOGUE
-    runs = [RunSpec(label, role, fn, sc, max(2, round(sizes.draws * (sc.full_weight if full else sc.weight))), algorithm)
-            for sc in scenarios]
+    runs = [RunSpec(label, role, fn, sc, max(2, round(sizes.draws * (sc.full_weight if full else sc.weight))),
+                    algorithm) for sc in scenarios]
     cache = {sc.name: sc for sc in scenarios}
     if controls:
         for c in CATALOGUE:
@@ -180,7 +180,8 @@ def algorithm_runs(scenario_dir: Path) -> Optional[AlgorithmRuns]:
     table = read_defaults(scenario_dir).get("algorithms")
     if table is None:
         return None
-    missing = [key for key in ("draws", "full_draws", "control_draws", "full_control_draws", "runs") if key not in table]
+    missing = [key for key in ("draws", "full_draws", "control_draws", "full_control_draws", "runs")
+               if key not in table]
     check_arg(not missing, "[algorithms]", sorted(table), f"a table with the keys {missing} too")
     for name in table["runs"]:
         Algorithm.parse(name, "[algorithms.runs]")
@@ -209,8 +210,8 @@ def algorithm_exact_runs(a: AlgorithmRuns, chosen: dict, cache: dict, sizes: Siz
     runs = []
     for name, names in a.runs.items():
         algo = Algorithm.parse(name, "[algorithms.runs]")
-        runs += [RunSpec(name, "reference", algo.sampler(), chosen[s], max(2, round(draws * min(1.0, chosen[s].weight))),
-                         name) for s in names if s in chosen]
+        runs += [RunSpec(name, "reference", algo.sampler(), chosen[s],
+                         max(2, round(draws * min(1.0, chosen[s].weight))), name) for s in names if s in chosen]
     if controls:
         for c in TREE_CATALOGUE:
             name = a.control_scenario if c.scenario == "base" and a.control_scenario else c.scenario
