@@ -2,8 +2,9 @@
 
 Roles (notation used throughout :mod:`harness.verify`):
 
-    reference        the reference sampler (``specimpl.speculative_generate``): must be lossless and as
-                     efficient as the exact acceptance law
+    reference        the reference sampler (``specimpl.speculative_generate``), and the block / tree reference
+                     samplers of default.toml's ``[algorithms]``: must be lossless and as efficient as the
+                     exact acceptance law of their algorithm (``RunSpec.algorithm``)
     sampler          a user's sampler (``--sampler``): must be lossless
     lossy            a buggy control: must be caught (a loss test rejects)
     lossy-by-design  a control that changes the law on purpose (typical acceptance): must be caught
