@@ -599,9 +599,12 @@ def _pool_cells(x: np.ndarray, cells: tuple) -> np.ndarray:
     return np.stack([x[..., list(g)].sum(-1) for g in cells], axis=-1)
 
 
-def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> list[TestSpec]:
+def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int, acceptance=None) -> list[TestSpec]:
     """Every test of one run.  ``baseline`` is the target-only accumulator of the same scenario (None:
-    no two-sample tests); acceptance tests only when the sampler returned SpecStats with k positions."""
+    no two-sample tests); acceptance tests only when the sampler returned SpecStats with k positions
+    (k: the depth of a round), against ``acceptance`` (the expected counts of the run's algorithm,
+    :func:`harness.algorithms.acceptance_for`; None: the reference sampler's, ``law.acceptance_law(k)``;
+    False: no exact acceptance law, no acceptance tests)."""
     law = acc.law
     N, W = law.N, law.n_symbols
     specs: list[TestSpec] = []
@@ -632,8 +635,8 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int) -> lis
             if acc.pit_pairs[start].sum() > 0:
                 specs.append(TestSpec("pit", name, None, True, _pit_pairs(acc.pit_pairs[start], acc.pair_bins)))
     usable = [c for c in acc.chunks if c[1].shape == (k,)]
-    if usable and acc.calls_without_stats == 0 and law.Q is not None:
-        specs += _acceptance_specs(law, k, usable)
+    if usable and acc.calls_without_stats == 0 and law.Q is not None and acceptance is not False:
+        specs += _acceptance_specs(law, k, usable, acceptance)
     return specs
 
 
@@ -646,9 +649,10 @@ def acceptance_notes(k: int, n_tokens: int) -> list[str]:
             f"max_new_tokens {n_tokens} is never emitted); accepted lengths >= {n_tokens} pooled into one cell"]
 
 
-def _acceptance_specs(law: ExactLaw, k: int, usable: list) -> list[TestSpec]:
-    """The acceptance tests of a run whose sampler calls (``usable``) all returned SpecStats."""
-    exact = law.acceptance_law(k)
+def _acceptance_specs(law: ExactLaw, k: int, usable: list, exact=None) -> list[TestSpec]:
+    """The acceptance tests of a run whose sampler calls (``usable``) all returned SpecStats, against
+    ``exact`` (None: the reference sampler's acceptance law)."""
+    exact = law.acceptance_law(k) if exact is None else exact
     Bc = np.array([c[0] for c in usable], np.float64)
     plan = plan_acceptance(exact, k, law.N, law.eos, Bc)
     reached = np.stack([c[1] for c in usable])  # (C, k)

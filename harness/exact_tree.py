@@ -271,6 +271,17 @@ class ExactRounds:
         self.start = context_of(target.as_order(order), list(prompt))
         self.n_tokens, self.eos = n_tokens, eos_token_id
 
+    @classmethod
+    def from_law(cls, law) -> "ExactRounds":
+        """The round laws of the scenario whose :class:`harness.exact.ExactLaw` is ``law``: its warped
+        tables, start context, length and EOS, reused as they are (nothing recomputed)."""
+        check_arg(all(hasattr(law, a) for a in ("P", "Q", "nxt", "start", "N", "eos")) and law.Q is not None,
+                  "law", type(law).__name__, "a harness.exact.ExactLaw with a draft")
+        self = cls.__new__(cls)
+        self.P, self.Q, self.nxt = law.P, law.Q, law.nxt
+        self.start, self.n_tokens, self.eos = law.start, law.N, law.eos
+        return self
+
     def chain(self, k: int) -> RoundLaw:
         """Token-level verification (the reference sampler): one chain, with replacement."""
         law = tree_round_law(self.P, self.Q, self.nxt, TokenTree.chains(1, k), True, self.eos)

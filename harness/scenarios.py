@@ -71,7 +71,15 @@ RUN_SCHEMA = {
     "seed": SEED, "min_chunks": integer(1), "max_chunk": integer(1), "pit_bins": integer(2), "logprob_max": integer(1),
     "von_neumann_proposals": integer(1), "full_von_neumann_proposals": integer(1),
 }
-DEFAULT_SCHEMA = {"run": RUN_SCHEMA, "scenario": SCENARIO_SCHEMA, "real_model": {}}  # real_model: realmodel.py's
+ALGORITHMS_SCHEMA = {  # [algorithms]: block / tree reference runs and controls (harness.verify.runs.AlgorithmRuns)
+    **{key: integer(2) for key in ("draws", "full_draws", "control_draws", "full_control_draws")},
+    "runs": Field(lambda v: isinstance(v, dict) and all(isinstance(x, list) and all(isinstance(n, str) and n for n in x)
+                                                        for x in v.values()),
+                  "a table: algorithm name = list of scenario names"),
+    "control_scenario": text(),
+}
+DEFAULT_SCHEMA = {"run": RUN_SCHEMA, "scenario": SCENARIO_SCHEMA, "real_model": {},  # real_model: realmodel.py's
+                  "algorithms": ALGORITHMS_SCHEMA}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -37,64 +36,15 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.algorithms import Algorithm
 from harness.costmodel_tree import TimedTreeModel, tree_speedup
-from harness.exact_tree import ExactRounds, RoundLaw, acceptance_law
+from harness.exact_tree import ExactRounds, acceptance_law
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
 
 __all__ = ["Algorithm", "AlgorithmParams", "algorithms_suite", "algorithms_table", "KINDS"]
 
 KINDS = ("scenario", "synthetic", "tiny")
-_NAME = re.compile(r"^(chain|block|tree(\d+)(-wor)?)$")
-_ENUM_LIMIT = 4_000_000  # C V^k block enumeration (harness.exact_tree.block_round_law's own limit)
-_WOR_LIMIT = 200_000  # C V^(n-1) sequences of rejected siblings enumerated without replacement
-
-
-# -- algorithms -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Algorithm:
-    """One verification algorithm: ``kind`` chain / block / tree, ``n`` chains, ``replacement``."""
-
-    name: str
-    kind: str
-    n: int = 1
-    replacement: bool = True
-
-    @classmethod
-    def parse(cls, name: str) -> "Algorithm":
-        m = _NAME.match(str(name))
-        check_arg(m is not None and (m.group(2) is None or int(m.group(2)) >= 1), "algorithms", name,
-                  "'chain', 'block', 'tree<n>' or 'tree<n>-wor' (n >= 1)")
-        if m.group(2) is None:
-            return cls(name, name)
-        return cls(name, "tree", int(m.group(2)), m.group(3) is None)
-
-    def generate(self, target, draft, prompts, *, k: int, max_new_tokens: int, config: SamplingConfig,
-                 generator: torch.Generator, eos_token_id: Optional[int] = None):
-        kw = dict(k=k, max_new_tokens=max_new_tokens, config=config, eos_token_id=eos_token_id, generator=generator)
-        if self.kind == "chain":
-            from specimpl.speculative import speculative_generate
-            return speculative_generate(target, draft, prompts, **kw)
-        if self.kind == "block":
-            from specimpl.block import block_generate
-            return block_generate(target, draft, prompts, **kw)
-        from specimpl.tree import tree_generate
-        return tree_generate(target, draft, prompts, n_drafts=self.n, replacement=self.replacement, **kw)
-
-    def exact_law(self, rounds: ExactRounds, k: int, disjoint_draft: bool = False) -> tuple[Optional[RoundLaw], str]:
-        """(round law, how it was obtained) or (None, why not) on an n-gram pair."""
-        C, V = rounds.P.shape
-        if self.kind == "chain":
-            return rounds.chain(k), "recursion"
-        if self.kind == "block":
-            if C * V ** k <= _ENUM_LIMIT:
-                return rounds.block(k), "enumeration"
-            if disjoint_draft:  # w_i in {0, 1}: block verification makes the token-level decisions
-                return rounds.chain(k), "token-level law (disjoint draft: block = token-level)"
-            return None, f"C V^k = {C}*{V}^{k} blocks: too many to enumerate"
-        if not self.replacement and C * V ** (self.n - 1) > _WOR_LIMIT:
-            return None, f"C V^(n-1) = {C}*{V}^{self.n - 1} rejection sequences: too many to enumerate"
-        return rounds.tree(k, n_drafts=self.n, replacement=self.replacement), "recursion"
 
 
 # -- cell settings ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ everything passed, 1 otherwise, 3 when the sampler under test failed (:func:`sam
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Callable, Optional
 
 import torch
 
+from harness.algorithms import NAMES, Algorithm
 from harness.config import RESULTS, overlay, read_toml
 from harness.errors import UsageError
 from harness.options import check_option, check_out, check_seed, check_threads, check_unique
@@ -31,6 +33,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="sampler to verify, 'package.module:function' or 'path/to/file.py:function', with the "
                          "signature of specimpl.speculative_generate (default: the reference sampler, plus the "
                          "negative and lossless controls)")
+    ap.add_argument("--algorithm", metavar="NAME",
+                    help="verification algorithm of --sampler, whose exact acceptance law it is judged against: "
+                         "chain, block, tree<n> or tree<n>-wor (default: the function's `algorithm` attribute, "
+                         "else chain)")
     ap.add_argument("--scenario", action="append", metavar="NAME",
                     help="scenario file harness/experiments/verify/NAME.toml (repeatable; default: the list in default.toml)")
     ap.add_argument("--draws", type=int, metavar="N", help="sequences per scenario (times its weight)")
@@ -90,6 +96,7 @@ class _Choice:
     sampler: Optional[Callable]
     scenarios: list
     real_model: Optional[RealModelSpec]
+    algorithm: Optional[str] = None
 
 
 def _choose(args) -> _Choice:
@@ -101,6 +108,7 @@ def _choose(args) -> _Choice:
         check_option(v is None or v >= 2, name, v, "an integer >= 2")
     settings = load_settings(args.scenario_dir)
     sampler = load_sampler(args.sampler) if args.sampler else None
+    algorithm = _algorithm(getattr(args, "algorithm", None), sampler)
     names = args.scenario or list(settings.scenarios)
     rm_spec = real_model_spec(Path(args.scenario_dir) / "default.toml")
     explicit_rm = REAL_MODEL_SCENARIO in names
@@ -115,7 +123,25 @@ def _choose(args) -> _Choice:
     if inexact:
         raise UsageError(f"`--scenario` {inexact} use a model builder without an exact law; this battery needs "
                          "builder 'ngram' (real-model pairs: python -m harness pit)")
-    return _Choice(settings, sampler, scenarios, rm_spec if use_rm else None)
+    return _Choice(settings, sampler, scenarios, rm_spec if use_rm else None, algorithm)
+
+
+def _algorithm(name: Optional[str], sampler: Optional[Callable]) -> Optional[str]:
+    """The algorithm the sampler under test is judged against: ``--algorithm``, else the function's
+    ``algorithm`` attribute (None: chain); UsageError when it names none, or comes without --sampler."""
+    if name is None and sampler is not None:
+        name = getattr(inspect.unwrap(sampler), "algorithm", None)
+        where = "the sampler's `algorithm` attribute"
+    else:
+        where = "`--algorithm`"
+    if name is None:
+        return None
+    if sampler is None:
+        raise UsageError("`--algorithm` needs `--sampler` (the reference runs already cover every algorithm)")
+    try:
+        return Algorithm.parse(name, "algorithm").name
+    except ValueError:
+        raise UsageError(f"{where} must be {NAMES}; got {name!r}") from None
 
 
 def real_model_spec(path: Path, overrides: Optional[dict] = None) -> RealModelSpec:
@@ -151,7 +177,7 @@ def run(args) -> int:
         draws=args.draws, control_draws=args.control_draws, seed=args.seed, full=args.full,
         controls=not args.sampler and not args.no_controls, out=out, fresh=args.fresh, figures=not args.no_figures,
         progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
-        real_model_sequences=args.real_model_sequences))
+        real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm))
     print(res.console, file=sys.stderr)
     failure = sampler_failure(res.verdicts, ch.sampler)
     if failure is not None:

@@ -12,17 +12,20 @@ p-values are adjusted by Holm, which keeps the family-wise false-alarm rate at `
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
 from harness import stats
+from harness.algorithms import acceptance_for
 from harness.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, plan_pit_value_tests, plan_tests,
                              plan_von_neumann_tests)
 from harness.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import RunSet
 
-__all__ = ["PlannedTest", "FamilyPlan", "FamilyLevels", "plan_family", "family_levels", "evaluate_family", "holm_adjust",
+__all__ = ["PlannedTest", "FamilyPlan", "FamilyLevels", "plan_family", "run_acceptance", "family_levels",
+           "evaluate_family", "holm_adjust",
            "rows_table", "family_config"]
 
 
@@ -61,12 +64,13 @@ class FamilyLevels:
 
 def plan_family(rs: RunSet) -> FamilyPlan:
     """Every test of every run of ``rs`` that drew without error, in report order."""
-    plan, notes = [], []
+    plan, notes, laws = [], [], {}
     for r in rs.runs:
         if r.error is None:
             base = rs.baselines[r.scenario.name]
+            acceptance = run_acceptance(r, r.acc.law, laws, notes)
             plan += [PlannedTest(r.label, r.role, r.scenario.name, ts)
-                     for ts in plan_tests(r.acc, base.acc if base.error is None else None, r.scenario.k)]
+                     for ts in plan_tests(r.acc, base.acc if base.error is None else None, r.scenario.k, acceptance)]
             if r.scenario.exact:
                 notes += [f"{r.label} on {r.scenario.name}: {n}"
                           for n in acceptance_notes(r.scenario.k, r.scenario.max_new_tokens)]
@@ -77,6 +81,25 @@ def plan_family(rs: RunSet) -> FamilyPlan:
         specs = plan_von_neumann_tests(v.draw.samples.numpy(), v.cdf, v.draw.proposed, v.draw.accepted, v.M)
         plan += [PlannedTest(v.label, v.role, v.scenario, ts) for ts in specs]
     return FamilyPlan(plan, notes)
+
+
+def run_acceptance(r, law, cache: Optional[dict] = None, notes: Optional[list] = None):
+    """The exact acceptance law a run is judged against (:func:`harness.battery.plan_tests`'s
+    ``acceptance``): None for the chain rule (the scenario law's own), else its algorithm's law
+    (:func:`harness.algorithms.acceptance_for`, cached per scenario, algorithm and k in ``cache``), or
+    False, with a note, where the algorithm has no exact law there."""
+    if r.algorithm == "chain":
+        return None
+    key = (r.scenario.name, r.algorithm, r.scenario.k)
+    cache = {} if cache is None else cache
+    if key not in cache:
+        try:
+            cache[key] = acceptance_for(r.algorithm, law, r.scenario.k)
+        except ValueError as e:
+            cache[key] = False
+            if notes is not None:
+                notes.append(f"{r.label} on {r.scenario.name}: no acceptance tests ({e})")
+    return cache[key]
 
 
 def family_levels(plan: list[PlannedTest], settings) -> FamilyLevels:

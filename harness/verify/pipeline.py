@@ -18,7 +18,8 @@ from harness.scenarios import SCENARIO_DIR
 from harness.verify import report
 from harness.verify.draw import RunState, draw_all, draw_von_neumann
 from harness.verify.family import FamilyLevels, evaluate_family, family_config, plan_family
-from harness.verify.runs import UNDER_TEST, RunSet, Sizes, baselines_for, exact_runs, real_runs_for, run_sizes
+from harness.verify.runs import (UNDER_TEST, RunSet, Sizes, algorithm_runs, baselines_for, exact_runs, real_runs_for,
+                                 run_sizes)
 from harness.verify.verdicts import verdict_table
 from specimpl.speculative import speculative_generate
 
@@ -47,20 +48,27 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
            out: Optional[Path] = None, fresh: bool = False, figures: bool = True, progress: bool = True,
            scenario_dir: Path = SCENARIO_DIR, von_neumann: Optional[bool] = None,
            real_model: Optional[RealModelSpec] = None, real_model_sequences: Optional[int] = None,
-           real_model_controls: Optional[bool] = None) -> VerifyResult:
+           real_model_controls: Optional[bool] = None, algorithm: Optional[str] = None) -> VerifyResult:
     """Run the battery; write the report to ``out`` (None: write nothing).  See :mod:`harness.verify`.
 
     ``sampler`` None: the reference sampler, and (with ``controls``) every control; ``von_neumann``
     (default: with the reference sampler) adds the von Neumann sampler.  ``real_model``: the real-model
     scenario's settings (None: no real-model scenario); the sampler under test draws
     ``real_model_sequences`` (default: the spec's, or its ``full_n_sequences`` with ``full``) and, with
-    ``real_model_controls`` (default: ``controls``), the spec's controls run too."""
+    ``real_model_controls`` (default: ``controls``), the spec's controls run too.  ``algorithm``: the
+    verification algorithm (:class:`harness.algorithms.Algorithm` name) whose exact acceptance law the
+    sampler is judged against (default: the sampler's ``algorithm`` attribute, else ``chain``); with the
+    reference sampler, the block / tree reference runs and controls of default.toml's ``[algorithms]``
+    join the run."""
     t_start = time.perf_counter()
     seed = settings.seed if seed is None else seed
     sizes = run_sizes(settings, full, draws, control_draws)
     fn, role = (speculative_generate, "reference") if sampler is None else (sampler, "sampler")
+    algorithm = algorithm or getattr(fn, "algorithm", None) or "chain"
+    algos = algorithm_runs(scenario_dir) if sampler is None else None
     rs = RunSet(runs=exact_runs(fn, sampler_label, role, scenarios, sizes, full=full, controls=controls,
-                                scenario_dir=scenario_dir), real_model=real_model)
+                                scenario_dir=scenario_dir, algorithm=algorithm, algorithms=algos),
+                real_model=real_model)
     rs.baselines = baselines_for(rs.runs)
     if real_model is not None:
         n = real_model_sequences or (real_model.full_n_sequences if full else real_model.n_sequences)
@@ -74,11 +82,24 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
 
     def config(levels: FamilyLevels) -> dict:
         return {"sampler": sampler_label, "scenarios": [s.name for s in scenarios], "draws": sizes.draws,
-                "control_draws": sizes.control_draws if controls else 0, "full": full,
+                "control_draws": sizes.control_draws if controls else 0, "full": full, "algorithm": algorithm,
+                "algorithms": _algorithms_config(rs, algos),
                 **family_config(settings, levels), **_sources_config(rs, sizes)}
 
     return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
                     t_drawn=time.perf_counter())
+
+
+def _algorithms_config(rs: RunSet, algos) -> Optional[dict]:
+    """default.toml's ``[algorithms]`` and the block / tree runs drawn from it (None without)."""
+    if algos is None:
+        return None
+    settings = {"draws": algos.draws, "full_draws": algos.full_draws, "control_draws": algos.control_draws,
+                "full_control_draws": algos.full_control_draws, "control_scenario": algos.control_scenario,
+                "runs": {k: list(v) for k, v in algos.runs.items()}}
+    return {"settings": settings,
+            "runs": [{"run": r.label, "scenario": r.scenario.name, "algorithm": r.algorithm, "sequences": r.draws}
+                     for r in rs.runs if r.algorithm != "chain"]}
 
 
 def _sources_config(rs: RunSet, sizes: Sizes) -> dict:

@@ -2,8 +2,9 @@
 
 Roles (notation used throughout :mod:`harness.verify`):
 
-    reference        the reference sampler (``specimpl.speculative_generate``): must be lossless and as
-                     efficient as the exact acceptance law
+    reference        the reference sampler (``specimpl.speculative_generate``), and the block / tree reference
+                     samplers of default.toml's ``[algorithms]``: must be lossless and as efficient as the
+                     exact acceptance law of their algorithm (``RunSpec.algorithm``)
     sampler          a user's sampler (``--sampler``): must be lossless
     lossy            a buggy control: must be caught (a loss test rejects)
     lossy-by-design  a control that changes the law on purpose (typical acceptance): must be caught
@@ -26,8 +27,10 @@ from harness.config import derive_seed
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
 from harness.scenarios import Scenario, load_scenario
 from specimpl.autoregressive import autoregressive_generate
+from specimpl.errors import check_arg
 
 __all__ = ["RunSpec", "RealRun", "VonNeumannRun", "RunSet", "Sizes", "run_sizes", "exact_runs", "baselines_for",
+           "AlgorithmRuns", "algorithm_runs", "algorithm_exact_runs", "control_algorithm",
            "real_model_seed", "real_runs_for", "MUST_BE_CAUGHT", "UNDER_TEST"]
 
 MUST_BE_CAUGHT = ("lossy", "lossy-by-design")
@@ -36,13 +39,16 @@ UNDER_TEST = ("reference", "sampler")
 
 @dataclass
 class RunSpec:
-    """One sampler on one scenario.  role: 'reference' | 'sampler' | 'lossy' | 'lossy-by-design' | 'lossless'."""
+    """One sampler on one scenario.  role: 'reference' | 'sampler' | 'lossy' | 'lossy-by-design' | 'lossless'.
+    ``algorithm``: the verification algorithm whose exact acceptance law the run is judged against
+    (:class:`harness.algorithms.Algorithm` name: chain, block, tree<n>[-wor])."""
 
     label: str
     role: str
     sampler: Callable
     scenario: Scenario
     draws: int
+    algorithm: str = "chain"
     # filled by the runner
     acc: Optional[Accumulator] = None
     error: Optional[str] = None
@@ -107,17 +113,20 @@ class RunSet:
 
 @dataclass(frozen=True)
 class Sizes:
-    """Sequences per scenario (times its weight), per control, and von Neumann proposals."""
+    """Sequences per scenario (times its weight), per control, and von Neumann proposals; ``explicit``:
+    the draws were given (--draws / --control-draws), not default.toml's."""
 
     draws: int
     control_draws: int
     von_neumann_proposals: int
+    explicit: bool = False
 
 
 def run_sizes(settings, full: bool, draws: Optional[int], control_draws: Optional[int]) -> Sizes:
     """The run's sizes: the arguments where given, else default.toml's (``full_*`` with ``full``);
     with ``draws`` given, controls and von Neumann proposals shrink with it."""
     base = draws if draws is not None else (settings.full_draws if full else settings.draws)
+    explicit = draws is not None or control_draws is not None
     if control_draws is None:
         control_draws = settings.full_control_draws if full else settings.control_draws
         if draws is not None:
@@ -125,22 +134,92 @@ def run_sizes(settings, full: bool, draws: Optional[int], control_draws: Optiona
     proposals = settings.full_von_neumann_proposals if full else settings.von_neumann_proposals
     if draws is not None:
         proposals = min(proposals, max(10_000, 5 * draws))
-    return Sizes(base, control_draws, proposals)
+    return Sizes(base, control_draws, proposals, explicit)
 
 
 def exact_runs(fn: Callable, label: str, role: str, scenarios: list, sizes: Sizes, *, full: bool, controls: bool,
-               scenario_dir: Path) -> list[RunSpec]:
-    """The sampler on each scenario, then (with ``controls``) every control of :data:`harness.bugs.CATALOGUE`
-    on its own scenario."""
+               scenario_dir: Path, algorithm: str = "chain", algorithms: Optional["AlgorithmRuns"] = None
+               ) -> list[RunSpec]:
+    """The sampler (judged against ``algorithm``'s acceptance law) on each scenario, then (with
+    ``controls``) every control of :data:`harness.bugs.CATALOGUE` on its own scenario; with ``algorithms``
+    the block / tree reference runs on the scenarios they list (those of ``scenarios`` only) and (with
+    ``controls``) the block / tree controls of :data:`harness.bugs_tree.CATALOGUE`."""
     from harness.bugs import CATALOGUE
-    runs = [RunSpec(label, role, fn, sc, max(2, round(sizes.draws * (sc.full_weight if full else sc.weight))))
-            for sc in scenarios]
+    runs = [RunSpec(label, role, fn, sc, max(2, round(sizes.draws * (sc.full_weight if full else sc.weight))),
+                    algorithm) for sc in scenarios]
+    cache = {sc.name: sc for sc in scenarios}
     if controls:
-        cache = {sc.name: sc for sc in scenarios}
         for c in CATALOGUE:
             sc = cache.get(c.scenario) or load_scenario(c.scenario, scenario_dir)
             cache[sc.name] = sc
             runs.append(RunSpec(c.name, c.kind, c.sampler, sc, max(2, round(sizes.control_draws * min(1.0, sc.weight)))))
+    if algorithms is not None:
+        runs += algorithm_exact_runs(algorithms, {sc.name: sc for sc in scenarios}, cache, sizes, full, controls,
+                                scenario_dir)
+    return runs
+
+
+@dataclass(frozen=True)
+class AlgorithmRuns:
+    """The ``[algorithms]`` table of default.toml: sequences per block / tree reference run and per
+    block / tree control (``full_*`` with --full), ``runs``: algorithm name -> scenario names, and
+    ``control_scenario``: where the controls that :data:`harness.bugs_tree.CATALOGUE` places on ``base``
+    run instead (None: on ``base``)."""
+
+    draws: int
+    full_draws: int
+    control_draws: int
+    full_control_draws: int
+    runs: dict
+    control_scenario: Optional[str] = None
+
+
+def algorithm_runs(scenario_dir: Path) -> Optional[AlgorithmRuns]:
+    """The ``[algorithms]`` table of ``scenario_dir``'s default.toml (None when it has none)."""
+    from harness.algorithms import Algorithm
+    from harness.scenarios import read_defaults
+    table = read_defaults(scenario_dir).get("algorithms")
+    if table is None:
+        return None
+    missing = [key for key in ("draws", "full_draws", "control_draws", "full_control_draws", "runs")
+               if key not in table]
+    check_arg(not missing, "[algorithms]", sorted(table), f"a table with the keys {missing} too")
+    for name in table["runs"]:
+        Algorithm.parse(name, "[algorithms.runs]")
+    return AlgorithmRuns(*(int(table[key]) for key in ("draws", "full_draws", "control_draws", "full_control_draws")),
+                         {name: tuple(v) for name, v in table["runs"].items()}, table.get("control_scenario"))
+
+
+def control_algorithm(control) -> str:
+    """The algorithm whose acceptance law a :class:`harness.bugs_tree.TreeControl` is compared with."""
+    if control.family == "block":
+        return "block"
+    n = control.kwargs.get("n_drafts", 2)
+    return f"tree{n}" + ("" if control.kwargs.get("replacement", True) else "-wor")
+
+
+def algorithm_exact_runs(a: AlgorithmRuns, chosen: dict, cache: dict, sizes: Sizes, full: bool, controls: bool,
+                    scenario_dir: Path) -> list[RunSpec]:
+    """Block / tree reference runs on the chosen scenarios they list, then the block / tree controls.
+    Sizes: ``a``'s; given --draws / --control-draws (``sizes.explicit``) no more than those."""
+    from harness.algorithms import Algorithm
+    from harness.bugs_tree import CATALOGUE as TREE_CATALOGUE
+    draws = a.full_draws if full else a.draws
+    control_draws = a.full_control_draws if full else a.control_draws
+    if sizes.explicit:
+        draws, control_draws = min(draws, sizes.draws), min(control_draws, sizes.control_draws)
+    runs = []
+    for name, names in a.runs.items():
+        algo = Algorithm.parse(name, "[algorithms.runs]")
+        runs += [RunSpec(name, "reference", algo.sampler(), chosen[s],
+                         max(2, round(draws * min(1.0, chosen[s].weight))), name) for s in names if s in chosen]
+    if controls:
+        for c in TREE_CATALOGUE:
+            name = a.control_scenario if c.scenario == "base" and a.control_scenario else c.scenario
+            sc = cache.get(name) or load_scenario(name, scenario_dir)
+            cache[sc.name] = sc
+            runs.append(RunSpec(c.name, c.kind, c.sampler, sc, max(2, round(control_draws * min(1.0, sc.weight))),
+                                control_algorithm(c)))
     return runs
 
 
