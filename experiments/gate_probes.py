@@ -357,7 +357,7 @@ def _resume_swaps_sampler(ctx: Ctx):
        "(k = 7) once the first seed is under cal/_tmp_seeds/, edits base.toml to k = 16 and reruns; the "
        "tests per seed in pvalues.parquet are compared with a fresh k = 16 run.",
        "every seed of the rerun has the fresh k = 16 test count (the k = 7 seed is redrawn, not reused)",
-       timeout=450, slow=True)
+       timeout=180, slow=True)
 def _calibrate_reuses_seed(ctx: Ctx):
     import pandas as pd
     base = (SCENARIO_SRC / "base.toml").read_text()
@@ -380,9 +380,9 @@ def _calibrate_reuses_seed(ctx: Ctx):
     n_stored = len(stored())
     (sd / "base.toml").write_text(base + "\nk = 16\n")
     # calibrate runs the block and tree reference runs too (issue 12): at k = 16 the 3-seed rerun takes about
-    # a minute on 2 cores, so it gets 240 s
+    # a minute on 2 cores, so it gets 120 s
     second = ctx.harness("calibrate", "--scenario-dir", sd, "--scenario", "base", "--seeds", 3, "--draws", draws,
-                         "--out", "cal", "--no-progress", timeout=240)
+                         "--out", "cal", "--no-progress", timeout=120)
     fresh = ctx.harness("calibrate", "--scenario-dir", sd, "--scenario", "base", "--seeds", 1, "--draws", 2000,
                         "--out", "cal_fresh", "--no-progress", timeout=60)
     try:
