@@ -254,14 +254,15 @@ def add_arguments(parser) -> None:
                         "(python -m harness report on the results)")
 
 
-def _run_cells(out: Path, cfg: dict, cells: list[Cell], todo: list[Cell], progress: bool) -> bool:
-    """Compute and store the cells ``todo``; False when interrupted (the stored cells are kept)."""
+def _run_cells(out: Path, cfg: dict, cells: list[Cell], todo: list[Cell], progress: bool, code: str) -> bool:
+    """Compute and store the cells ``todo`` (keyed on ``code``, the run's :func:`code_fingerprint`); False when
+    interrupted (the stored cells are kept)."""
     from tqdm import tqdm
     bar = tqdm(todo, desc="sweep", unit="cell", disable=not progress, file=sys.stderr)
     try:
         for cell in bar:
             bar.set_postfix_str(cell.id[:40])
-            store_cell(out, cell, run_cell(cell, cfg))
+            store_cell(out, cell, run_cell(cell, cfg, code))
     except KeyboardInterrupt:
         bar.close()
         done = sum(_cell_path(out, c).exists() for c in cells)
@@ -326,7 +327,7 @@ def run(args) -> int:
         torch.set_num_threads(int(cfg["threads"]))
     print(f"sweep {cfg['name']!r}: {len(cells)} cells, {len(cells) - len(todo)} stored, {len(todo)} to run -> {out}",
           file=sys.stderr)
-    if not _run_cells(out, cfg, cells, todo, not args.no_progress):
+    if not _run_cells(out, cfg, cells, todo, not args.no_progress, code):
         return 130
     res = finalize(out, cfg, cells, current_only=not args.tables)
     _print_fidelity(res["meta"].get("fidelity", {}))
