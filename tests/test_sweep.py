@@ -105,9 +105,9 @@ def test_resume_skips_stored_cells_and_redoes_missing_ones(tiny, monkeypatch):
     calls = []
     real = sweep.run_cell
 
-    def counting(cell, cfg):
+    def counting(cell, cfg, code=None):
         calls.append(cell.id)
-        return real(cell, cfg)
+        return real(cell, cfg, code)
 
     monkeypatch.setattr(sweep, "run_cell", counting)
     assert sweep.run(_args(d / "tiny.toml", out)) == 0
@@ -124,11 +124,11 @@ def test_interrupt_loses_only_the_cell_in_flight(tmp_path, monkeypatch, capsys):
     real = sweep.run_cell
     n = {"calls": 0}
 
-    def flaky(cell, cfg):
+    def flaky(cell, cfg, code=None):
         n["calls"] += 1
         if n["calls"] == 2:
             raise KeyboardInterrupt
-        return real(cell, cfg)
+        return real(cell, cfg, code)
 
     monkeypatch.setattr(sweep, "run_cell", flaky)
     assert sweep.run(_args(tmp_path / "t.toml", out)) == 130

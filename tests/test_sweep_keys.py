@@ -35,9 +35,9 @@ def _args(config, out, **kw):
 def _counting(monkeypatch):
     calls, real = [], sweep.run_cell
 
-    def counting(cell, cfg):
+    def counting(cell, cfg, code=None):
         calls.append(cell.id)
-        return real(cell, cfg)
+        return real(cell, cfg, code)
     monkeypatch.setattr(sweep, "run_cell", counting)
     return calls
 
