@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-__all__ = ["PAD", "GenerationResult", "SpecStats"]
+__all__ = ["PAD", "GenerationResult", "SpecStats", "emit_round"]
 
 PAD = -1  # fill value of the output after a sequence ends
 
@@ -82,3 +82,25 @@ class GenerationResult:
     lengths: torch.Tensor
     stats: Optional[SpecStats] = None
     timings: dict = field(default_factory=dict)
+
+
+def emit_round(x, n, y, remaining, alive, eos_token_id):
+    """Tokens a round writes (every round-based sampler: chain, block, tree): x_1..x_n, y, cut at max_new_tokens and just after an EOS.
+
+    Host (numpy) arrays: x (A, k) (any number of columns for a tree path), n (A,), y (A,), remaining (A,) tokens still allowed, alive (A,)
+    bool.  Returns emit (A, k+1) with PAD from position m on, m (A,) tokens written (0 for finished
+    sequences) and done (A,) bool (the sequence ends in this round).
+    """
+    A, k = x.shape
+    j = np.arange(k + 1)  # (k+1,)
+    emit = np.concatenate([x, np.zeros((A, 1), x.dtype)], 1)  # (A, k+1)
+    emit[np.arange(A), n] = y  # x_1..x_n, y
+    m = np.minimum(n + 1, remaining) * alive  # (A,) tokens written this round
+    done = m == remaining
+    if eos_token_id is not None:
+        is_eos = (emit == eos_token_id) & (j < m[:, None])  # (A, k+1)
+        has_eos = is_eos.any(1)
+        m = np.where(has_eos, is_eos.argmax(1) + 1, m)
+        done = done | has_eos
+    emit[j >= m[:, None]] = PAD
+    return emit, m, done

@@ -39,7 +39,7 @@ import torch
 from specimpl.errors import check_arg
 from specimpl.inputs import check_finite_laws, check_generate_args, check_generator, law_sums, prompt_batch
 from specimpl.model import LanguageModel, ModelState, Prompts, check_same_vocab
-from specimpl.result import PAD, GenerationResult, SpecStats
+from specimpl.result import PAD, GenerationResult, SpecStats, emit_round
 from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
 from specimpl.tabular import TabularSpeculative, is_tabular_pair
 from specimpl.timing import device_syncer
@@ -106,28 +106,6 @@ def verify_block_checked(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u_ac
                   f"a floating-point tensor of shape {shape}")
         check_arg(bool(((u >= 0) & (u < 1)).all()), name, u[~((u >= 0) & (u < 1))][:5].tolist(), "uniforms in [0, 1)")
     return verify_block(p, q, x.long(), u_accept, u_final)
-
-
-def _emit_round(x, n, y, remaining, alive, eos_token_id):
-    """Tokens a round writes: x_1..x_n, y, cut at max_new_tokens and just after an EOS.
-
-    Host (numpy) arrays: x (A, k), n (A,), y (A,), remaining (A,) tokens still allowed, alive (A,)
-    bool.  Returns emit (A, k+1) with PAD from position m on, m (A,) tokens written (0 for finished
-    sequences) and done (A,) bool (the sequence ends in this round).
-    """
-    A, k = x.shape
-    j = np.arange(k + 1)  # (k+1,)
-    emit = np.concatenate([x, np.zeros((A, 1), x.dtype)], 1)  # (A, k+1)
-    emit[np.arange(A), n] = y  # x_1..x_n, y
-    m = np.minimum(n + 1, remaining) * alive  # (A,) tokens written this round
-    done = m == remaining
-    if eos_token_id is not None:
-        is_eos = (emit == eos_token_id) & (j < m[:, None])  # (A, k+1)
-        has_eos = is_eos.any(1)
-        m = np.where(has_eos, is_eos.argmax(1) + 1, m)
-        done = done | has_eos
-    emit[j >= m[:, None]] = PAD
-    return emit, m, done
 
 
 @dataclass
@@ -257,7 +235,7 @@ class SpeculativeSampler:
             n, y = self.verify(p, q, x, u_acc, u_fin)  # (A,), (A,)
             n_h, y_h, x_h = n.cpu().numpy(), y.cpu().numpy(), x.cpu().numpy()  # host copies
             self._check_finite(p, q, total, rnd)  # before anything of this round is emitted
-            emit, m, done = _emit_round(x_h, n_h, y_h, max_new_tokens - n_out[idx], rows.alive, eos_token_id)
+            emit, m, done = emit_round(x_h, n_h, y_h, max_new_tokens - n_out[idx], rows.alive, eos_token_id)
             # positions >= n_out hold PAD for every sequence, so finished rows (m = 0, all PAD) may write too
             out[idx[:, None], n_out[idx][:, None] + j] = emit
             n_out[idx] += m

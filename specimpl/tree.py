@@ -39,9 +39,8 @@ import torch
 from specimpl.errors import check_arg
 from specimpl.inputs import check_generate_args, prompt_batch
 from specimpl.model import LanguageModel, Prompts, check_same_vocab
-from specimpl.result import PAD, GenerationResult, SpecStats
+from specimpl.result import PAD, GenerationResult, SpecStats, emit_round
 from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
-from specimpl.speculative import _emit_round  # the reference round's emit rule; x may be (A, D) for any D
 from specimpl.timing import device_syncer
 from specimpl.tree_models import as_tree_model, check_parents
 
@@ -398,7 +397,7 @@ class TreeSampler:
         self.draft.commit_path(dstate, tokens, path_ext, n + 1)
         x_path = tokens.gather(1, path_ext[:, 1:])  # (A, D), junk past n
         n_h, y_h = n.cpu().numpy(), y.cpu().numpy()
-        emit, m, done = _emit_round(x_path.cpu().numpy(), n_h, y_h, remaining, alive, eos_token_id)
+        emit, m, done = emit_round(x_path.cpu().numpy(), n_h, y_h, remaining, alive, eos_token_id)
         self._sync()
         t3 = time.perf_counter()
         return n_h, emit, m, done, y, (t1 - t0, t2 - t1, t3 - t2)
