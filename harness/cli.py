@@ -29,6 +29,8 @@ COMMANDS = {
     "calibrate": ("harness.calibrate", "measure the battery's false-alarm rate over many seeds"),
     "sweep": ("harness.sweep", "speedup as a function of alpha, c and k: cost model and measured runs"),
     "report": ("harness.report", "draw figures and tables from stored results"),
+    "numerics": ("harness.numerics_floor", "the numerics floor: exact TV of sampling arithmetic in float32 / "
+                                           "bfloat16 / float16 against float64"),
 }
 
 EPILOG = "exit status (every command):\n" + "\n".join(f"  {code:<4d} {what}" for code, what in EXIT_CODES.items())
