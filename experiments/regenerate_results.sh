@@ -5,7 +5,7 @@
 #
 # Each command writes into STAGE (never into the work tree, so the tree stays clean and every file's
 # provenance names this commit with dirty = false); at the end STAGE's folders replace results/verify,
-# results/calibrate, results/hf/{alpha.csv,pit/} and results/sweep/default.  Commit them, then run
+# results/calibrate, results/hf/{alpha.csv,pit/}, results/sweep/default and results/numerics.  Commit them, then run
 # `python experiments/gate_probes.py` from that (clean) commit for results/gate/.
 # Wall time on 2 cores: about 25 minutes.  PY overrides the interpreter (default .venv/bin/python).
 set -euo pipefail
@@ -29,12 +29,13 @@ step "$PY" -m harness alpha --no-progress --out "$STAGE/hf/alpha.csv"
 step "$PY" -m harness pit --out "$STAGE/hf/pit"
 step "$PY" -m harness sweep --redo --out "$STAGE/sweep/default"
 step "$PY" -m harness report --results "$STAGE/sweep/default"
+step "$PY" -m harness numerics --no-progress --out "$STAGE/numerics"
 
 [ "$(git rev-parse HEAD)" = "$commit" ] && [ -z "$(git status --porcelain --untracked-files=no)" ] || {
   echo "regenerate_results.sh: the work tree changed while regenerating; not copying" >&2; exit 2; }
-rm -rf results/verify results/calibrate results/hf/pit results/hf/pit.csv results/sweep/default
+rm -rf results/verify results/calibrate results/hf/pit results/hf/pit.csv results/sweep/default results/numerics
 mkdir -p results/hf results/sweep
-cp -r "$STAGE/verify" "$STAGE/calibrate" results/
+cp -r "$STAGE/verify" "$STAGE/calibrate" "$STAGE/numerics" results/
 cp -r "$STAGE/hf/pit" results/hf/pit
 cp "$STAGE/hf/alpha.csv" results/hf/alpha.csv
 cp -r "$STAGE/sweep/default" results/sweep/default
