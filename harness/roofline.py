@@ -138,7 +138,16 @@ class ModelShape:
 
     @property
     def weight_bytes(self) -> float:
-        return self.matmul_params * DTYPE_BYTES[self.dtype]
+        """Bytes of weights one forward reads: the layers in the weights' dtype, the lm_head in at least
+        16 bits (quantised checkpoints such as AWQ / GPTQ keep it in float16)."""
+        return (self.layers * self.layer_params * DTYPE_BYTES[self.dtype]
+                + self.vocab * self.hidden * max(DTYPE_BYTES[self.dtype], 2))
+
+    def resident_bytes(self, B: int, L: float) -> float:
+        """Weights (all of them) and the KV cache of B sequences of L tokens, held in memory."""
+        w = (self.layers * self.layer_params * DTYPE_BYTES[self.dtype]
+             + self.vocab * self.hidden * max(DTYPE_BYTES[self.dtype], 2) * (1 if self.tied else 2))
+        return w + B * L * self.kv_bytes_per_token
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -159,6 +168,7 @@ class Hardware:
     eff_bandwidth: float = 0.8
     eff_compute: float = 0.6
     devices: int = 1  # ideal tensor-parallel scaling of bandwidth and peak
+    memory_gb: float = 0.0  # capacity per device (GB, 1e9 bytes); 0: unknown, not checked
     source: str = ""
     calibrated: str = ""  # how the efficiency factors and the overhead were obtained
     path: str = ""
@@ -174,6 +184,10 @@ class Hardware:
     @property
     def bandwidth(self) -> float:
         return self.bandwidth_gbps * 1e9 * self.devices
+
+    def fits(self, nbytes: float) -> bool:
+        """``nbytes`` resident (weights and KV cache of every model) fit in memory (True when unknown)."""
+        return self.memory_gb <= 0 or nbytes <= self.memory_gb * 1e9 * self.devices
 
     def with_devices(self, devices: int) -> "Hardware":
         check_arg(isinstance(devices, int) and devices >= 1, "devices", devices, "an integer >= 1")
@@ -212,7 +226,7 @@ def load_hardware(name_or_path) -> Hardware:
                     overhead_s=float(d["overhead_s"]), overhead_per_layer_s=float(d.get("overhead_per_layer_s", 0.0)),
                     eff_bandwidth=float(d.get("eff_bandwidth", 0.8)),
                     eff_compute=float(d.get("eff_compute", 0.6)), devices=int(d.get("devices", 1)),
-                    source=str(d["source"]), calibrated=str(d.get("calibrated", "")), path=p.name)
+                    memory_gb=float(d.get("memory_gb", 0.0)), source=str(d["source"]), calibrated=str(d.get("calibrated", "")), path=p.name)
 
 
 @dataclass(frozen=True)
