@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -50,11 +50,19 @@ class PairCosts:
 
     target: Callable
     draft: Callable
-    overhead_round_s: float = 0.0
-    overhead_token_s: float = 0.0
+    overhead_round_s: Union[float, Callable] = 0.0  # seconds, or (k, B) -> seconds
+    overhead_token_s: Union[float, Callable] = 0.0  # seconds, or (B) -> seconds
 
     def c(self, B: int, L: float) -> float:
         return float(self.draft(1, B, L) / self.target(1, B, L))
+
+    def round_overhead(self, k: int, B: int) -> float:
+        o = self.overhead_round_s
+        return float(o(k, B) if callable(o) else o)
+
+    def token_overhead(self, B: int) -> float:
+        o = self.overhead_token_s
+        return float(o(B) if callable(o) else o)
 
 
 def alphas_for(alpha, k: int) -> np.ndarray:
@@ -85,14 +93,14 @@ def round_seconds(costs: PairCosts, algorithm: str, k: int, B: int, L: float) ->
         t = costs.target(algo.n * k + 1, B, L) + sum(costs.draft(int(x), B, L) for x in m)
     else:
         t = costs.draft(2, B, L) + (k - 1) * costs.draft(1, B, L) + costs.target(k + 1, B, L)
-    return float(t + costs.overhead_round_s)
+    return float(t + costs.round_overhead(k, B))
 
 
 def speedup(costs: PairCosts, algorithm: str, alpha, k: int, B: int, L: float,
             tokens: Optional[float] = None) -> float:
     """S at (alpha_i, k, B, L): E T_ar / t_round.  ``tokens`` overrides E (a measured value)."""
     e = tokens_per_round(algorithm, alpha, k) if tokens is None else float(tokens)
-    t_ar = costs.target(1, B, L) + costs.overhead_token_s
+    t_ar = costs.target(1, B, L) + costs.token_overhead(B)
     return float(e * t_ar / round_seconds(costs, algorithm, k, B, L))
 
 
@@ -119,7 +127,7 @@ def crossover_batch(batches: Sequence[float], speedups: Sequence[float]) -> floa
 def _row(scenario, costs, algorithm, alpha, k, B, L, tokens, bound, fits) -> dict:
     e = tokens_per_round(algorithm, alpha, k) if tokens is None else float(tokens)
     t1 = float(costs.target(1, B, L))
-    t_ar = t1 + costs.overhead_token_s
+    t_ar = t1 + costs.token_overhead(B)
     tr = round_seconds(costs, algorithm, k, B, L)
     return {"scenario": scenario, "algorithm": algorithm, "k": k, "batch": B, "context": L, "tokens_per_round": e,
             "c": costs.c(B, L), "t_target_1_s": t1, "t_round_s": tr, "t_ar_s": t_ar, "speedup": e * t_ar / tr,
