@@ -268,19 +268,23 @@ def _md(rec: pd.DataFrame, off: pd.DataFrame, alpha: pd.DataFrame, header: str) 
 
 def _costs(args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts):
     """(PairCosts, profile frame or None, batches of the grid, fits, bound, source)."""
-    from harness.errors import UsageError
     from harness.roofline_fidelity import bound_of, fits_of
     if hw is None:
-        mpe = min(getattr(m.model.config, "max_position_embeddings", 10 ** 9) for m in (target, draft))
-        need = max(contexts) + max(_tokens_scored(algos, ks)[0]) + 8
-        if need > mpe:
-            raise UsageError(f"`--context` {args.context!r} is too long for this pair: profiling needs {need} positions, "
-                             f"the models have {mpe} (max_position_embeddings)")
         costs, prof = local_costs(target, draft, algos, ks, batches, contexts, args.repeats, args.seed)
         return costs, prof, batches, None, None, "measured"
     costs = roofline_costs(tshape, dshape, hw)
     scan = sorted(set(batches) | set(ROOFLINE_BATCHES))
     return costs, None, scan, fits_of(costs), bound_of(costs.target), "roofline"
+
+
+def _check_context(args, target, draft, algos, ks, contexts) -> None:
+    """Profiling here needs every context plus the longest scored block within the models' positions."""
+    from harness.errors import UsageError
+    mpe = min(getattr(m.model.config, "max_position_embeddings", 10 ** 9) for m in (target, draft))
+    need = max(contexts) + max(_tokens_scored(algos, ks)[0]) + 8
+    if need > mpe:
+        raise UsageError(f"`--context` {args.context!r} is too long for this pair on `--hardware local`: profiling "
+                         f"needs {need} positions, the models have {mpe} (max_position_embeddings)")
 
 
 def run(args) -> int:
@@ -291,6 +295,8 @@ def run(args) -> int:
     hw, algos, ks, batches, contexts = _check(args)
     tshape, dshape = _shapes(args)
     target, draft = _models(args)
+    if hw is None:
+        _check_context(args, target, draft, algos, ks, contexts)
     out = args.out or RESULTS / "tune" / f"{tshape.name}-{args.hardware}"
     prompts = _prompts(args, target)
     say = (lambda m: print(f"tune: {m}", file=sys.stderr))
