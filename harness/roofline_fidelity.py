@@ -224,7 +224,7 @@ def write_fidelity(path=PUBLISHED, out=Path("results/roofline")) -> dict:
     from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
     from harness.report import results_line
     pub = load_published(path)
-    meta = metadata({"file": str(path), "out": str(out)}, None)
+    meta = metadata({"name": "roofline-published", "file": str(path), "out": str(out)}, None)
     table, grid = fidelity_table(pub), scenario_tables(pub)
     cross = crossover_table(grid)
     out = Path(out)
