@@ -38,7 +38,7 @@ from harness.costmodel_tree import draft_tokens_per_call
 from specimpl.errors import check_arg
 
 __all__ = ["PairCosts", "alphas_for", "tokens_per_round", "round_seconds", "speedup", "best_k", "crossover_batch",
-           "speedup_table", "COLUMNS"]
+           "speedup_table", "cost_frame", "COLUMNS"]
 
 COLUMNS = ("scenario", "algorithm", "k", "batch", "context", "tokens_per_round", "c", "t_target_1_s", "t_round_s",
            "t_ar_s", "speedup", "goodput_spec", "goodput_ar", "bound", "fits")
@@ -145,3 +145,21 @@ def speedup_table(scenario: str, costs: PairCosts, alpha, algorithms: Sequence[s
     rows = [_row(scenario, costs, a, alpha, k, B, L, tokens.get((a, k)), bound, fits)
             for a in algorithms for k in ks for B in batches for L in contexts]
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def cost_frame(costs: PairCosts, ks: Sequence[int], batches: Sequence[int], L: float,
+               prompt_len: int = 16) -> pd.DataFrame:
+    """The rows :class:`harness.costmodel.CostTable` reads (op, n, batch, median_s) at context L, from T:
+    so the measured model (:func:`harness.costmodel.predict_measured`: per-position alpha_i, ragged batches,
+    the last round cut at max_new_tokens) runs on roofline costs.  Prefill is T(prompt_len - 1, B, 0);
+    roll-backs are free; the sampler's overheads come from ``costs``."""
+    rows = []
+    for B in batches:
+        for n in sorted({1} | {k + 1 for k in ks}):
+            rows.append(("target.forward", n, B, costs.target(n, B, L)))
+        rows += [("draft.forward", n, B, costs.draft(n, B, L)) for n in (1, 2)]
+        rows += [("target.prefill", prompt_len - 1, B, costs.target(prompt_len - 1, B, 0)),
+                 ("draft.prefill", prompt_len - 1, B, costs.draft(prompt_len - 1, B, 0)),
+                 ("ar.overhead", 1, B, costs.token_overhead(B))]
+        rows += [("spec.overhead", k, B, costs.round_overhead(k, B)) for k in ks]
+    return pd.DataFrame(rows, columns=["op", "n", "batch", "median_s"]).astype({"median_s": float})

@@ -235,3 +235,16 @@ def test_gpu_sweep_dry_run_on_cpu(tmp_path):
     for f in ("costs.csv", "roofline.csv", "roofline_vs_measured.csv", "meta.json",
               "figures/roofline_speedup_vs_batch.png"):
         assert (tmp_path / "roof" / f).is_file(), f
+
+
+def test_measured_model_runs_on_roofline_costs_and_agrees_in_steady_state():
+    """cost_frame plugs T(n, B, L) into harness.costmodel's measured model; with long runs and B = 1 its
+    prediction tends to the steady-state S of roofline_speedup (prefill and the last round aside)."""
+    from harness.roofline_speedup import cost_frame
+    s = ModelShape.from_dict(LLAMA7B)
+    hw = load_hardware("h100")
+    costs = PairCosts(Roofline(s, hw), Roofline(replace(s, layers=2), hw))
+    table = cm.CostTable(cost_frame(costs, [4], [1], 512))
+    alphas = [0.8, 0.75, 0.7, 0.7]
+    pred = cm.predict_measured(table, alphas, 1, 4000, 16, n_sim=50)
+    assert pred.speedup == pytest.approx(speedup(costs, "chain", alphas, 4, 1, 512), rel=0.02)
