@@ -248,3 +248,16 @@ def test_measured_model_runs_on_roofline_costs_and_agrees_in_steady_state():
     alphas = [0.8, 0.75, 0.7, 0.7]
     pred = cm.predict_measured(table, alphas, 1, 4000, 16, n_sim=50)
     assert pred.speedup == pytest.approx(speedup(costs, "chain", alphas, 4, 1, 512), rel=0.02)
+
+
+def test_local_roofline_fits_the_committed_tiny_pair_profile():
+    """The 'local' calibration on the committed profile (72 forwards of the tiny pair), with fixed probe
+    numbers so nothing is timed: the roofline with per-layer overhead explains the profile to ~10 %."""
+    import pandas as pd
+    from harness.roofline_local import calibrate_local, profile_points, tiny_shape, TINY_SHAPES
+    prof = pd.read_csv(REPO / "results" / "sweep" / "default" / "profiles.csv", comment="#")
+    pts = profile_points(prof, {m: tiny_shape(r) for m, r in TINY_SHAPES.items()})
+    assert len(pts) == 72 and {p[0].name for p in pts} == {"tiny:target", "tiny:draft"}
+    cal = calibrate_local(prof, {"bandwidth_gbps": 5.0, "peak_tflops_float32": 0.02})
+    assert cal.points == 72
+    assert cal.median_abs_rel_err < 0.15 and cal.max_abs_rel_err < 0.4
