@@ -1,4 +1,4 @@
-"""`python -m harness <command>`: verify, pit, alpha, calibrate, sweep, report.
+"""`python -m harness <command>`: verify, pit, alpha, calibrate, sweep, report, tune.
 
 Each command lives in its own module, which provides ``add_arguments(parser)`` and ``run(args) -> int``
 (0 ok, 1 lossy).  :func:`main` is the one place where exceptions become exit statuses
@@ -31,6 +31,7 @@ COMMANDS = {
     "report": ("harness.report", "draw figures and tables from stored results"),
     "numerics": ("harness.numerics_floor", "the numerics floor: exact TV of sampling arithmetic in float32 / "
                                            "bfloat16 / float16 against float64"),
+    "tune": ("harness.tune", "choose the algorithm and k per batch size for a pair on a machine (roofline or profiled)"),
 }
 
 EPILOG = "exit status (every command):\n" + "\n".join(f"  {code:<4d} {what}" for code, what in EXIT_CODES.items())

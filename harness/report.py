@@ -494,6 +494,8 @@ TABLES = tuple(_suite_table(s, st) for s, st in SUITE_STYLES.items()) + (
 from harness import report_algorithms as _algorithms  # noqa: E402  issue 12's suite (imports this module lazily)
 FIGURES += tuple(Output(*f) for f in _algorithms.FIGURES)
 TABLES += tuple(Output(*t) for t in _algorithms.TABLES)
+from harness import report_roofline as _roofline  # noqa: E402  issue 14's roofline figures (roofline.csv)
+FIGURES += tuple(Output(*f) for f in _roofline.FIGURES)
 
 
 # -- driver ---------------------------------------------------------------------------------------

@@ -1,0 +1,139 @@
+"""Figures of the roofline speedup model, drawn from a results folder's ``roofline.csv`` alone.
+
+    roofline_speedup_vs_batch   S against batch (log), one panel per (scenario, context), one line per
+                                algorithm at its best k for each batch; S = 1 dashed, the crossover
+                                batch marked (|) and labelled
+    roofline_optimal_k          the best k against batch, per scenario, one line per (algorithm, context);
+                                k = 0 drawn where no k gains (speculation off)
+    roofline_goodput            goodput (emitted tokens per second, all sequences) against batch at the best
+                                k, per (scenario, context), with target-only decoding
+
+``roofline.csv`` is written by ``python -m harness.roofline_fidelity`` (published scenarios),
+``python -m harness tune`` (a pair on a machine) and ``experiments/gpu_sweep.sh`` (costs measured with
+CUDA events: rows with ``source`` = 'measured-gpu' get "measured on GPU" in every title).  Registered in
+:mod:`harness.report`'s FIGURES; drawn with its ``_save`` (provenance of the stored results only).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.roofline_speedup import crossover_batch
+
+__all__ = ["FIGURES", "load_grid", "best_by_batch", "marker"]
+
+
+def load_grid(res) -> pd.DataFrame:
+    """The stored grid, rows that do not fit in the machine's memory left out."""
+    p = Path(res.path) / "roofline.csv"
+    if not p.exists():
+        return pd.DataFrame()
+    g = pd.read_csv(p, comment="#")
+    return g[g.fits.astype(bool)] if "fits" in g else g
+
+
+def _applies(res) -> bool:
+    return len(load_grid(res)) > 0
+
+
+def marker(grid: pd.DataFrame) -> str:
+    """' (measured on GPU)' when the costs behind the grid were measured on a GPU, else ' (roofline)'."""
+    src = set(grid.get("source", pd.Series(["roofline"])).astype(str))
+    return " — measured on GPU" if "measured-gpu" in src else (" — measured here" if "measured" in src else " — roofline")
+
+
+def best_by_batch(g: pd.DataFrame) -> pd.DataFrame:
+    """Per batch, the row of the k with the largest S (ties: smallest k)."""
+    g = g.sort_values(["batch", "speedup", "k"], ascending=[True, False, True])
+    return g.groupby("batch", as_index=False).first()
+
+
+_STYLE = {"block": "--"}  # block's E is the chain's (a lower bound): its line lies on the chain's
+
+
+def _panels(grid):
+    return [(sc, L, g) for (sc, L), g in grid.groupby(["scenario", "context"], sort=True)]
+
+
+def _colors(plt, names):
+    cmap = plt.get_cmap("tab10")
+    return {a: cmap(i % 10) for i, a in enumerate(names)}
+
+
+def _grid_fig(plt, n, ncols=4):
+    rows = (n + ncols - 1) // ncols
+    fig, axes = plt.subplots(rows, min(n, ncols), figsize=(3.0 * min(n, ncols), 2.7 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, axes.flat
+
+
+def fig_speedup_vs_batch(plt, res, out, formats):
+    from harness.report import _save
+    grid = load_grid(res)
+    cols = _colors(plt, list(dict.fromkeys(grid.algorithm)))
+    panels = _panels(grid)
+    fig, axes = _grid_fig(plt, len(panels))
+    for ax, (sc, L, g) in zip(axes, panels):
+        for algo, ga in g.groupby("algorithm", sort=False):
+            b = best_by_batch(ga)
+            ax.plot(b.batch, b.speedup, "o" + _STYLE.get(algo, "-"), ms=2.5, lw=1, color=cols[algo],
+                    label=f"{algo} (best k)")
+            x = crossover_batch(b.batch, b.speedup)
+            if np.isfinite(x):
+                ax.axvline(x, color=cols[algo], ls=":", lw=0.8)
+                ax.annotate(f"{x:.0f}", (x, 1.0), textcoords="offset points", xytext=(2, 4), fontsize=6,
+                            color=cols[algo])
+        ax.axhline(1.0, color="k", ls="--", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set(title=f"{sc}, context {L}", xlabel="batch B", ylabel="speedup S")
+        ax.legend(loc="best")
+    fig.suptitle("Speedup vs batch (S = 1 crossover marked)" + marker(grid), fontsize=9)
+    return _save(fig, Path(out), "roofline_speedup_vs_batch", res.meta, formats)
+
+
+def fig_optimal_k(plt, res, out, formats):
+    from harness.report import _save
+    grid = load_grid(res)
+    scen = sorted(grid.scenario.unique())
+    fig, axes = _grid_fig(plt, len(scen), ncols=3)
+    for ax, sc in zip(axes, scen):
+        g = grid[grid.scenario == sc]
+        for (algo, L), ga in g.groupby(["algorithm", "context"], sort=False):
+            b = best_by_batch(ga)
+            k = np.where(b.speedup > 1.0, b.k, 0)
+            ax.step(b.batch, k, where="mid", lw=1, label=f"{algo}, L={L}")
+        ax.set_xscale("log", base=2)
+        ax.set(title=sc, xlabel="batch B", ylabel="best k (0: speculation off)")
+        ax.legend(loc="best", fontsize=5)
+    fig.suptitle("Optimal k vs batch" + marker(grid), fontsize=9)
+    return _save(fig, Path(out), "roofline_optimal_k", res.meta, formats)
+
+
+def fig_goodput(plt, res, out, formats):
+    from harness.report import _save
+    grid = load_grid(res)
+    cols = _colors(plt, list(dict.fromkeys(grid.algorithm)))
+    panels = _panels(grid)
+    fig, axes = _grid_fig(plt, len(panels))
+    for ax, (sc, L, g) in zip(axes, panels):
+        ar = g.groupby("batch", as_index=False).goodput_ar.first()
+        ax.plot(ar.batch, ar.goodput_ar, "k-", lw=1.2, label="target-only")
+        for algo, ga in g.groupby("algorithm", sort=False):
+            b = best_by_batch(ga)
+            ax.plot(b.batch, b.goodput_spec, "o" + _STYLE.get(algo, "-"), ms=2.5, lw=1, color=cols[algo], label=f"{algo} (best k)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set(title=f"{sc}, context {L}", xlabel="batch B", ylabel="goodput (tokens/s)")
+        ax.legend(loc="best")
+    fig.suptitle("Goodput: emitted tokens per second, all sequences" + marker(grid), fontsize=9)
+    return _save(fig, Path(out), "roofline_goodput", res.meta, formats)
+
+
+FIGURES = (
+    ("roofline_speedup_vs_batch", _applies, fig_speedup_vs_batch),
+    ("roofline_optimal_k", _applies, fig_optimal_k),
+    ("roofline_goodput", _applies, fig_goodput),
+)

@@ -1,0 +1,256 @@
+"""The roofline against published measurements, and the speedup-vs-batch scenarios drawn in the report.
+
+    python -m harness.roofline_fidelity                       # -> results/roofline/
+    python -m harness.roofline_fidelity --file F.toml --out DIR
+    python -m harness report --results results/roofline      # the figures (harness.report_roofline)
+
+Reads ``harness/experiments/fidelity/published.toml`` (its header explains the rows).  For each row the
+models' shapes come from their config fields, the hardware from ``harness/hardware/<name>.toml``; a
+row with ``calibrate`` first fits the hardware's efficiencies to the target-only step times it lists
+(``calibrate_fit`` names the fields fitted); a row whose number is one of them is an input, not a
+prediction (``is_input``).  Speedup rows without an acceptance (alpha or E) get
+the iid alpha the model needs to reproduce the measurement (``alpha_required``) and no error.
+
+Writes ``fidelity_published.csv`` / ``.md`` (the table: measured, predicted, signed relative error,
+inputs taken and assumed), ``roofline.csv`` (the scenarios' speedup grid, :data:`COLUMNS`),
+``crossover.csv`` (the S = 1 crossover batch of each scenario, algorithm, k and context) and ``meta.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from harness.roofline import ConfigError, ModelShape, Roofline, calibrate, forward_cost, load_hardware
+from harness.roofline_speedup import PairCosts, crossover_batch, speedup, speedup_table, tokens_per_round
+
+__all__ = ["PUBLISHED", "load_published", "row_costs", "predict_row", "fidelity_table", "scenario_tables",
+           "crossover_table", "fidelity_md", "write_fidelity", "bound_of", "fits_of"]
+
+PUBLISHED = Path(__file__).parent / "experiments" / "fidelity" / "published.toml"
+QUANTITIES = ("ar_ms_per_token", "draft_ms_per_call", "c", "speedup", "tokens_per_s_ar", "tokens_per_s_spec")
+_ROW_KEYS = ("id", "source", "quantity", "measured", "hardware", "target", "draft", "k", "batch", "context",
+             "taken", "assumed")
+
+
+def load_published(path=PUBLISHED) -> dict:
+    """The file, checked: every row names a known quantity and models, and has every key of _ROW_KEYS."""
+    path = Path(path)
+    try:
+        d = tomllib.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: not readable TOML: {e}") from None
+    models = d.get("models", {})
+    for i, row in enumerate(d.get("row", [])):
+        for key in _ROW_KEYS:
+            if key not in row:
+                raise ConfigError(f"{path}: row {i} ({row.get('id', '?')}): field {key!r} is missing")
+        if row["quantity"] not in QUANTITIES:
+            raise ConfigError(f"{path}: row {row['id']}: `quantity` must be one of {QUANTITIES}; got {row['quantity']!r}")
+        for role in ("target", "draft"):
+            if row[role] not in models:
+                raise ConfigError(f"{path}: row {row['id']}: `{role}` {row[role]!r} is not in [models]")
+    d["_shapes"] = {name: ModelShape.from_dict(cfg, where=f"{path}: models.{name}", name=name)
+                    for name, cfg in models.items()}
+    return d
+
+
+def _calibration_points(row: dict, shape: ModelShape) -> list:
+    cal = row["calibrate"]
+    if not (isinstance(cal, list) and cal and all(isinstance(c, list) and len(c) == 2 and c[0] >= 1 and c[1] > 0
+                                                  for c in cal)):
+        raise ConfigError(f"row {row['id']}: `calibrate` must be [[batch, ms per target-only step], ...]; got {cal!r}")
+    return [(shape, 1, int(b), row["context"], ms / 1e3) for b, ms in cal]
+
+
+def _is_input(row: dict) -> bool:
+    """The row's own number is one of its calibration points."""
+    cal = {int(b): ms for b, ms in row.get("calibrate") or []}
+    if row["quantity"] not in ("ar_ms_per_token", "tokens_per_s_ar") or row["batch"] not in cal:
+        return False
+    ms = row["measured"] if row["quantity"] == "ar_ms_per_token" else 1e3 * row["batch"] / row["measured"]
+    return math.isclose(ms, cal[row["batch"]], rel_tol=1e-3)
+
+
+def row_costs(row: dict, shapes: dict, hardware: Optional[str] = None) -> tuple[PairCosts, Roofline, Roofline]:
+    """The row's (PairCosts, target roofline, draft roofline), its hardware calibrated when it says so."""
+    hw = load_hardware(hardware or row["hardware"]).with_devices(int(row.get("devices", 1)))
+    t, d = shapes[row["target"]], shapes[row["draft"]]
+    if row.get("calibrate") and hardware is None:
+        pts = _calibration_points(row, t)
+        fit = tuple(row.get("calibrate_fit", ["eff_bandwidth"]))
+        if len(fit) > len(pts):
+            raise ConfigError(f"row {row['id']}: `calibrate_fit` {list(fit)} fits more fields than `calibrate` "
+                              f"has points ({len(pts)})")
+        hw = calibrate(hw, pts, fit=fit).hardware
+    rt, rd = Roofline(t, hw), Roofline(d, hw)
+    return PairCosts(rt, rd), rt, rd
+
+
+def _alpha_required(costs, row) -> float:
+    """The iid alpha at which the chain's predicted speedup equals the measured one (nan if none in [0, 1))."""
+    from scipy.optimize import brentq
+    f = (lambda a: speedup(costs, "chain", a, row["k"], row["batch"], row["context"]) - row["measured"])
+    if f(0.0) > 0 or f(0.9999) < 0:
+        return float("nan")
+    return float(brentq(f, 0.0, 0.9999, xtol=1e-6))
+
+
+def predict_row(row: dict, shapes: dict) -> dict:
+    """Prediction of one row (and alpha_required for speedup rows without an acceptance)."""
+    costs, rt, rd = row_costs(row, shapes)
+    k, B, L, q = row["k"], row["batch"], row["context"], row["quantity"]
+    acc = row.get("tokens_per_round"), row.get("alpha")
+    e = acc[0] if acc[0] is not None else (tokens_per_round("chain", acc[1], k) if acc[1] is not None else None)
+    t1 = float(rt(1, B, L))
+    alpha_req, pred = float("nan"), float("nan")
+    if q == "ar_ms_per_token":
+        pred = t1 * 1e3
+    elif q == "draft_ms_per_call":
+        pred = float(rd(1, B, L)) * 1e3
+    elif q == "c":
+        pred = costs.c(B, L)
+    elif q == "tokens_per_s_ar":
+        pred = B / t1
+    elif e is not None:
+        pred = speedup(costs, "chain", 0.0, k, B, L, e) * (1.0 if q == "speedup" else B / t1)
+    else:
+        alpha_req = _alpha_required(costs, row)
+    bound = forward_cost(rt.shape, rt.hw, k + 1, B, L).bound
+    return {"predicted": pred, "alpha_required": alpha_req, "eff_bandwidth": rt.hw.eff_bandwidth,
+            "eff_compute": rt.hw.eff_compute, "overhead_s": rt.hw.overhead_s,
+            "verify_call_bound": bound}
+
+
+def fidelity_table(pub: dict) -> pd.DataFrame:
+    rows = []
+    for row in pub.get("row", []):
+        p = predict_row(row, pub["_shapes"])
+        is_input = _is_input(row)
+        err = (p["predicted"] - row["measured"]) / row["measured"]
+        rows.append({"id": row["id"], "quantity": row["quantity"], "hardware": row["hardware"], "batch": row["batch"],
+                     "k": row["k"], "measured": row["measured"], **p, "rel_err": err, "is_input": is_input,
+                     "source": row["source"], "taken": row["taken"], "assumed": row["assumed"]})
+    return pd.DataFrame(rows)
+
+
+def _scenario_costs(pub: dict, sc: dict):
+    rows = {r["id"]: r for r in pub.get("row", [])}
+    if sc.get("fidelity_row") not in rows:
+        raise ConfigError(f"scenario {sc.get('name')!r}: `fidelity_row` {sc.get('fidelity_row')!r} is not a row id")
+    row = dict(rows[sc["fidelity_row"]])
+    costs, rt, _ = row_costs(row, pub["_shapes"], sc.get("hardware"))
+    alpha = sc.get("alpha", row.get("alpha"))
+    if alpha is None:
+        raise ConfigError(f"scenario {sc['name']!r}: no `alpha` (in the scenario or its fidelity row)")
+    return costs, rt, alpha
+
+
+def bound_of(rt: Roofline):
+    """(k, B, L) -> 'memory' / 'compute': what bounds the target's verification call."""
+    return lambda k, B, L: forward_cost(rt.shape, rt.hw, k + 1, B, L).bound
+
+
+def fits_of(costs: PairCosts):
+    """(k, B, L) -> whether both models' weights and KV caches (L + k + 1 tokens) fit in memory."""
+    t, d = costs.target, costs.draft
+    if not (isinstance(t, Roofline) and isinstance(d, Roofline)):
+        return None
+    return lambda k, B, L: t.hw.fits(t.shape.resident_bytes(B, L + k + 1) + d.shape.resident_bytes(B, L + k + 1))
+
+
+def scenario_tables(pub: dict) -> pd.DataFrame:
+    """The speedup grid of every [[scenario]] (roofline.csv)."""
+    frames = []
+    for sc in pub.get("scenario", []):
+        costs, rt, alpha = _scenario_costs(pub, sc)
+        t = speedup_table(sc["name"], costs, alpha, sc["algorithms"], sc["k"], sc["batch"], sc["context"],
+                          bound=bound_of(rt), fits=fits_of(costs))
+        t["hardware"], t["alpha"], t["source"] = rt.hw.name, float(np.mean(alpha)), "roofline"
+        frames.append(t)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _regime(s) -> str:
+    s = np.asarray(s)
+    return "S < 1 at every batch" if (s < 1).all() else ("S >= 1 at every batch" if (s >= 1).all() else "crosses")
+
+
+def crossover_table(grid: pd.DataFrame) -> pd.DataFrame:
+    """S = 1 crossover batch per (scenario, algorithm, k, context), and at the best k per batch."""
+    rows = []
+    grid = grid[grid.fits.astype(bool)] if "fits" in grid else grid
+    for (sc, a, L), g in grid.groupby(["scenario", "algorithm", "context"], sort=False):
+        for k, gk in g.groupby("k"):
+            gk = gk.sort_values("batch")
+            rows.append({"scenario": sc, "algorithm": a, "context": L, "k": str(k),
+                         "crossover_batch": crossover_batch(gk.batch, gk.speedup), "regime": _regime(gk.speedup)})
+        best = g.groupby("batch").speedup.max().sort_index()
+        rows.append({"scenario": sc, "algorithm": a, "context": L, "k": "best",
+                     "crossover_batch": crossover_batch(best.index, best.values), "regime": _regime(best.values)})
+    return pd.DataFrame(rows)
+
+
+def _fmt(v, nd=3) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{nd}g}"
+
+
+def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
+    lines = [header, "", "| id | quantity | hardware | B | k | measured | predicted | error | alpha needed | "
+             "verify call | inputs taken | inputs assumed |", "|" + "---|" * 12]
+    for r in table.itertuples():
+        err = "input" if r.is_input else (_fmt(100 * r.rel_err, 3) + " %" if not math.isnan(r.rel_err) else "–")
+        lines.append(f"| {r.id} | {r.quantity} | {r.hardware} | {r.batch} | {r.k} | {_fmt(r.measured, 4)} | "
+                     f"{_fmt(r.predicted, 4)} | {err} | {_fmt(r.alpha_required)} | {r.verify_call_bound} | "
+                     f"{r.taken} | {r.assumed} |")
+    preds = table[~table.is_input & table.rel_err.notna()]
+    lines += ["", f"Predicted rows: {len(preds)}; |error| median {_fmt(100 * preds.rel_err.abs().median())} %, "
+              f"worst {_fmt(100 * preds.rel_err.abs().max())} %.", "",
+              "S = 1 crossover batch (interpolated in log B over the batches whose weights and KV caches fit in the "
+              "machine's memory; – where S stays on one side of 1):", "",
+              "| scenario | algorithm | context | k | crossover batch | over the grid |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.scenario} | {r.algorithm} | {r.context} | {r.k} | {_fmt(r.crossover_batch)} | {r.regime} |"
+              for r in cross.itertuples()]
+    return "\n".join(lines) + "\n"
+
+
+def write_fidelity(path=PUBLISHED, out=Path("results/roofline")) -> dict:
+    from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
+    from harness.report import results_line
+    pub = load_published(path)
+    meta = metadata({"name": "roofline-published", "file": str(path), "out": str(out)}, None)
+    table, grid = fidelity_table(pub), scenario_tables(pub)
+    cross = crossover_table(grid)
+    out = Path(out)
+    return {"fidelity_published.csv": atomic_write_csv(out / "fidelity_published.csv", table, meta),
+            "fidelity_published.md": atomic_write_text(out / "fidelity_published.md", fidelity_md(
+                table, cross, f"Roofline against published measurements ({Path(path).name}); {results_line(meta)}.")),
+            "roofline.csv": atomic_write_csv(out / "roofline.csv", grid, meta),
+            "crossover.csv": atomic_write_csv(out / "crossover.csv", cross, meta),
+            "meta.json": atomic_write_json(out / "meta.json", meta)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.roofline_fidelity", description=__doc__.splitlines()[0])
+    ap.add_argument("--file", type=Path, default=PUBLISHED)
+    ap.add_argument("--out", type=Path, default=Path("results/roofline"))
+    args = ap.parse_args(argv)
+    try:
+        written = write_fidelity(args.file, args.out)
+    except ConfigError as e:
+        print(f"python -m harness.roofline_fidelity: error: {e}")
+        return 2
+    print((args.out / "fidelity_published.md").read_text())
+    for p in written.values():
+        print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

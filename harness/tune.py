@@ -1,0 +1,322 @@
+"""`python -m harness tune`: choose the verification algorithm and k for a (target, draft) pair, per batch size.
+
+    python -m harness tune --target specimpl/assets/tiny_pair/target --draft specimpl/assets/tiny_pair/draft \\
+        --hardware local --batch 1,8,32 --context 64,256
+    python -m harness tune --target T --draft D --hardware h100 --batch 1,8,32 --context 512,4096 --prompts p.txt
+
+1. Acceptance, measured on prompts (a text file, one prompt a line, tokenized with the target's
+   tokenizer; or built-in byte prompts of the tiny pair's validation text): per algorithm and k, E =
+   tokens per round per sequence (1 + mean accepted), with a 95 % interval (normal approximation over
+   rounds: rounds of one sequence are treated as independent), and the chain's alpha per draft position
+   with exact 95 % Clopper-Pearson intervals.  Block's and tree's E are measured, not bounded.
+2. Costs: ``--hardware local`` profiles this machine's forwards (:func:`harness.profiler.profile_model`,
+   at each context) and the sampler's own per-round and per-token overheads, in process CPU time (robust
+   to other work on a shared machine; run with ``--threads 1``); any other hardware uses the
+   roofline (:mod:`harness.roofline`) of the two configs on that hardware file.
+3. S and goodput for every (algorithm, k, B, L) (:mod:`harness.roofline_speedup`), the best (algorithm, k)
+   per (B, L) with S's interval from E's, and the batch beyond which speculation should be off (the S = 1
+   crossover of the best configuration; on ``local`` only within the profiled batches).
+
+Writes, all together (:func:`harness.atomic.staged_report`), to ``--out`` (default results/tune/<target
+name>-<hardware>): recommendation.csv / .md, acceptance.csv, alpha.csv, roofline.csv (figures: ``python
+-m harness report --results <out>``), costs.csv (local), meta.json.  Bad input (unknown hardware, a config
+without a needed field, a vocabulary mismatch, a context past the model's positions) exits 2 naming it.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from harness.config import RESULTS
+
+__all__ = ["add_arguments", "run", "measure_acceptance", "local_costs", "roofline_costs", "recommend"]
+
+Z95 = 1.959963984540054
+ROOFLINE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--target", required=True, help="target model: a local HF folder (config.json + safetensors)")
+    ap.add_argument("--draft", required=True, help="draft model: a local HF folder")
+    ap.add_argument("--hardware", default="local", help="local (profile this machine) or a file of harness/hardware")
+    ap.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
+    ap.add_argument("--context", default="512,4096", help="comma-separated context lengths (tokens)")
+    ap.add_argument("--prompts", type=Path, default=None, help="a text file, one prompt a line (default: built-in)")
+    ap.add_argument("--algorithms", default="chain,block,tree2", help="comma-separated (harness.algorithms names)")
+    ap.add_argument("--k", default="1,2,3,4,6,8", help="comma-separated draft lengths")
+    ap.add_argument("--n-sequences", type=int, default=64, help="prompts used for acceptance")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=5, help="profiler passes (local)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None)
+
+
+def _ints(option: str, text: str) -> list[int]:
+    from harness.options import check_option
+    try:
+        vals = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        vals = []
+    check_option(bool(vals) and all(v >= 1 for v in vals), option, text, "a comma-separated list of integers >= 1")
+    return sorted(set(vals))
+
+
+def _check(args):
+    """Every option, before any work: (hardware or None for local, algorithms, ks, batches, contexts)."""
+    from harness.algorithms import Algorithm
+    from harness.errors import UsageError
+    from harness.options import check_option, check_out, check_seed, check_threads
+    from harness.roofline import ConfigError, hardware_names, load_hardware
+    check_seed(args.seed)
+    check_threads(args.threads)
+    for name, v in (("--n-sequences", args.n_sequences), ("--max-new-tokens", args.max_new_tokens),
+                    ("--repeats", args.repeats)):
+        check_option(v >= 1, name, v, "an integer >= 1")
+    names = [a for a in args.algorithms.split(",") if a.strip()]
+    try:
+        algos = [Algorithm.parse(a.strip(), "--algorithms").name for a in names]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    check_option(bool(algos), "--algorithms", args.algorithms, "a comma-separated list of algorithm names")
+    hw = None
+    if args.hardware != "local":
+        try:
+            hw = load_hardware(args.hardware)
+        except ConfigError as e:
+            raise UsageError(f"`--hardware` must be 'local' or one of {hardware_names()} (or a .toml file); "
+                             f"got {args.hardware!r} ({e})") from None
+    if args.prompts is not None:
+        check_option(args.prompts.is_file(), "--prompts", str(args.prompts), "a text file (one prompt a line)")
+    check_out(args.out)
+    return hw, algos, _ints("--k", args.k), _ints("--batch", args.batch), _ints("--context", args.context)
+
+
+def _shapes(args):
+    """(target, draft) ModelShape from the configs: a missing field or a vocabulary mismatch is exit 2."""
+    from harness.errors import UsageError
+    from harness.roofline import ConfigError, ModelShape
+    shapes = []
+    for opt, path in (("--target", args.target), ("--draft", args.draft)):
+        try:
+            shapes.append(ModelShape.from_config(path, name=Path(path).name))
+        except ConfigError as e:
+            raise UsageError(f"`{opt}`: {e}") from None
+    t, d = shapes
+    if t.vocab != d.vocab:
+        raise UsageError(f"`--draft` {args.draft!r} has vocabulary size {d.vocab} but `--target` {args.target!r} "
+                         f"has {t.vocab}; target and draft must share one vocabulary")
+    return t, d
+
+
+def _models(args):
+    from harness.errors import UsageError
+    from specimpl.hf import load_pair
+    try:
+        return load_pair(args.target, args.draft, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"`--target` / `--draft`: cannot load the pair: {' '.join(str(e).split())[:300]}") from None
+
+
+def _prompts(args, target) -> list[list[int]]:
+    from harness.errors import UsageError
+    if args.prompts is None:
+        from specimpl.hf import tiny_pair_prompts
+        if target.vocab_size < 257:
+            raise UsageError("`--prompts` is needed: the built-in prompts are bytes (vocabulary >= 257)")
+        return tiny_pair_prompts(args.n_sequences, length=32, min_length=8, seed=args.seed)
+    lines = [ln for ln in args.prompts.read_text(errors="replace").splitlines() if ln.strip()]
+    tok = getattr(target, "tokenizer", None)
+    if not lines or tok is None:
+        raise UsageError(f"`--prompts` {str(args.prompts)!r} must hold non-empty lines and the target a tokenizer; "
+                         f"got {len(lines)} lines, tokenizer {'present' if tok is not None else 'missing'}")
+    ids = [tok(ln)["input_ids"] for ln in lines[:args.n_sequences]]
+    return [p for p in ids if len(p) >= 2] or [[int(getattr(tok, "bos_token_id", 0) or 0)] + p for p in ids]
+
+
+@torch.no_grad()
+def measure_acceptance(target, draft, prompts, algorithms, ks, max_new_tokens: int, seed: int = 0):
+    """(acceptance rows per (algorithm, k): E and its 95 % interval; the chain's alpha per position at max k)."""
+    from harness.algorithms import Algorithm
+    from harness.battery import clopper_pearson
+    rows, alpha = [], pd.DataFrame()
+    for name in algorithms:
+        algo = Algorithm.parse(name, "algorithm")
+        for k in ks:
+            r = algo.generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens,
+                              generator=torch.Generator().manual_seed(seed))
+            h = np.asarray(r.stats.accepted_hist, dtype=np.float64)  # (k+1,) rounds with n accepted
+            n = np.arange(h.size)
+            N = h.sum()
+            mean = float((h * n).sum() / N)
+            sd = float(math.sqrt(max((h * (n - mean) ** 2).sum() / max(N - 1, 1), 0.0)))
+            half = Z95 * sd / math.sqrt(N)
+            rows.append({"algorithm": name, "k": k, "rounds": int(N), "tokens_per_round": 1 + mean,
+                         "tokens_per_round_lo": 1 + max(mean - half, 0.0), "tokens_per_round_hi": 1 + min(mean + half, k)})
+            if algo.kind == "chain" and k == max(ks):
+                reached, acc = r.stats.reached, r.stats.accepted_at
+                ci = [clopper_pearson(int(a), int(m), 0.05) for a, m in zip(acc, reached)]
+                alpha = pd.DataFrame({"position": np.arange(1, k + 1), "judged": reached, "accepted": acc,
+                                      "alpha": acc / np.maximum(reached, 1), "alpha_lo95": [c[0] for c in ci],
+                                      "alpha_hi95": [c[1] for c in ci]})
+    return pd.DataFrame(rows), alpha
+
+
+def _tokens_scored(algorithms, ks) -> tuple[list[int], list[int]]:
+    """(target n, draft n) every round of these algorithms scores (harness.roofline_speedup.round_seconds)."""
+    from harness.algorithms import Algorithm
+    from harness.costmodel_tree import draft_tokens_per_call
+    tn, dn = {1}, {1, 2}
+    for name in algorithms:
+        algo = Algorithm.parse(name, "algorithm")
+        for k in ks:
+            tn.add(algo.n * k + 1)
+            if algo.kind == "tree":
+                dn.update(int(x) for x in draft_tokens_per_call(algo.n, k, "rescored"))
+    return sorted(tn), sorted(dn)
+
+
+def local_costs(target, draft, algorithms, ks, batches, contexts, repeats: int, seed: int = 0):
+    """(PairCosts over the profiled contexts, the profile frame): forwards timed here at each context."""
+    from harness.costmodel import CostTable
+    from harness.profiler import profile_model, profile_sampler_overhead
+    from harness.roofline_speedup import PairCosts
+    tn, dn = _tokens_scored(algorithms, ks)
+    frames = []
+    for L in contexts:
+        for role, m, ns in (("target", target, tn), ("draft", draft, dn)):
+            f = profile_model(m, role, ns, batches, context_len=L, prompt_len=8, repeats=repeats, warmup=1, seed=seed)
+            frames.append(f.assign(context=L))
+    over = profile_sampler_overhead(target.vocab_size, ks, batches, repeats=max(3, repeats // 2), seed=seed)
+    prof = pd.concat(frames + [over.assign(context=0)], ignore_index=True)
+    # process CPU time (single-threaded): what a call costs this process, not that minute's contention on a
+    # shared machine (the sweep's 'cpu' basis); wall time is kept in costs.csv (median_s) beside it
+    tables = {L: CostTable(prof[prof.context == L], value="cpu_median_s") for L in contexts}
+    ov = CostTable(over, value="cpu_median_s")
+
+    def t(role):
+        return lambda n, B, L: tables[int(L)](f"{role}.forward", int(n), int(B))
+
+    costs = PairCosts(t("target"), t("draft"), lambda k, B: ov("spec.overhead", int(k), int(B)),
+                      lambda B: ov("ar.overhead", 1, int(B)))
+    return costs, prof.drop(columns=[c for c in ("samples_s", "cpu_samples_s") if c in prof])
+
+
+def roofline_costs(tshape, dshape, hw):
+    from harness.roofline import Roofline
+    from harness.roofline_speedup import PairCosts
+    return PairCosts(Roofline(tshape, hw), Roofline(dshape, hw))
+
+
+def _grid(costs, acc: pd.DataFrame, batches, contexts, name: str, source: str, fits=None, bound=None) -> pd.DataFrame:
+    """The speedup grid (harness.roofline_speedup.COLUMNS) at the measured E, with S's interval from E's."""
+    from harness.roofline_speedup import speedup_table
+    frames = []
+    for a in acc.itertuples():
+        t = speedup_table(name, costs, 0.0, [a.algorithm], [a.k], batches, contexts,
+                          tokens={(a.algorithm, a.k): a.tokens_per_round}, bound=bound, fits=fits)
+        frames.append(t.assign(speedup_lo=t.speedup * a.tokens_per_round_lo / a.tokens_per_round,
+                               speedup_hi=t.speedup * a.tokens_per_round_hi / a.tokens_per_round))
+    return pd.concat(frames, ignore_index=True).assign(source=source)
+
+
+def recommend(grid: pd.DataFrame, batches) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per (B, L) in ``batches``: the best algorithm and k or 'off'; per L: the batch beyond which
+    speculation should be off, the S = 1 crossover of the best configuration over the grid's batches)."""
+    from harness.roofline_speedup import crossover_batch
+    g = grid[grid.fits.astype(bool)] if "fits" in grid else grid
+    best = g.sort_values(["context", "batch", "speedup", "k"], ascending=[True, True, False, True]) \
+        .groupby(["context", "batch"], as_index=False).first()
+    rec = best[best.batch.isin(batches)].copy()
+    rec["speculate"] = rec.speedup > 1.0
+    rec["recommendation"] = np.where(rec.speculate, rec.algorithm + ", k = " + rec.k.astype(str), "off (target-only)")
+    off = []
+    for L, b in best.groupby("context"):
+        b = b.sort_values("batch")
+        x = crossover_batch(b.batch, b.speedup)
+        up = crossover_batch(b.batch, 2.0 - b.speedup)  # S rising through 1 (KV-bound long contexts)
+        where = ("S >= 1 at every batch" if (b.speedup >= 1).all() else "S < 1 at every batch"
+                 if (b.speedup < 1).all() else "S falls below 1 here" if np.isfinite(x) else
+                 f"S < 1 below batch {up:.1f}, >= 1 beyond")
+        off.append({"context": L, "off_beyond_batch": x, "batches_scanned": f"{b.batch.min()}..{b.batch.max()}",
+                    "regime": where})
+    cols = ["context", "batch", "recommendation", "algorithm", "k", "speedup", "speedup_lo", "speedup_hi",
+            "goodput_spec", "goodput_ar", "tokens_per_round", "c", "speculate"]
+    return rec[cols].reset_index(drop=True), pd.DataFrame(off)
+
+
+def _md(rec: pd.DataFrame, off: pd.DataFrame, alpha: pd.DataFrame, header: str) -> str:
+    lines = [header, "", "| context | batch | recommendation | predicted S (95 % from E) | goodput tok/s (spec / "
+             "target-only) | E | c |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.context} | {r.batch} | {r.recommendation} | {r.speedup:.3f} ({r.speedup_lo:.3f}–{r.speedup_hi:.3f}) "
+              f"| {r.goodput_spec:.4g} / {r.goodput_ar:.4g} | {r.tokens_per_round:.3f} | {r.c:.3f} |"
+              for r in rec.itertuples()]
+    lines += ["", "| context | speculation off beyond batch | batches scanned | over the scan |", "|---|---|---|---|"]
+    lines += [f"| {r.context} | {'–' if not np.isfinite(r.off_beyond_batch) else f'{r.off_beyond_batch:.1f}'} | "
+              f"{r.batches_scanned} | {r.regime} |" for r in off.itertuples()]
+    if len(alpha):
+        lines += ["", "Chain alpha per draft position (exact 95 % interval): " + ", ".join(
+            f"{r.position}: {r.alpha:.3f} ({r.alpha_lo95:.3f}–{r.alpha_hi95:.3f})" for r in alpha.itertuples())]
+    return "\n".join(lines) + "\n"
+
+
+def _costs(args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts):
+    """(PairCosts, profile frame or None, batches of the grid, fits, bound, source)."""
+    from harness.roofline_fidelity import bound_of, fits_of
+    if hw is None:
+        costs, prof = local_costs(target, draft, algos, ks, batches, contexts, args.repeats, args.seed)
+        return costs, prof, batches, None, None, "measured"
+    costs = roofline_costs(tshape, dshape, hw)
+    scan = sorted(set(batches) | set(ROOFLINE_BATCHES))
+    return costs, None, scan, fits_of(costs), bound_of(costs.target), "roofline"
+
+
+def _check_context(args, target, draft, algos, ks, contexts) -> None:
+    """Profiling here needs every context plus the longest scored block within the models' positions."""
+    from harness.errors import UsageError
+    mpe = min(getattr(m.model.config, "max_position_embeddings", 10 ** 9) for m in (target, draft))
+    need = max(contexts) + max(_tokens_scored(algos, ks)[0]) + 8
+    if need > mpe:
+        raise UsageError(f"`--context` {args.context!r} is too long for this pair on `--hardware local`: profiling "
+                         f"needs {need} positions, the models have {mpe} (max_position_embeddings)")
+
+
+def run(args) -> int:
+    from harness.atomic import staged_report
+    from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
+    from harness.report import results_line
+    from harness.verify.cli import with_threads
+    hw, algos, ks, batches, contexts = _check(args)
+    tshape, dshape = _shapes(args)
+    target, draft = _models(args)
+    if hw is None:
+        _check_context(args, target, draft, algos, ks, contexts)
+    out = args.out or RESULTS / "tune" / f"{tshape.name}-{args.hardware}"
+    prompts = _prompts(args, target)
+    say = (lambda m: print(f"tune: {m}", file=sys.stderr))
+    say(f"acceptance of {algos} at k = {ks} on {len(prompts)} prompts")
+    acc, alpha = with_threads(args.threads, lambda: measure_acceptance(target, draft, prompts, algos, ks,
+                                                                        args.max_new_tokens, args.seed))
+    say("costs: " + ("profiling this machine" if hw is None else f"roofline on {hw.name}"))
+    costs, prof, scan, fits, bound, source = with_threads(args.threads, lambda: _costs(
+        args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts))
+    grid = _grid(costs, acc, scan, contexts, f"{tshape.name}+{dshape.name}@{args.hardware}", source, fits, bound)
+    rec, off = recommend(grid, batches)
+    meta = metadata({**vars(args), "name": f"tune-{tshape.name}-{args.hardware}"}, args.seed)
+    text = _md(rec, off, alpha, f"`tune` {args.target} + {args.draft} on {args.hardware} ({source} costs); "
+                                f"{results_line(meta)}.")
+    with staged_report(out, "tune") as st:
+        for name, df in (("recommendation.csv", rec), ("off_beyond.csv", off), ("acceptance.csv", acc),
+                         ("alpha.csv", alpha), ("roofline.csv", grid)) + ((("costs.csv", prof),) if prof is not None else ()):
+            atomic_write_csv(st.dir / name, df, meta)
+        atomic_write_text(st.dir / "recommendation.md", text)
+        atomic_write_json(st.dir / "meta.json", meta)
+    print(text)
+    print(f"wrote {out}/ (figures: python -m harness report --results {out})")
+    return 0

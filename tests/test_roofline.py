@@ -1,0 +1,263 @@
+"""The roofline cost model (harness.roofline), its speedup model, the fidelity table and its figures."""
+from __future__ import annotations
+
+import json
+import math
+import struct
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import costmodel as cm
+from harness.roofline import (ConfigError, ModelShape, Roofline, calibrate, forward_cost, hardware_names,
+                              load_hardware)
+from harness.roofline_speedup import PairCosts, crossover_batch, speedup, speedup_table, tokens_per_round
+from specimpl.hf import TINY_PAIR_DIR
+
+REPO = Path(__file__).resolve().parents[1]
+LLAMA7B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+               intermediate_size=11008, vocab_size=32000, torch_dtype="float16")
+
+
+def _safetensors_numel(path: Path) -> int:
+    b = path.read_bytes()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    return sum(math.prod(v["shape"]) for k, v in head.items() if k != "__metadata__")
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_parameter_count_from_config_equals_the_shipped_weights(role):
+    shape = ModelShape.from_config(TINY_PAIR_DIR / role)
+    assert shape.params == _safetensors_numel(TINY_PAIR_DIR / role / "model.safetensors")
+
+
+def test_llama7b_shape_counts():
+    s = ModelShape.from_dict(LLAMA7B)
+    assert s.params == pytest.approx(6.74e9, rel=1e-3)  # Llama-2-7B: 6,738,415,616 parameters
+    assert s.kv_bytes_per_token == 32 * 2 * 32 * 128 * 2
+
+
+@pytest.mark.parametrize("field", ["hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                                   "vocab_size"])
+def test_missing_config_field_names_file_and_field(tmp_path, field):
+    cfg = {k: v for k, v in LLAMA7B.items() if k != field}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as e:
+        ModelShape.from_config(tmp_path)
+    assert field in str(e.value) and str(tmp_path / "config.json") in str(e.value)
+
+
+@pytest.mark.parametrize("key,value", [("hidden_size", 0), ("num_hidden_layers", "32"), ("torch_dtype", "float7")])
+def test_bad_config_value_is_named(key, value):
+    with pytest.raises(ConfigError, match=key if key != "torch_dtype" else "dtype"):
+        ModelShape.from_dict({**LLAMA7B, key: value}, where="x.json")
+
+
+def test_every_hardware_file_loads_with_its_datasheet_numbers():
+    want = {"h200": 4800, "h100": 3350, "a100": 2039, "rtx3090": 936, "a40": 696}
+    names = hardware_names()
+    assert set(want) | {"local"} <= set(names)
+    for name in names:
+        hw = load_hardware(name)
+        assert hw.source and hw.bandwidth_gbps > 0 and hw.peak_tflops
+    for name, bw in want.items():
+        assert load_hardware(name).bandwidth_gbps == bw
+    assert load_hardware("h100").peak_tflops["bfloat16"] == 989.0
+    assert load_hardware("a100").peak_tflops["bfloat16"] == 312.0
+
+
+def test_unknown_hardware_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="h100"):
+        load_hardware("h1000")
+
+
+def test_bad_hardware_field_is_named(tmp_path):
+    p = tmp_path / "x.toml"
+    p.write_text('name = "x"\nsource = "s"\nbandwidth_gbps = -1\noverhead_s = 0\n[peak_tflops]\nfloat32 = 1\n')
+    with pytest.raises(ConfigError, match="bandwidth_gbps"):
+        load_hardware(p)
+
+
+def test_memory_bound_small_batch_and_compute_bound_large_batch():
+    r = Roofline(ModelShape.from_dict(LLAMA7B), load_hardware("h100"))
+    # batch 1: scoring 5 tokens costs about what one costs (weights dominate the bytes)
+    assert r(5, 1, 128) / r(1, 1, 128) < 1.01
+    assert forward_cost(r.shape, r.hw, 5, 1, 128).bound == "memory"
+    # far past the ridge, T is linear in the tokens scored
+    big = forward_cost(r.shape, r.hw, 8, 4096, 0)
+    assert big.bound == "compute"
+    assert r(16, 4096, 0) / r(8, 4096, 0) == pytest.approx(2.0, rel=0.02)
+
+
+def test_ridge_point_matches_its_closed_form():
+    s, hw = ModelShape.from_dict(LLAMA7B), load_hardware("a100")
+    # n = 1 at L = 0: memory (W + B (kv + V lb)) / BW', compute B (2 P + 4 heads hd layers) / peak'; equal at B*:
+    bw, pk = hw.bandwidth * hw.eff_bandwidth, hw.peak("float16") * hw.eff_compute
+    per_row_flops = 2 * s.matmul_params + 4 * s.heads * s.head_dim * s.layers
+    per_row_bytes = s.kv_bytes_per_token + s.vocab * s.logits_bytes
+    closed = (s.weight_bytes / bw) / (per_row_flops / pk - per_row_bytes / bw)
+    assert Roofline(s, hw).ridge_tokens(0.0) == pytest.approx(closed, rel=1e-3)
+
+
+def test_calibrate_recovers_known_efficiencies():
+    s = ModelShape.from_dict(LLAMA7B)
+    d = ModelShape.from_dict({**LLAMA7B, "num_hidden_layers": 2, "hidden_size": 1024, "num_attention_heads": 8,
+                              "num_key_value_heads": 8, "intermediate_size": 2816})
+    true = replace(load_hardware("a40"), eff_bandwidth=0.55, eff_compute=0.35, overhead_s=3e-4)
+    pts = [(m, n, B, L, float(Roofline(m, true)(n, B, L))) for m in (s, d) for n in (1, 4, 16) for B in (1, 16, 256)
+           for L in (128, 1024)]
+    cal = calibrate(load_hardware("a40"), pts, fit=("eff_bandwidth", "eff_compute", "overhead_s"))
+    assert cal.hardware.eff_bandwidth == pytest.approx(0.55, rel=1e-3)
+    assert cal.hardware.eff_compute == pytest.approx(0.35, rel=1e-3)
+    assert cal.hardware.overhead_s == pytest.approx(3e-4, rel=1e-2)
+    assert cal.max_abs_rel_err < 1e-3
+
+
+# -- the speedup model --------------------------------------------------------------------------------
+def test_chain_tokens_per_round_equals_the_iid_formula():
+    for a in (0.0, 0.3, 0.8, 0.99):
+        for k in (1, 4, 8):
+            assert tokens_per_round("chain", a, k) == pytest.approx(cm.expected_tokens(a, k))
+    assert tokens_per_round("chain", [0.9, 0.5, 0.1], 3) == pytest.approx(1 + 0.9 + 0.45 + 0.045)
+
+
+def test_tree_bound_above_chain_and_block_equals_chain():
+    a = [0.7, 0.6, 0.5, 0.4]
+    assert tokens_per_round("tree3", a, 4) > tokens_per_round("chain", a, 4)
+    assert tokens_per_round("block", a, 4) == tokens_per_round("chain", a, 4)
+
+
+def test_free_verification_and_free_draft_give_speedup_E():
+    flat = PairCosts(lambda n, B, L: 0.01, lambda n, B, L: 0.0)
+    assert speedup(flat, "chain", 0.8, 4, 1, 128) == pytest.approx(cm.expected_tokens(0.8, 4))
+
+
+def test_speedup_equals_leviathan_with_constant_costs():
+    c = 0.1
+    costs = PairCosts(lambda n, B, L: 1.0, lambda n, B, L: c)
+    # the draft's first call feeds 2 tokens but costs the same: t_round = k c + 1
+    for k in (1, 3, 6):
+        assert speedup(costs, "chain", 0.7, k, 1, 0) == pytest.approx(cm.analytic_speedup(0.7, c, k))
+
+
+def test_crossover_interpolates_in_log_batch():
+    assert crossover_batch([1, 4], [1.5, 0.5]) == pytest.approx(2.0)
+    assert math.isnan(crossover_batch([1, 2, 4], [1.2, 1.1, 1.05]))
+    assert math.isnan(crossover_batch([1, 2, 4], [0.9, 0.8, 0.7]))
+
+
+def test_speculation_stops_paying_with_batch_on_a_gpu_roofline():
+    s = ModelShape.from_dict(LLAMA7B)
+    d = ModelShape.from_dict({**LLAMA7B, "num_hidden_layers": 2, "hidden_size": 768, "num_attention_heads": 12,
+                              "num_key_value_heads": 12, "intermediate_size": 3072})
+    hw = load_hardware("a100")
+    t = speedup_table("x", PairCosts(Roofline(s, hw), Roofline(d, hw)), 0.8, ["chain"], [4], [1, 1024, 4096], [0])
+    assert t.speedup.iloc[0] > 1.5 and t.speedup.iloc[-1] < 1.0
+    assert list(t.goodput_ar) == sorted(t.goodput_ar)
+
+
+# -- fidelity table -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def published():
+    from harness.roofline_fidelity import fidelity_table, load_published
+    pub = load_published()
+    return pub, fidelity_table(pub)
+
+
+def test_fidelity_rows_name_their_sources_and_inputs(published):
+    _, t = published
+    assert {"chen-ar", "specbench-a100", "a40-speedup-b1", "a40-speedup-b32"} <= set(t.id)
+    assert t.source.str.len().min() > 0 and t.taken.str.len().min() > 0 and t.assumed.str.len().min() > 0
+    inputs = set(t[t.is_input].id)
+    assert inputs == {"chen-ar", "a40-ar-b1", "a40-ar-b32"}
+    # a calibration input is reproduced by construction; every other row is a prediction with an error
+    assert (t[t.is_input].rel_err.abs() < 0.01).all()
+
+
+def test_a40_case_gains_at_batch_1_and_loses_at_batch_32(published):
+    _, t = published
+    s = t.set_index("id").predicted
+    assert s["a40-speedup-b1"] > 1.0 > s["a40-speedup-b32"]
+
+
+def test_published_file_with_a_missing_field_is_named(tmp_path):
+    from harness.roofline_fidelity import PUBLISHED, load_published
+    text = PUBLISHED.read_text().replace('quantity = "ar_ms_per_token"\n', "", 1)
+    p = tmp_path / "p.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match="'quantity' is missing"):
+        load_published(p)
+
+
+# -- figures --------------------------------------------------------------------------------------------
+def _small_results(path: Path, source: str = "roofline") -> Path:
+    from harness.provenance import atomic_write_csv, atomic_write_json
+    s = ModelShape.from_dict(LLAMA7B)
+    hw = load_hardware("a100")
+    grid = speedup_table("x", PairCosts(Roofline(s, hw), Roofline(replace(s, layers=2), hw)), 0.8, ["chain", "tree2"],
+                         [1, 4], [1, 64, 4096], [128]).assign(source=source)
+    meta = {"commit": "0" * 40, "dirty": False, "seed": 0, "versions": {}, "machine": {}, "config": {"name": "t"}}
+    atomic_write_csv(path / "roofline.csv", grid, meta)
+    atomic_write_json(path / "meta.json", meta)
+    return path
+
+
+def test_roofline_figures_are_byte_reproducible(tmp_path):
+    from harness.report import make_report
+    res = _small_results(tmp_path / "r")
+    a = make_report(res, tmp_path / "a", formats=("png",))
+    b = make_report(res, tmp_path / "b", formats=("png",))
+    names = {"roofline_speedup_vs_batch", "roofline_optimal_k", "roofline_goodput"}
+    assert names <= set(a)
+    for n in names:
+        assert Path(a[n][0]).read_bytes() == Path(b[n][0]).read_bytes()
+
+
+def test_measured_on_gpu_marker():
+    import pandas as pd
+    from harness.report_roofline import marker
+    assert "measured on GPU" in marker(pd.DataFrame({"source": ["measured-gpu"]}))
+    assert "roofline" in marker(pd.DataFrame({"source": ["roofline"]}))
+
+
+def test_gpu_sweep_dry_run_on_cpu(tmp_path):
+    """experiments/gpu_sweep.sh's pipeline without a GPU: the plan, T(n, B, L) of the tiny pair, the figures."""
+    env = {"PY": sys.executable, "OUT": str(tmp_path / "sweep"), "ROOF_OUT": str(tmp_path / "roof"), "DRY_RUN": "1",
+           "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
+    r = subprocess.run(["bash", str(REPO / "experiments" / "gpu_sweep.sh")], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for f in ("costs.csv", "roofline.csv", "roofline_vs_measured.csv", "meta.json",
+              "figures/roofline_speedup_vs_batch.png"):
+        assert (tmp_path / "roof" / f).is_file(), f
+
+
+def test_measured_model_runs_on_roofline_costs_and_agrees_in_steady_state():
+    """cost_frame plugs T(n, B, L) into harness.costmodel's measured model; with long runs and B = 1 its
+    prediction tends to the steady-state S of roofline_speedup (prefill and the last round aside)."""
+    from harness.roofline_speedup import cost_frame
+    s = ModelShape.from_dict(LLAMA7B)
+    hw = load_hardware("h100")
+    costs = PairCosts(Roofline(s, hw), Roofline(replace(s, layers=2), hw))
+    table = cm.CostTable(cost_frame(costs, [4], [1], 512))
+    alphas = [0.8, 0.75, 0.7, 0.7]
+    pred = cm.predict_measured(table, alphas, 1, 4000, 16, n_sim=50)
+    assert pred.speedup == pytest.approx(speedup(costs, "chain", alphas, 4, 1, 512), rel=0.02)
+
+
+def test_local_roofline_fits_the_committed_tiny_pair_profile():
+    """The 'local' calibration on the committed profile (72 forwards of the tiny pair), with fixed probe
+    numbers so nothing is timed: the roofline with per-layer overhead explains the profile to ~10 %."""
+    import pandas as pd
+    from harness.roofline_local import calibrate_local, profile_points, tiny_shape, TINY_SHAPES
+    prof = pd.read_csv(REPO / "results" / "sweep" / "default" / "profiles.csv", comment="#")
+    pts = profile_points(prof, {m: tiny_shape(r) for m, r in TINY_SHAPES.items()})
+    assert len(pts) == 72 and {p[0].name for p in pts} == {"tiny:target", "tiny:draft"}
+    cal = calibrate_local(prof, {"bandwidth_gbps": 5.0, "peak_tflops_float32": 0.02})
+    assert cal.points == 72
+    assert cal.median_abs_rel_err < 0.15 and cal.max_abs_rel_err < 0.4

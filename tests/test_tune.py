@@ -1,0 +1,89 @@
+"""`python -m harness tune` on the shipped tiny pair: its recommendation, its files, its bad-input errors."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from harness.cli import main
+from specimpl.hf import TINY_PAIR_DIR
+
+T, D = str(TINY_PAIR_DIR / "target"), str(TINY_PAIR_DIR / "draft")
+SMALL = ["--n-sequences", "4", "--max-new-tokens", "8", "--k", "1,2", "--algorithms", "chain,block"]
+
+
+def _tune(*args):
+    return main(["tune", "--target", T, "--draft", D, *args])
+
+
+def test_unknown_hardware_is_exit_2(capsys, tmp_path):
+    assert _tune("--hardware", "h1000", "--out", str(tmp_path / "o")) == 2
+    err = capsys.readouterr().err
+    assert "`--hardware`" in err and "h1000" in err and "h100" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("opt,value", [("--batch", "0,8"), ("--context", "x"), ("--algorithms", "chian"),
+                                       ("--k", "")])
+def test_bad_list_options_are_exit_2(capsys, opt, value):
+    assert _tune("--hardware", "h100", opt, value) == 2
+    assert f"`{opt}`" in capsys.readouterr().err
+
+
+def test_config_without_a_needed_field_is_exit_2(capsys, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(TINY_PAIR_DIR / "draft", bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    del cfg["intermediate_size"]
+    (bad / "config.json").write_text(json.dumps(cfg))
+    assert main(["tune", "--target", T, "--draft", str(bad), "--hardware", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "`--draft`" in err and "intermediate_size" in err and "config.json" in err
+
+
+def test_vocabulary_mismatch_is_exit_2(capsys, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(TINY_PAIR_DIR / "draft", bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["vocab_size"] = 300
+    (bad / "config.json").write_text(json.dumps(cfg))
+    assert main(["tune", "--target", T, "--draft", str(bad), "--hardware", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "vocabulary" in err and "300" in err and "259" in err
+
+
+def test_context_past_the_models_positions_is_exit_2_on_local(capsys):
+    assert _tune("--hardware", "local", "--context", "4096", *SMALL) == 2
+    assert "`--context`" in capsys.readouterr().err
+
+
+def test_tune_on_a_named_gpu_writes_a_recommendation_per_batch(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert _tune("--hardware", "h100", "--batch", "1,8", "--context", "64,1024", "--out", str(out), *SMALL) == 0
+    rec = pd.read_csv(out / "recommendation.csv", comment="#")
+    assert sorted(zip(rec.context, rec.batch)) == [(64, 1), (64, 8), (1024, 1), (1024, 8)]
+    assert (rec.speedup_lo <= rec.speedup).all() and (rec.speedup <= rec.speedup_hi).all()
+    # speculation is recommended exactly where the predicted speedup exceeds 1
+    assert (rec.speculate == (rec.speedup > 1)).all()
+    assert set(rec[~rec.speculate].recommendation) <= {"off (target-only)"}
+    acc = pd.read_csv(out / "acceptance.csv", comment="#")
+    assert set(zip(acc.algorithm, acc.k)) == {("chain", 1), ("chain", 2), ("block", 1), ("block", 2)}
+    assert ((acc.tokens_per_round >= 1) & (acc.tokens_per_round <= acc.k + 1)).all()
+    alpha = pd.read_csv(out / "alpha.csv", comment="#")
+    assert list(alpha.position) == [1, 2] and ((alpha.alpha_lo95 <= alpha.alpha) & (alpha.alpha <= alpha.alpha_hi95)).all()
+    grid = pd.read_csv(out / "roofline.csv", comment="#")
+    assert grid.batch.max() >= 1024  # the roofline scans batches past the ones asked for
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["config"]["hardware"] == "h100"
+    assert "recommendation" in capsys.readouterr().out
+
+
+def test_tune_local_profiles_this_machine(tmp_path):
+    out = tmp_path / "o"
+    assert _tune("--hardware", "local", "--batch", "1", "--context", "16", "--repeats", "1", "--out", str(out),
+                 "--n-sequences", "4", "--max-new-tokens", "8", "--k", "1", "--algorithms", "chain") == 0
+    costs = pd.read_csv(out / "costs.csv", comment="#")
+    assert {"target.forward", "draft.forward", "spec.overhead", "ar.overhead"} <= set(costs.op)
+    assert len(pd.read_csv(out / "recommendation.csv", comment="#")) == 1
