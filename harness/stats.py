@@ -873,7 +873,7 @@ def tv_upper_bound(counts, probs, delta: float = 1e-4) -> TVBound:
     k = c.size
     tv_hat = _tv(c / n, p)
     width, how = _tv_bound_width(n, k, delta)
-    return TVBound(tv_hat, min(1.0, tv_hat + width), delta, n, k, f"finite-sample: {how} ({k} cells)")
+    return TVBound(tv_hat, min(1.0, tv_hat + width), delta, n, k, f"finite-sample: {how}")
 
 
 def _binomial_mad(n: int, p: np.ndarray) -> np.ndarray:
