@@ -971,11 +971,16 @@ def kolmogorov_upper_bound_expected(n, delta: float = 1e-4) -> float:
     return (KS_MEAN + math.sqrt(math.log(2 / delta) / 2)) / math.sqrt(n)
 
 
-def kolmogorov_upper_bound_n_for(epsilon: float, delta: float = 1e-4) -> int:
-    """The smallest n with :func:`kolmogorov_upper_bound_expected` ≤ ``epsilon``."""
+def kolmogorov_upper_bound_n_for(epsilon: float, delta: float = 1e-4, power: Optional[float] = None) -> int:
+    """The smallest n with :func:`kolmogorov_upper_bound_expected` ≤ ``epsilon``; with ``power``, the n at which
+    the bound of a lossless sampler falls below ``epsilon`` with that probability (the Kolmogorov law's
+    ``power`` quantile in place of its mean; asymptotic, conservative at small n)."""
     check_arg(isinstance(epsilon, (int, float)) and 0 < epsilon <= 1, "epsilon", epsilon, "a number in (0, 1]")
     _check_level("delta", delta)
-    return int(math.ceil(((KS_MEAN + math.sqrt(math.log(2 / delta) / 2)) / epsilon) ** 2))
+    if power is not None:
+        _check_level("power", power)
+    d = KS_MEAN if power is None else float(stats.kstwobign.ppf(power))
+    return int(math.ceil(((d + math.sqrt(math.log(2 / delta) / 2)) / epsilon) ** 2))
 
 
 # ---------------------------------------------------------------------- binomial, acceptance

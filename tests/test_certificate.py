@@ -109,6 +109,9 @@ def test_kolmogorov_planner_matches_the_bound():
     ups = np.array([S.kolmogorov_upper_bound(rng.random(n), delta=delta).upper for _ in range(300)])
     assert 0.97 * eps < ups.mean() <= eps  # E D_n √n approaches its limit from below: the planner errs safe
     assert S.kolmogorov_upper_bound_expected(n, delta) <= eps < S.kolmogorov_upper_bound_expected(n - 1, delta)
+    n9 = S.kolmogorov_upper_bound_n_for(eps, delta, power=0.9)  # certifies a lossless sampler 9 times in 10
+    hits = np.mean([S.kolmogorov_upper_bound(rng.random(n9), delta=delta).upper < eps for _ in range(300)])
+    assert n9 > n and hits >= 0.9 - 3 * math.sqrt(0.09 / 300)
 
 
 # ----------------------------------------------------------------------------------- end to end
@@ -137,3 +140,26 @@ def test_inconclusive_exits_1_and_the_planned_draws_certify(scen_dir, tmp_path, 
     assert ref.certificate == "certified" and ref.passed and ref.cert_worst_ratio < 1
     assert ref.tv_position_upper_max < 0.05 and ref.tv_pair_upper_max < 0.1 and ref.tv_joint_upper < 0.1
     assert "certified: TV ≤ 0.05 per position" in (tmp_path / "b" / "summary.md").read_text()
+
+
+# ----------------------------------------------------------------------------------- warp guard
+def test_warp_guard_refuses_a_support_flip_the_old_tv_guard_missed():
+    """A top-k tie between two rare tokens (mass 1e-5) flips in float32: the TV between the tables (1e-5) was
+    under the old 1e-4 guard, but every draw of the flipped token would be an impossible draw.  Supports are
+    compared now; every shipped scenario still loads."""
+    from types import SimpleNamespace
+
+    from harness.exact import warp_mismatch, warp_support_mismatch
+    from harness.scenarios import list_scenarios
+    from harness.verify.draw import _scenario_law
+    from specimpl import SamplingConfig
+    from specimpl.ngram import NGramModel
+    cfg = SamplingConfig(top_k=2)
+    m = NGramModel(np.array([[0.99998, 1e-5 - 1e-12, 1e-5 + 1e-12]] * 3), 2)
+    assert warp_support_mismatch(m, cfg) > 1e-9 and warp_mismatch(m, cfg) < 1e-4
+    sc = SimpleNamespace(exact=True, name="tie", build=lambda: (m, m), prompt=(0,), max_new_tokens=2, config=cfg,
+                         eos_token_id=None)
+    with pytest.raises(ValueError, match="float32 tie"):
+        _scenario_law(sc)
+    for name in list_scenarios():
+        _scenario_law(load_scenario(name))  # no shipped scenario sits on a tie

@@ -28,7 +28,7 @@ from harness.verify.epsilon import parse_epsilon_option
 from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler, sampler_failure
 
-__all__ = ["add_arguments", "run", "fail_args", "with_threads", "check_common", "real_model_spec"]
+__all__ = ["add_arguments", "run", "fail_args", "with_threads", "with_epsilon", "check_common", "real_model_spec"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -52,10 +52,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--real-model-sequences", type=int, metavar="N",
                     help="sequences of the sampler under test in the real-model scenario (default: default.toml "
                          "[real_model] n_sequences)")
-    ap.add_argument("--epsilon", action="append", metavar="EPS|KEY=EPS[,KEY=EPS]",
-                    help="tolerances of the certificate, over default.toml's and the scenario files': one number "
-                         "is the per-position TV; or KEY=EPS with KEY position, pair, joint (TV) or real (Kolmogorov "
-                         "distance of the real-model PIT law), comma-separated or repeated")
     ap.add_argument("--out", type=Path, help="report folder (default results/verify, or "
                                              "results/verify/custom/<sampler> with --sampler)")
     add_common_arguments(ap)
@@ -64,6 +60,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def add_common_arguments(ap: argparse.ArgumentParser) -> None:
     """Options ``verify`` and ``pit`` share."""
     ap.add_argument("--scenario-dir", type=Path, default=SCENARIO_DIR, help="folder of scenario files")
+    ap.add_argument("--epsilon", action="append", metavar="EPS|KEY=EPS[,KEY=EPS]",
+                    help="tolerances of the certificate, over default.toml's and the scenario files': one number "
+                         "is the per-position TV; or KEY=EPS with KEY position, pair, joint (TV) or real (Kolmogorov "
+                         "distance of the real-model PIT law), comma-separated or repeated")
     ap.add_argument("--fresh", action="store_true", help="ignore draws saved by an interrupted run")
     ap.add_argument("--no-figures", action="store_true", help="write tables and summary only")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -83,6 +83,12 @@ def check_common(args) -> None:
     check_seed(getattr(args, "seed", None))
     check_out(getattr(args, "out", None))
     check_option(Path(args.scenario_dir).is_dir(), "--scenario-dir", str(args.scenario_dir), "an existing folder")
+
+
+def with_epsilon(settings, args):
+    """``settings`` with the command line's ``--epsilon`` laid over its tolerances (UsageError naming it)."""
+    epsilon = parse_epsilon_option(getattr(args, "epsilon", None))
+    return replace(settings, epsilon_override=epsilon) if epsilon else settings
 
 
 def with_threads(threads: int, fn: Callable):
@@ -113,10 +119,7 @@ def _choose(args) -> _Choice:
     for name, v in (("--draws", args.draws), ("--control-draws", args.control_draws),
                     ("--real-model-sequences", args.real_model_sequences)):
         check_option(v is None or v >= 2, name, v, "an integer >= 2")
-    epsilon = parse_epsilon_option(getattr(args, "epsilon", None))
-    settings = load_settings(args.scenario_dir)
-    if epsilon:
-        settings = replace(settings, epsilon_override=epsilon)
+    settings = with_epsilon(load_settings(args.scenario_dir), args)
     sampler = load_sampler(args.sampler) if args.sampler else None
     algorithm = _algorithm(getattr(args, "algorithm", None), sampler)
     names = args.scenario or list(settings.scenarios)
