@@ -902,12 +902,17 @@ def tv_upper_bound_n_for(probs, epsilon: float, delta: float = 1e-4, n_max: int 
     expectation: half the runs of that size certify or so).  ``n_max`` + 1 when none up to n_max does."""
     check_arg(isinstance(epsilon, (int, float)) and 0 < epsilon <= 1, "epsilon", epsilon, "a number in (0, 1]")
     f = lambda n: tv_upper_bound_expected(probs, n, delta)  # noqa: E731 -- decreasing in n (up to lattice wiggle)
-    hi = 1
+    p = _as_probs("probs", probs)
+    k = int((p > 0).sum()) + int(bool((p <= 0).any()))
+    c = 0.5 * float(np.sqrt(2 * p * (1 - p) / math.pi).sum())  # E TV(Q̂, P) ≈ c/√n (normal approximation)
+    guess = max(1, int(((c + math.sqrt((k * math.log(2) + math.log(1 / delta)) / 2)) / epsilon) ** 2 / 2))
+    lo, hi = guess // 2, guess  # a bracket from the closed-form guess: f(lo) > ε >= f(hi)
     while f(hi) > epsilon:
-        hi *= 2
+        lo, hi = hi, hi * 2
         if hi > n_max:
             return n_max + 1
-    lo = hi // 2
+    while lo >= 1 and f(lo) <= epsilon:
+        lo, hi = lo // 2, lo
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if f(mid) > epsilon else (lo, mid)

@@ -23,7 +23,7 @@ reported, not judged.  The von Neumann sampler has no bound: it stays two-valued
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 import numpy as np
@@ -179,6 +179,15 @@ class Certifier:
     default: Epsilons
     delta: float
     confidence: float
+    planned: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε) -> draws, a cache
+
+    def draws_for(self, scenario: str, test: str, position: int, eps: float, probs) -> int:
+        """Sequences at which a lossless sampler's expected bound of this test reaches ``eps``
+        (:func:`harness.battery.tv_interval_n_for`), computed once per scenario, test and ε."""
+        key = (scenario, test, position, eps)
+        if key not in self.planned:
+            self.planned[key] = tv_interval_n_for(probs(), eps, self.delta)
+        return self.planned[key]
 
     def of(self, scenario: str) -> Epsilons:
         return self.epsilons.get(scenario, self.default)
@@ -190,8 +199,8 @@ def _outcome(lossy: bool, certified: bool) -> str:
 
 def _gof_law(law, J: int):
     """test name, position -> the exact law a gof test of this run is against (for the planner)."""
-    marg, pairm, joint = law.marginals(), law.pair_marginals(), (law.joint(J) if J >= 2 else None)
-    return lambda test, pos: marg[pos] if test == "position" else pairm[pos] if test == "pair" else joint
+    return lambda test, pos: (law.marginals()[pos] if test == "position" else law.pair_marginals()[pos]
+                              if test == "pair" else law.joint(J))
 
 
 def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier) -> dict:
@@ -208,7 +217,7 @@ def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier)
     draws = NAN
     if r.role not in MUST_BE_CAUGHT:  # the draws that certify a lossless sampler here (the bound's planner)
         law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
-        draws = float(max(tv_interval_n_for(law_of(t, int(p)), float(x), c.delta)
+        draws = float(max(c.draws_for(r.scenario.name, t, int(p), float(x), lambda t=t, p=p: law_of(t, int(p)))
                           for t, p, x in zip(gof.test, gof.position, e)))
     methods = sorted({str(m).split(" (")[0].replace("finite-sample: ", "") for m in gof.tv_method})
     pair = gof[gof.test == "pair"]
