@@ -56,7 +56,8 @@ from harness.exact import ExactLaw
 __all__ = ["Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "plan_pit_value_tests",
            "plan_von_neumann_tests", "ks_uniform_binned", "chunk_t_test", "hotelling_test", "hoeffding_test",
            "plan_acceptance", "AcceptancePlan", "acceptance_notes", "chunk_t_min_detectable",
-           "chunk_t_n_for_deviation", "plan_chunks", "tv_interval", "clopper_pearson"]
+           "chunk_t_n_for_deviation", "plan_chunks", "tv_interval", "tv_upper_asymptotic", "tv_interval_expected_upper",
+           "tv_interval_n_for", "clopper_pearson"]
 
 LOGPROB_FLOOR = -1e9  # log-probability given to sequences the target cannot produce (finite for KS/AD)
 PIT_PAIR_TABLES = ("pairs_even", "pairs_odd")  # test names of the PIT pair tables at even and odd offsets
@@ -256,30 +257,53 @@ def clopper_pearson(k: int, n: int, delta: float) -> tuple[float, float]:
 def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
     """(tv_hat, lower, upper, method) for TV(Q, P) from counts of Q, holding with probability >= 1 - delta.
 
-    The finite-sample bound of :func:`harness.stats.tv_upper_bound` at delta/2 gives both ends
-    (|TV(Q_hat, P) - TV(Q, P)| <= TV(Q_hat, Q)); the asymptotic noncentral-chi-square inversion at delta/2
-    replaces the upper end when it is smaller and valid: every cell of P positive with expected count
-    >= 100.  (With cells of P = 0 the chi-square on the positive cells does not bound the mass Q may put on
-    the others, so it is not used.)"""
+    Finite-sample only (the certificate's bound): :func:`harness.stats.tv_upper_bound` at delta/2 gives both
+    ends (|TV(Q_hat, P) - TV(Q, P)| <= TV(Q_hat, Q)), on the cells of P > 0 plus one cell lumping those of
+    P = 0 (exact for TV; the bound covers the whole law).  A one-hot target (greedy) is a binomial proportion:
+    Clopper-Pearson.  The asymptotic noncentral-chi-square inversion is reported apart
+    (:func:`tv_upper_asymptotic`): its coverage at the gate's delta (~1e-7) is not verified, so no certificate
+    rests on it."""
     P = np.asarray(probs, dtype=np.float64)
     c = np.asarray(counts)
     if int((P > 0).sum()) == 1:  # one-hot target (greedy): TV = Q(outside the one cell), a binomial proportion
         n = int(c.sum())
         m = n - int(c[P > 0].sum())
         lo, hi = clopper_pearson(m, n, delta)
-        return m / n, lo, hi, "exact binomial (Clopper-Pearson; one-hot target)"
+        return m / n, lo, hi, "finite-sample: exact binomial (Clopper-Pearson; one-hot target)"
     fs = stats.tv_upper_bound(counts, probs, delta=delta / 2)
     eps = fs.upper - fs.tv_hat if fs.upper < 1 else math.inf
-    lower = max(0.0, fs.tv_hat - eps)
-    upper, method = fs.upper, fs.method
-    if bool(np.all(np.asarray(probs) > 0)):
-        try:
-            nc = stats.tv_upper_bound_ncx2(counts, probs, delta=delta / 2)
-            if nc.upper < upper:
-                upper, method = nc.upper, nc.method
-        except ValueError:
-            pass
-    return fs.tv_hat, lower, upper, method
+    return fs.tv_hat, max(0.0, fs.tv_hat - eps), fs.upper, fs.method
+
+
+def tv_upper_asymptotic(counts, probs, delta: float) -> tuple[float, str]:
+    """(upper, method): the asymptotic noncentral-chi-square inversion at delta/2 (as :func:`tv_interval`'s
+    upper end), where it applies (every cell of P positive with expected count >= 100), else (NaN, why not).
+    Labelled asymptotic; reported, never used for a certificate."""
+    P = np.asarray(probs, dtype=np.float64)
+    if not bool(np.all(P > 0)):
+        return NAN, "not applicable: cells of P = 0 (the chi-square cannot bound the mass Q puts there)"
+    try:
+        nc = stats.tv_upper_bound_ncx2(counts, probs, delta=delta / 2)
+    except ValueError:
+        return NAN, "not applicable: expected counts below 100"
+    return nc.upper, nc.method
+
+
+def tv_interval_expected_upper(probs, n: int, delta: float) -> float:
+    """The expected upper end of :func:`tv_interval` for ``n`` draws of a lossless sampler (law P): its
+    planning figure, inverted by :func:`tv_interval_n_for`."""
+    P = np.asarray(probs, dtype=np.float64)
+    if int((P > 0).sum()) == 1:  # no draw outside the one cell: Clopper-Pearson's upper end at m = 0
+        return float(clopper_pearson(0, int(n), delta)[1])
+    return stats.tv_upper_bound_expected(P, n, delta / 2)
+
+
+def tv_interval_n_for(probs, epsilon: float, delta: float) -> int:
+    """The draws at which :func:`tv_interval`'s expected upper end (lossless sampler) falls to ``epsilon``."""
+    P = np.asarray(probs, dtype=np.float64)
+    if int((P > 0).sum()) == 1:  # 1 - (delta/2)^(1/n) <= epsilon
+        return int(math.ceil(math.log(delta / 2) / math.log1p(-epsilon)))
+    return stats.tv_upper_bound_n_for(P, epsilon, delta / 2)
 
 
 def plan_chunks(draws: int, min_chunks: int, max_chunk: int, min_chunk: int = 500) -> list[int]:
@@ -397,6 +421,9 @@ class TestRow:
     tv_lower: float = NAN
     tv_upper: float = NAN
     tv_method: Optional[str] = None
+    tv_cells: float = NAN  # cells the TV bound counts (positive cells + one lumping P = 0): it covers the whole law
+    tv_upper_asymptotic: float = NAN  # noncentral-chi-square inversion (asymptotic; reported, not certified)
+    chi2_pooled_mass: float = NAN  # target mass in the chi-square's merged rare cells (the test's blind spot)
     expected: float = NAN
     observed: float = NAN
     verdict: str = ""
@@ -438,11 +465,18 @@ def _gof(counts, probs, label_cells: str):
     def ev(alpha, power, delta):
         r = stats.chi2_gof(counts, probs, alpha=alpha, power=power)
         tv_hat, lo, up, how = tv_interval(counts, probs, delta)
+        up_asym, _ = tv_upper_asymptotic(counts, probs, delta)
+        P = np.asarray(probs, dtype=np.float64)
+        labels = stats.pool_cells(P, max(r.n, 1))
+        merged = np.bincount(labels[labels >= 0])[labels[labels >= 0]] > 1 if (labels >= 0).any() else np.zeros(0, bool)
+        pooled_mass = float(P[labels >= 0][merged].sum())
         mde = r.min_detectable_tv
         if r.n_cells == 1 and r.n > 0:  # one possible symbol: any draw elsewhere rejects; detected with
             mde = -math.log(1 - power) / r.n  # probability 1 - (1 - TV)^n >= power once TV >= ln(1/(1-power))/n
         return _row(r.statistic, r.pvalue, mde, f"TV ({label_cells})", r.method, df=r.df,
-                    n=r.n, cells=r.n_cells, tv_hat=tv_hat, tv_lower=lo, tv_upper=up, tv_method=how)
+                    n=r.n, cells=r.n_cells, tv_hat=tv_hat, tv_lower=lo, tv_upper=up, tv_method=how,
+                    tv_cells=int((P > 0).sum()) + int(bool((P <= 0).any())), tv_upper_asymptotic=up_asym,
+                    chi2_pooled_mass=pooled_mass)
     return ev
 
 

@@ -33,7 +33,7 @@ from specimpl.errors import check_arg
 from specimpl.ngram import NGramModel, context_of, warped_table
 from specimpl.sampling import SamplingConfig, warp
 
-__all__ = ["ExactLaw", "AcceptanceLaw", "warp_mismatch"]
+__all__ = ["ExactLaw", "AcceptanceLaw", "warp_mismatch", "warp_support_mismatch"]
 
 
 def warp_mismatch(model: NGramModel, config: SamplingConfig) -> float:
@@ -45,6 +45,18 @@ def warp_mismatch(model: NGramModel, config: SamplingConfig) -> float:
         p64 = warped_table(model, config)
     p32 = warp(model.logtable.to(torch.float32), config).double().numpy()
     return float(0.5 * np.abs(p64 - p32).sum(1).max())
+
+
+def warp_support_mismatch(model: NGramModel, config: SamplingConfig) -> float:
+    """Largest mass, over contexts and under either precision, on tokens that the float32 warp (the samplers')
+    and the float64 one (the exact law) disagree about keeping: 0 when the supports match.  A top-k / top-p
+    tie that flips in float32 keeps a token the exact law gives probability 0 -- every draw of it an
+    "impossible draw" -- however small the TV between the two tables."""
+    with np.errstate(divide="ignore"):
+        p64 = warped_table(model, config)
+    p32 = warp(model.logtable.to(torch.float32), config).double().numpy()
+    differ = (p64 > 0) != (p32 > 0)
+    return float(max((p64 * differ).sum(1).max(), (p32 * differ).sum(1).max()))
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ SCENARIO_SCHEMA = {
         "a non-empty list of token ids (integers >= 0)"),
     "eos_token_id": integer(-1, allowed="a token id (an integer >= 0), or -1 for no EOS"),
     "weight": number(0, lo_open=True), "full_weight": number(0, lo_open=True),
+    **{f"epsilon_{k}": number(0, 1, lo_open=True) for k in ("position", "pair", "joint")},  # certificate ε overrides
     "sampling": {"temperature": number(0, allowed="a finite number >= 0 (0 means greedy)"),
                  "top_k": integer(0, allowed="an integer >= 0 (0: no top-k)"),
                  "top_p": number(0, 1, lo_open=True), "greedy": boolean()},
@@ -70,6 +71,7 @@ RUN_SCHEMA = {
                        "a list of scenario names"),
     "seed": SEED, "min_chunks": integer(1), "max_chunk": integer(1), "pit_bins": integer(2), "logprob_max": integer(1),
     "von_neumann_proposals": integer(1), "full_von_neumann_proposals": integer(1),
+    **{f"epsilon_{k}": number(0, 1, lo_open=True) for k in ("position", "pair", "joint", "real")},  # the certificate's
 }
 ALGORITHMS_SCHEMA = {  # [algorithms]: block / tree reference runs and controls (harness.verify.runs.AlgorithmRuns)
     **{key: integer(2) for key in ("draws", "full_draws", "control_draws", "full_control_draws")},
@@ -102,6 +104,8 @@ class RunSettings:
     von_neumann_proposals: int
     full_von_neumann_proposals: int
     raw: dict = field(default_factory=dict, compare=False)
+    epsilon: dict = field(default_factory=dict)           # certificate tolerances: position, pair, joint, real
+    epsilon_override: dict = field(default_factory=dict)  # the command line's (--epsilon), over everything
 
 
 def read_defaults(directory: Optional[Path] = None) -> dict:
@@ -134,7 +138,8 @@ def load_settings(directory: Optional[Path] = None) -> RunSettings:
         scenarios=tuple(run["scenarios"]), seed=int(run["seed"]), min_chunks=int(run["min_chunks"]),
         max_chunk=int(run["max_chunk"]), pit_bins=int(run["pit_bins"]), logprob_max=int(run["logprob_max"]),
         von_neumann_proposals=int(run["von_neumann_proposals"]),
-        full_von_neumann_proposals=int(run["full_von_neumann_proposals"]), raw=run)
+        full_von_neumann_proposals=int(run["full_von_neumann_proposals"]), raw=run,
+        epsilon={k: float(run[f"epsilon_{k}"]) for k in ("position", "pair", "joint", "real")})
 
 
 @dataclass(frozen=True)

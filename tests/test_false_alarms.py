@@ -87,6 +87,11 @@ def test_a_cell_without_spread_by_chance_is_not_a_rejection():
 
 
 # --------------------------------------------------------------------------- end to end, small sizes
+def _no_false_alarm(res) -> bool:
+    """Nothing judged lossy or off the acceptance law (at these sizes a run is inconclusive, not certified)."""
+    return bool(res.verdicts.verdict.str.match(r"(certified|inconclusive)$").all())
+
+
 def _run(sc, draws, seed):
     return verify(sampler=None, sampler_label="reference", scenarios=[sc], settings=SETTINGS, draws=draws,
                   seed=seed, controls=False, von_neumann=False, out=None, figures=False, progress=False)
@@ -96,14 +101,14 @@ def _run(sc, draws, seed):
 def test_500_draws_on_base_pass(seed):
     """The probe few_draws_false_alarm: 500 draws = one sampler call; the accepted-length test failed."""
     res = _run(load_scenario("base"), 500, seed)
-    assert res.passed, res.table.sort_values("p_adjusted").head(3).to_string()
+    assert _no_false_alarm(res), res.table.sort_values("p_adjusted").head(3).to_string()
 
 
 def test_k_beyond_the_output_passes_without_unreachable_tests():
     sc = scenario_from_dict("k24", load_scenario("base").raw | {"k": 24, "max_new_tokens": 4})
     res = _run(sc, 4000, 7)
     acc = res.table[res.table.family == "acceptance"]
-    assert res.passed
+    assert _no_false_alarm(res)
     assert set(acc[acc.test == "position"].position) == {0, 1, 2, 3}
     assert "dropped: acceptance at draft positions 4..23" in res.summary
 
@@ -142,7 +147,7 @@ def _never_flagged(case):
     assume(_legal(sc))
     res = _run(sc, draws, seed)
     bad = res.table[res.table.reject]
-    assert res.passed and bad.empty, f"{sc.describe()} draws {draws} seed {seed}:\n{bad.to_string()}"
+    assert _no_false_alarm(res) and bad.empty, f"{sc.describe()} draws {draws} seed {seed}:\n{bad.to_string()}"
     TRIED.append((sc.name, draws))
 
 

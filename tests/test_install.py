@@ -57,7 +57,7 @@ def test_non_editable_install_runs_from_another_directory(tmp_path):
     assert not missing, f"`python -m harness --help` does not list {missing}:\n{helptext}"
 
     r = subprocess.run([py, "-m", "harness", "verify", "--scenario", "base", "--draws", "200000",
-                        "--no-real-model", "--no-progress"],
+                        "--no-real-model", "--no-progress", "--epsilon", "position=0.03,pair=0.05,joint=0.15"],
                        cwd=work, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, f"verify exited {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert (work / "results" / "verify" / "summary.md").is_file(), sorted(p.name for p in work.rglob("*"))

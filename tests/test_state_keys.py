@@ -55,7 +55,7 @@ def test_edited_sampler_is_redrawn(tmp_path, keep_state, capsys):
     src = tmp_path / "my.py"
     src.write_text(textwrap.dedent(GOOD))
     first, _ = _run(src, tmp_path / "out", capsys)
-    assert first.passed
+    assert first.verdicts.verdict.iloc[0] in ("certified", "inconclusive")  # not lossy (too few draws to certify)
     assert len(list((tmp_path / "out" / "_tmp_state").glob("*.pkl"))) == 2  # sampler + target-only baseline
     src.write_text(textwrap.dedent(LOSSY))
     second, err = _run(src, tmp_path / "out", capsys)
@@ -135,7 +135,7 @@ def test_calibrate_seed_keyed_on_scenario_config(tmp_path):
 def test_real_model_shards_are_reused_and_announced(tmp_path, keep_state, capsys):
     from harness.cli import main
     argv = ["pit", "--out", str(tmp_path / "p"), "--no-progress", "--no-figures", "--no-peer", "--only", "reference",
-            "--n-sequences", "8", "--max-new-tokens", "8"]
+            "--n-sequences", "8", "--max-new-tokens", "8", "--epsilon", "real=0.9"]  # what 64 tokens certify
     assert main(argv) == 0
     first = capsys.readouterr().err
     assert "reused" not in first

@@ -3,14 +3,16 @@
 Bad arguments (an unknown scenario, a malformed ``--sampler``, too few draws, contradicting flags, a bad
 scenario file) raise :class:`harness.errors.UsageError` before any work (exit 2, one line naming the
 option or ``file: key``); otherwise :func:`harness.verify.verify` runs and the exit status is 0 when
-everything passed, 1 otherwise, 3 when the sampler under test failed (:func:`sampler_failure`).
+everything passed as its role requires (the samplers under test and the lossless controls *certified*, the
+buggy controls lossy), 1 otherwise (lossy, or inconclusive: not certified — a gate that did not certify never
+exits 0), 3 when the sampler under test failed (:func:`sampler_failure`).
 """
 from __future__ import annotations
 
 import argparse
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -22,10 +24,11 @@ from harness.errors import UsageError
 from harness.options import check_option, check_out, check_seed, check_threads, check_unique
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.verify.epsilon import parse_epsilon_option
 from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler, sampler_failure
 
-__all__ = ["add_arguments", "run", "fail_args", "with_threads", "check_common", "real_model_spec"]
+__all__ = ["add_arguments", "run", "fail_args", "with_threads", "with_epsilon", "check_common", "real_model_spec"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -57,6 +60,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def add_common_arguments(ap: argparse.ArgumentParser) -> None:
     """Options ``verify`` and ``pit`` share."""
     ap.add_argument("--scenario-dir", type=Path, default=SCENARIO_DIR, help="folder of scenario files")
+    ap.add_argument("--epsilon", action="append", metavar="EPS|KEY=EPS[,KEY=EPS]",
+                    help="tolerances of the certificate, over default.toml's and the scenario files': one number "
+                         "is the per-position TV; or KEY=EPS with KEY position, pair, joint (TV) or real (Kolmogorov "
+                         "distance of the real-model PIT law), comma-separated or repeated")
     ap.add_argument("--fresh", action="store_true", help="ignore draws saved by an interrupted run")
     ap.add_argument("--no-figures", action="store_true", help="write tables and summary only")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -76,6 +83,12 @@ def check_common(args) -> None:
     check_seed(getattr(args, "seed", None))
     check_out(getattr(args, "out", None))
     check_option(Path(args.scenario_dir).is_dir(), "--scenario-dir", str(args.scenario_dir), "an existing folder")
+
+
+def with_epsilon(settings, args):
+    """``settings`` with the command line's ``--epsilon`` laid over its tolerances (UsageError naming it)."""
+    epsilon = parse_epsilon_option(getattr(args, "epsilon", None))
+    return replace(settings, epsilon_override=epsilon) if epsilon else settings
 
 
 def with_threads(threads: int, fn: Callable):
@@ -106,7 +119,7 @@ def _choose(args) -> _Choice:
     for name, v in (("--draws", args.draws), ("--control-draws", args.control_draws),
                     ("--real-model-sequences", args.real_model_sequences)):
         check_option(v is None or v >= 2, name, v, "an integer >= 2")
-    settings = load_settings(args.scenario_dir)
+    settings = with_epsilon(load_settings(args.scenario_dir), args)
     sampler = load_sampler(args.sampler) if args.sampler else None
     algorithm = _algorithm(getattr(args, "algorithm", None), sampler)
     names = args.scenario or list(settings.scenarios)
@@ -159,7 +172,7 @@ def _slug(s: str) -> str:
 
 
 def run(args) -> int:
-    """Exit status 0 (passed), 1 (lossy); UsageError (2) before any work, SamplerError (3) when the
+    """Exit status 0 (passed), 1 (lossy or inconclusive); UsageError (2) before any work, SamplerError (3) when the
     sampler under test failed (the report is written first)."""
     try:
         ch = _choose(args)

@@ -20,7 +20,7 @@ from harness.verify.draw import RunState, draw_all, draw_von_neumann
 from harness.verify.family import FamilyLevels, evaluate_family, family_config, plan_family
 from harness.verify.runs import (UNDER_TEST, RunSet, Sizes, algorithm_runs, baselines_for, exact_runs, real_runs_for,
                                  run_sizes)
-from harness.verify.verdicts import verdict_table
+from harness.verify.verdicts import certifier_for, verdict_table
 from specimpl.speculative import speculative_generate
 
 __all__ = ["verify", "conclude", "VerifyResult"]
@@ -124,7 +124,7 @@ def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, se
     the resume state."""
     table, levels = evaluate_family(plan_family(rs), settings)
     t_tested = time.perf_counter()
-    verdicts = verdict_table(rs, table)
+    verdicts = verdict_table(rs, table, certifier_for(rs, settings, levels.delta_each))
     passed = bool(verdicts.passed.all()) if len(verdicts) else False
     timing = _timing(rs, t_start, t_drawn, t_tested)
     result = report.build(table=table, verdicts=verdicts, runs=rs.runs, baselines=rs.baselines, laws=rs.laws,

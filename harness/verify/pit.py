@@ -33,7 +33,7 @@ from harness.realmodel import RealModelSpec
 from harness.scenarios import load_settings
 from harness.errors import UsageError
 from harness.options import check_option, check_unique
-from harness.verify.cli import add_common_arguments, check_common, real_model_spec, with_threads
+from harness.verify.cli import add_common_arguments, check_common, real_model_spec, with_epsilon, with_threads
 from harness.verify.draw import RunState, draw_all
 from harness.verify.family import family_config
 from harness.verify.pipeline import VerifyResult, conclude, real_model_config
@@ -139,7 +139,7 @@ def run(args) -> int:
     check_unique(args.only, "--only")
     if args.alpha is not None:
         check_option(0 < args.alpha < 1, "--alpha", args.alpha, "a number in (0, 1)")
-    settings = load_settings(args.scenario_dir)
+    settings = with_epsilon(load_settings(args.scenario_dir), args)
     if args.alpha is not None:
         settings = dataclasses.replace(settings, family_alpha=args.alpha)
     try:

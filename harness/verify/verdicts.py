@@ -1,24 +1,42 @@
 """Verdicts: one row per run (``runs.csv``), judged from the Holm-adjusted table of tests.
 
-A run is *lossy* when one of its loss tests rejects.  Whether that passes depends on its role
-(:mod:`harness.verify.runs`): a buggy control must be caught, everything else must not be; the
-reference sampler must also match the exact acceptance law (a rejected acceptance test makes it
-*inefficient* or *over-accepting*); a peer is reported, not judged.  :class:`RunVerdict` is the row;
-fields a kind of run does not report stay NaN / None / "".
+The verdict of a run is three-valued (issue 10):
+
+* **lossy** — one of its loss tests rejects after Holm;
+* **certified** — nothing rejects *and* every upper confidence bound of the run lies below its tolerance ε
+  (:mod:`harness.verify.epsilon`): TV(sampler, target) per position, per consecutive pair and on the joint of
+  the first J tokens (exact-law runs: finite-sample bounds only, :func:`harness.battery.tv_interval`), or the
+  Kolmogorov distance of the pooled PIT law from U(0, 1) (real-model runs, DKW).  All bounds of the command
+  hold simultaneously with confidence ``tv_confidence`` (Bonferroni-split): an interval-inclusion equivalence
+  test at that confidence;
+* **inconclusive** — neither; ``certify_draws`` then says how many sequences would certify a lossless
+  sampler (the bound planners :func:`harness.battery.tv_interval_n_for`,
+  :func:`harness.stats.kolmogorov_upper_bound_n_for`; computed for every certifiable run).
+
+Whether that passes depends on the role (:mod:`harness.verify.runs`): a buggy control must be lossy; the
+sampler under test, the reference samplers and the lossless controls must be *certified* (inconclusive does
+not pass: a gate that did not certify exits 1, as a lossy one); the reference sampler must also match the
+exact acceptance law (a rejected acceptance test makes it *inefficient* or *over-accepting*); a peer is
+reported, not judged.  The von Neumann sampler has no bound: it stays two-valued (lossy / lossless).
+:class:`RunVerdict` is the row; fields a kind of run does not report stay NaN / None / "".
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
+from harness.battery import tv_interval_n_for
 from harness.realmodel import REAL_MODEL_SCENARIO
+from harness.stats import kolmogorov_upper_bound_n_for
+from harness.verify.epsilon import Epsilons, epsilons_for
 from harness.verify.runs import MUST_BE_CAUGHT, RealRun, RunSet, RunSpec, VonNeumannRun
 
-__all__ = ["RunVerdict", "RUN_COLUMNS", "exact_verdict", "real_verdict", "von_neumann_verdict", "verdict_table",
-           "passes"]
+__all__ = ["RunVerdict", "RUN_COLUMNS", "Certifier", "certifier_for", "exact_verdict", "real_verdict",
+           "von_neumann_verdict", "verdict_table", "passes"]
 
 NAN = math.nan
 
@@ -73,18 +91,32 @@ class RunVerdict:
     pit_pairs_detectable: float = NAN
     pit_pairs_cells: Optional[int] = None
     expected_acceptance: float = NAN
+    certificate: str = ""  # certified | inconclusive | lossy ("" : no certificate for this kind of run)
+    epsilon_position: float = NAN
+    epsilon_pair: float = NAN
+    epsilon_joint: float = NAN
+    epsilon_real: float = NAN
+    tv_pair_upper_max: float = NAN
+    cert_confidence: float = NAN  # 1 - delta: every bound of the command holds simultaneously with it
+    cert_worst: str = ""  # the bound closest to (or over) its tolerance: 'test[pos] bound / eps'
+    cert_worst_ratio: float = NAN  # that bound / its eps (< 1: certified)
+    cert_method: str = ""
+    certify_draws: float = NAN  # sequences at which a lossless sampler's expected bounds all fall below eps (about
+                                # half of lossless runs of that size certify; 1.3x that, nearly all)
 
 
 RUN_COLUMNS = tuple(f.name for f in fields(RunVerdict))  # the columns of runs.csv, in order
 
 
-def passes(role: str, lossy: bool, inefficient: bool = False) -> bool:
-    """Whether a run with this outcome passes in this role."""
+def passes(role: str, lossy: bool, inefficient: bool = False, certified: Optional[bool] = None) -> bool:
+    """Whether a run with this outcome passes in this role (``certified`` None: a run without a certificate,
+    judged on lossy alone)."""
     if role in MUST_BE_CAUGHT:
         return lossy
     if role == "peer":
         return True
-    return not lossy and not (role == "reference" and inefficient)
+    ok = not lossy and (certified is None or certified)
+    return ok and not (role == "reference" and inefficient)
 
 
 def _rows_of(table: pd.DataFrame, run: str, scenario: str) -> pd.DataFrame:
@@ -138,8 +170,67 @@ def _tv_summary(sub: pd.DataFrame) -> dict:
     return out
 
 
-def exact_verdict(r: RunSpec, table: pd.DataFrame) -> RunVerdict:
-    """The verdict of an exact-law run."""
+@dataclass(frozen=True)
+class Certifier:
+    """What a certificate is judged with: the tolerances of each scenario (``epsilons``: scenario name ->
+    :class:`harness.verify.epsilon.Epsilons`; ``default`` for the real-model scenario and any other), the
+    miss probability ``delta`` of each bound and the command's simultaneous confidence ``confidence``."""
+
+    epsilons: dict
+    default: Epsilons
+    delta: float
+    confidence: float
+    planned: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε) -> draws, a cache
+
+    def draws_for(self, scenario: str, test: str, position: int, eps: float, probs) -> int:
+        """Sequences at which a lossless sampler's expected bound of this test reaches ``eps``
+        (:func:`harness.battery.tv_interval_n_for`), computed once per scenario, test and ε."""
+        key = (scenario, test, position, eps)
+        if key not in self.planned:
+            self.planned[key] = tv_interval_n_for(probs(), eps, self.delta)
+        return self.planned[key]
+
+    def of(self, scenario: str) -> Epsilons:
+        return self.epsilons.get(scenario, self.default)
+
+
+def _outcome(lossy: bool, certified: bool) -> str:
+    return "lossy" if lossy else ("certified" if certified else "inconclusive")
+
+
+def _gof_law(law, J: int):
+    """test name, position -> the exact law a gof test of this run is against (for the planner)."""
+    return lambda test, pos: (law.marginals()[pos] if test == "position" else law.pair_marginals()[pos]
+                              if test == "pair" else law.joint(J))
+
+
+def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier) -> dict:
+    """The certificate fields of an exact-law run from its gof rows (finite-sample TV bounds)."""
+    gof = sub[sub.family == "gof"]
+    if not len(gof):
+        return {}
+    eps = c.of(r.scenario.name)
+    e = np.array([eps.for_test(t) for t in gof.test])
+    ratio = gof.tv_upper.to_numpy(np.float64) / e
+    i = int(np.argmax(ratio))
+    row = gof.iloc[i]
+    certified = not lossy and bool(np.all(ratio < 1))
+    draws = NAN
+    if r.role not in MUST_BE_CAUGHT:  # the draws that certify a lossless sampler here (the bound's planner)
+        law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
+        draws = float(max(c.draws_for(r.scenario.name, t, int(p), float(x), lambda t=t, p=p: law_of(t, int(p)))
+                          for t, p, x in zip(gof.test, gof.position, e)))
+    methods = sorted({str(m).split(" (")[0].replace("finite-sample: ", "") for m in gof.tv_method})
+    pair = gof[gof.test == "pair"]
+    return dict(certificate=_outcome(lossy, certified), epsilon_position=eps.position, epsilon_pair=eps.pair,
+                epsilon_joint=eps.joint, tv_pair_upper_max=_max(pair.tv_upper), cert_confidence=c.confidence,
+                cert_worst=f"{row.test}" + (f"[{int(row.position)}]" if row.position >= 0 else "") +
+                f" {row.tv_upper:.3g} / {e[i]:g}", cert_worst_ratio=float(ratio[i]),
+                cert_method="finite-sample TV bounds: " + ", ".join(methods), certify_draws=draws)
+
+
+def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier] = None) -> RunVerdict:
+    """The verdict of an exact-law run (``certifier`` None: two-valued, lossy / lossless, no certificate)."""
     who = dict(run=r.label, role=r.role, scenario=r.scenario.name, sequences=r.acc.n if r.acc else 0,
                tokens=r.tokens, wall_s=r.wall_s, error=r.error)
     if r.error is not None:
@@ -149,14 +240,33 @@ def exact_verdict(r: RunSpec, table: pd.DataFrame) -> RunVerdict:
     lossy = bool(loss.reject.any())
     eff = _efficiency(sub[~sub.loss_test])
     n_rejected, caught_by = _caught_by(loss)
-    return RunVerdict(**who, verdict=("lossy" if lossy else "lossless") + (f", {eff}" if eff else ""),
-                      passed=passes(r.role, lossy, inefficient=eff in ("inefficient", "over-accepting")),
+    cert = _exact_certificate(r, sub, lossy, certifier) if certifier is not None else {}
+    outcome = cert.get("certificate") or ("lossy" if lossy else "lossless")
+    certified = None if not cert else outcome == "certified"
+    return RunVerdict(**who, verdict=outcome + (f", {eff}" if eff else ""),
+                      passed=passes(r.role, lossy, inefficient=eff in ("inefficient", "over-accepting"),
+                                    certified=certified),
                       caught_by=caught_by, n_rejected=n_rejected, min_p_adjusted=_min(sub.p_adjusted),
                       min_pvalue=_min(sub.pvalue), min_p_adjusted_loss=_min(loss.p_adjusted),
-                      efficiency=eff or "as exact", **_tv_summary(sub))
+                      efficiency=eff or "as exact", **_tv_summary(sub), **cert)
 
 
-def real_verdict(rr: RealRun, table: pd.DataFrame) -> RunVerdict:
+def _real_certificate(rr: RealRun, sub: pd.DataFrame, lossy: bool, c: Certifier) -> dict:
+    """The certificate of a real-model run: the DKW bound on the pooled PIT law's Kolmogorov distance."""
+    pooled = sub[sub.test == "pooled"]
+    if not len(pooled) or not np.isfinite(pooled.kolmogorov_upper.iloc[0]):
+        return {}
+    eps = c.of(REAL_MODEL_SCENARIO).real
+    upper = float(pooled.kolmogorov_upper.iloc[0])
+    T = max(1, rr.tokens // max(rr.n_sequences, 1))
+    draws = NAN if rr.role in MUST_BE_CAUGHT else float(-(-kolmogorov_upper_bound_n_for(eps, c.delta) // T))
+    return dict(certificate=_outcome(lossy, not lossy and upper < eps), epsilon_real=eps,
+                cert_confidence=c.confidence, cert_worst=f"pooled PIT Kolmogorov {upper:.3g} / {eps:g}",
+                cert_worst_ratio=upper / eps, certify_draws=draws,
+                cert_method="DKW bound on the pooled PIT law's Kolmogorov distance from U(0,1) (not TV)")
+
+
+def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier] = None) -> RunVerdict:
     """The verdict of a real-model run, with its PIT figures."""
     who = dict(run=rr.label, role=rr.role, scenario=REAL_MODEL_SCENARIO, sequences=rr.n_sequences, tokens=rr.tokens,
                wall_s=rr.wall_s, error=rr.error, n_rejected=0,
@@ -166,10 +276,13 @@ def real_verdict(rr: RealRun, table: pd.DataFrame) -> RunVerdict:
     sub = _rows_of(table, rr.label, REAL_MODEL_SCENARIO)
     lossy = bool(sub.reject.any())
     n_rejected, caught_by = _caught_by(sub)
-    return RunVerdict(**{**who, "n_rejected": n_rejected}, verdict="lossy" if lossy else "lossless",
-                      passed=passes(rr.role, lossy), caught_by=caught_by, min_p_adjusted=_min(sub.p_adjusted),
+    cert = _real_certificate(rr, sub, lossy, certifier) if certifier is not None else {}
+    outcome = cert.get("certificate") or ("lossy" if lossy else "lossless")
+    return RunVerdict(**{**who, "n_rejected": n_rejected}, verdict=outcome,
+                      passed=passes(rr.role, lossy, certified=None if not cert else outcome == "certified"),
+                      caught_by=caught_by, min_p_adjusted=_min(sub.p_adjusted),
                       min_pvalue=_min(sub.pvalue), min_p_adjusted_loss=_min(sub.p_adjusted),
-                      efficiency="acceptance law unknown (no exact law)", **_pit_summary(sub))
+                      efficiency="acceptance law unknown (no exact law)", **_pit_summary(sub), **cert)
 
 
 def _pit_summary(sub: pd.DataFrame) -> dict:
@@ -198,8 +311,16 @@ def von_neumann_verdict(v: VonNeumannRun, table: pd.DataFrame) -> RunVerdict:
                       expected_acceptance=1.0 / v.M, efficiency="")
 
 
-def verdict_table(rs: RunSet, table: pd.DataFrame) -> pd.DataFrame:
-    """One :class:`RunVerdict` per run of ``rs`` (exact-law, real-model, von Neumann), as ``runs.csv``."""
-    rows = [exact_verdict(r, table) for r in rs.runs] + [real_verdict(rr, table) for rr in rs.real_runs] + \
-        [von_neumann_verdict(v, table) for v in rs.vn]
+def verdict_table(rs: RunSet, table: pd.DataFrame, certifier: Optional[Certifier] = None) -> pd.DataFrame:
+    """One :class:`RunVerdict` per run of ``rs`` (exact-law, real-model, von Neumann), as ``runs.csv``;
+    ``certifier`` None: two-valued verdicts (lossy / lossless), no certificates."""
+    rows = [exact_verdict(r, table, certifier) for r in rs.runs] + \
+        [real_verdict(rr, table, certifier) for rr in rs.real_runs] + [von_neumann_verdict(v, table) for v in rs.vn]
     return pd.DataFrame([vars(v) for v in rows], columns=list(RUN_COLUMNS))
+
+
+def certifier_for(rs: RunSet, settings, delta: float) -> Certifier:
+    """The :class:`Certifier` of a run set: each scenario's tolerances (:func:`harness.verify.epsilon.epsilons_for`),
+    the bounds' miss probability ``delta`` each, and ``settings.tv_confidence``."""
+    eps = {r.scenario.name: epsilons_for(settings, r.scenario) for r in rs.runs}
+    return Certifier(eps, epsilons_for(settings), float(delta), float(settings.tv_confidence))

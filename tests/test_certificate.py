@@ -1,0 +1,165 @@
+"""The certificate of `verify` (issue 10): tolerances ε (default.toml, scenario files, --epsilon), the TV and
+Kolmogorov bound planners checked against the bounds themselves, and the three-valued verdict end to end."""
+import math
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from harness import stats as S
+from harness.battery import tv_interval, tv_interval_expected_upper, tv_interval_n_for
+from harness.cli import main
+from harness.errors import UsageError
+from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.verify.epsilon import epsilons_for, parse_epsilon_option
+
+TINY = """description = "V=4 bigram, k=2, 4 tokens (tests)"
+k = 2
+max_new_tokens = 4
+joint_tokens = 2
+[target]
+vocab_size = 4
+seed = 7
+[draft]
+eps = 0.4
+"""
+
+
+@pytest.fixture(scope="module")
+def scen_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("scenarios_cert")
+    shutil.copy(SCENARIO_DIR / "default.toml", d / "default.toml")
+    (d / "tiny.toml").write_text(TINY)
+    return d
+
+
+# ------------------------------------------------------------------------------------ tolerances
+def test_epsilon_option_forms_and_errors():
+    assert parse_epsilon_option(["1e-3"]) == {"position": 1e-3}
+    assert parse_epsilon_option(["position=1e-3,joint=0.03", "real=0.05"]) == \
+        {"position": 1e-3, "joint": 0.03, "real": 0.05}
+    assert parse_epsilon_option(None) == {}
+    for bad, fragment in (("0", "(0, 1]"), ("abc", "(0, 1]"), ("nan", "(0, 1]"), ("tv=0.1", "keys must be"),
+                          ("pair=2", "(0, 1]"), ("1e-3,position=2e-3", "more than once")):
+        with pytest.raises(UsageError, match="`--epsilon`") as e:
+            parse_epsilon_option([bad])
+        assert fragment in str(e.value)
+
+
+def test_epsilon_sources_layer(scen_dir):
+    settings = load_settings(SCENARIO_DIR)
+    base, power = load_scenario("base"), load_scenario("power")
+    assert epsilons_for(settings, base).position == settings.epsilon["position"] == 5e-3
+    assert epsilons_for(settings, power).position == 1e-3  # power.toml's own
+    assert epsilons_for(settings, power).joint == settings.epsilon["joint"]
+    from dataclasses import replace
+    cli = replace(settings, epsilon_override={"position": 0.01})
+    assert epsilons_for(cli, power).position == 0.01  # the command line over the scenario file
+
+
+def test_bad_epsilon_exits_2_naming_it(scen_dir, tmp_path, capsys):
+    rc = main(["verify", "--scenario-dir", str(scen_dir), "--scenario", "tiny", "--epsilon", "joint=-1",
+               "--out", str(tmp_path / "x"), "--no-progress"])
+    assert rc == 2 and "`--epsilon`" in capsys.readouterr().err
+    (scen_dir / "bad_eps.toml").write_text(TINY + "epsilon_position = 2\n")
+    rc = main(["verify", "--scenario-dir", str(scen_dir), "--scenario", "bad_eps", "--out", str(tmp_path / "y"),
+               "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "epsilon_position" in err and "bad_eps.toml" in err
+    (scen_dir / "bad_eps.toml").unlink()
+
+
+# -------------------------------------------------------------------------------------- planners
+def test_binomial_mad_is_exact():
+    for n, p in ((10, 0.3), (137, 0.02), (5000, 0.61)):
+        k = np.arange(n + 1)
+        direct = float((np.abs(k - n * p) * sps.binom.pmf(k, n, p)).sum())
+        assert abs(S._binomial_mad(n, np.array([p]))[0] - direct) < 1e-9 * max(1.0, direct)
+
+
+def test_tv_bound_planner_matches_the_bound():
+    """The planner's expected bound is the mean of the bound over draws of P itself (600 seeds, within 4
+    standard errors), and n_for inverts it; the cells of P = 0 count as one."""
+    P = np.array([0.35, 0.25, 0.2, 0.1, 0.06, 0.04, 0.0, 0.0])
+    rng = np.random.default_rng(5)
+    delta, n = 1e-3, 20_000
+    ups = np.array([tv_interval(rng.multinomial(n, P), P, delta)[2] for _ in range(600)])
+    expected = tv_interval_expected_upper(P, n, delta)
+    assert abs(ups.mean() - expected) < 4 * ups.std(ddof=1) / math.sqrt(len(ups)) + 1e-12
+    eps = 0.02
+    m = tv_interval_n_for(P, eps, delta)
+    assert tv_interval_expected_upper(P, m, delta) <= eps < tv_interval_expected_upper(P, int(m * 0.97), delta)
+    # at twice the planned draws, a lossless sampler certifies in (nearly) every draw
+    assert np.mean([tv_interval(rng.multinomial(2 * m, P), P, delta)[2] < eps for _ in range(200)]) > 0.99
+    assert S.tv_upper_bound(rng.multinomial(n, P), P, delta).n_cells == 7  # 6 positive cells + 1 lumped
+
+
+def test_one_hot_planner_matches_clopper_pearson():
+    P = np.array([0.0, 1.0])
+    n = tv_interval_n_for(P, 1e-3, 1e-6)
+    assert tv_interval(np.array([0, n]), P, 1e-6)[2] <= 1e-3 < tv_interval(np.array([0, n - 1]), P, 1e-6)[2]
+
+
+def test_kolmogorov_planner_matches_the_bound():
+    rng = np.random.default_rng(6)
+    delta, eps = 1e-3, 0.05
+    n = S.kolmogorov_upper_bound_n_for(eps, delta)
+    ups = np.array([S.kolmogorov_upper_bound(rng.random(n), delta=delta).upper for _ in range(300)])
+    assert 0.97 * eps < ups.mean() <= eps  # E D_n √n approaches its limit from below: the planner errs safe
+    assert S.kolmogorov_upper_bound_expected(n, delta) <= eps < S.kolmogorov_upper_bound_expected(n - 1, delta)
+    n9 = S.kolmogorov_upper_bound_n_for(eps, delta, power=0.9)  # certifies a lossless sampler 9 times in 10
+    hits = np.mean([S.kolmogorov_upper_bound(rng.random(n9), delta=delta).upper < eps for _ in range(300)])
+    assert n9 > n and hits >= 0.9 - 3 * math.sqrt(0.09 / 300)
+
+
+# ----------------------------------------------------------------------------------- end to end
+def _verify(scen_dir, out, draws, *extra):
+    return main(["verify", "--scenario-dir", str(scen_dir), "--scenario", "tiny", "--draws", str(draws),
+                 "--no-controls", "--out", str(out), "--no-progress", "--no-figures", *extra])
+
+
+def test_inconclusive_exits_1_and_the_planned_draws_certify(scen_dir, tmp_path, capsys):
+    """At 3000 draws the tiny scenario cannot certify TV <= 0.05 per position: inconclusive, exit 1 (not 0),
+    and the runs table says how many draws would; at twice that number the same sampler is certified."""
+    eps = ("--epsilon", "position=0.05,pair=0.1,joint=0.1")
+    assert _verify(scen_dir, tmp_path / "a", 3000, *eps) == 1
+    err = capsys.readouterr().err
+    assert "inconclusive" in err and "certifies at" in err
+    runs = pd.read_csv(tmp_path / "a" / "runs.csv", comment="#")
+    ref = runs[runs.run == "reference"].iloc[0]
+    assert ref.verdict.startswith("inconclusive") and not ref.passed and ref.certificate == "inconclusive"
+    need = int(ref.certify_draws)
+    assert 3000 < need < 200_000 and ref.cert_worst_ratio >= 1
+    summary = (tmp_path / "a" / "summary.md").read_text()
+    assert summary.index("## Certificates") < summary.index("## Error budget") and "inconclusive: not TV" in summary
+    assert _verify(scen_dir, tmp_path / "b", 2 * need, *eps) == 0
+    runs = pd.read_csv(tmp_path / "b" / "runs.csv", comment="#")
+    ref = runs[runs.run == "reference"].iloc[0]
+    assert ref.certificate == "certified" and ref.passed and ref.cert_worst_ratio < 1
+    assert ref.tv_position_upper_max < 0.05 and ref.tv_pair_upper_max < 0.1 and ref.tv_joint_upper < 0.1
+    assert "certified: TV ≤ 0.05 per position" in (tmp_path / "b" / "summary.md").read_text()
+
+
+# ----------------------------------------------------------------------------------- warp guard
+def test_warp_guard_refuses_a_support_flip_the_old_tv_guard_missed():
+    """A top-k tie between two rare tokens (mass 1e-5) flips in float32: the TV between the tables (1e-5) was
+    under the old 1e-4 guard, but every draw of the flipped token would be an impossible draw.  Supports are
+    compared now; every shipped scenario still loads."""
+    from types import SimpleNamespace
+
+    from harness.exact import warp_mismatch, warp_support_mismatch
+    from harness.scenarios import list_scenarios
+    from harness.verify.draw import _scenario_law
+    from specimpl import SamplingConfig
+    from specimpl.ngram import NGramModel
+    cfg = SamplingConfig(top_k=2)
+    m = NGramModel(np.array([[0.99998, 1e-5 - 1e-12, 1e-5 + 1e-12]] * 3), 2)
+    assert warp_support_mismatch(m, cfg) > 1e-9 and warp_mismatch(m, cfg) < 1e-4
+    sc = SimpleNamespace(exact=True, name="tie", build=lambda: (m, m), prompt=(0,), max_new_tokens=2, config=cfg,
+                         eos_token_id=None)
+    with pytest.raises(ValueError, match="float32 tie"):
+        _scenario_law(sc)
+    for name in list_scenarios():
+        _scenario_law(load_scenario(name))  # no shipped scenario sits on a tie
