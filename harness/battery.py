@@ -14,17 +14,23 @@ the real-model and von Neumann tests the same way.
 Families of tests (row field ``family``; ``loss`` marks the tests whose rejection means *lossy*):
 
 * ``gof``         one-sample χ² against the exact law: each position (bonus positions included), each
-                  consecutive pair of positions, the joint of the first J positions.  Cells pooled from
+                  consecutive pair of positions, the joint of the first J positions and that of the last J
+                  (``joint[N-J:N]``, :meth:`ExactLaw.joint_at`; when N > J).  Cells pooled from
                   the target alone (expected counts ≥ 100; a draw in a zero-probability cell is
                   impossible under H0 and rejects outright).
 * ``two_sample``  χ² homogeneity against target-only sampling (``autoregressive_generate``, same budget)
                   on each position and the joint; KS and Anderson–Darling on each sequence's target
                   log-probability.
 * ``pit``         randomized PIT under the target's exact conditionals: pooled, per position (KS on a
-                  fine grid), consecutive pairs (χ² on an m × m grid, even and odd offsets).
+                  fine grid), pairs (χ² on an m × m grid, two tables of non-overlapping pairs each) at lag 1
+                  (``pairs_even`` / ``pairs_odd``) and lags 2..k+1 (``pairs_lag{L}_even`` / ``_odd``,
+                  :mod:`harness.lagged`: a round apart), from the same PIT uniforms.
+* ``loglik``      the whole-sequence log-likelihood: the mean of S = Σ_t log P(x_t) against its exact
+                  mean and variance (:func:`harness.loglik.loglik_test`); on real models the martingale
+                  M = Σ_t [log p_t(x_t) + H(p_t)] (:func:`harness.loglik.martingale_test`).
 * ``pit`` on raw PIT values (:func:`plan_pit_value_tests`, real models: no exact law, the target's
                   conditionals come from scoring): pooled KS (exact scipy null), KS per position, χ² of
-                  consecutive pairs (even and odd offsets).  The same tests, at the run's Holm level.
+                  PIT pairs at lags 1..k+1, and the log-likelihood martingale.  The same tests, at the run's Holm level.
 * ``von_neumann`` (:func:`plan_von_neumann_tests`) the rejection sampler: KS and AD of the accepted points
                   against the target CDF, exact binomial acceptance against 1/M.
 * ``acceptance``  per draft position i, accepted − α_i · judged against the exact α_i of the reference

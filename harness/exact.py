@@ -173,7 +173,8 @@ class ExactLaw:
         (row-major, x_offset slowest): the chain's state law before ``offset`` pushed through J steps.
         ``joint_at(0, J)`` equals :meth:`joint` (J)."""
         W, S = self.n_symbols, self.C + 1
-        check_arg(isinstance(offset, int) and 0 <= offset < self.N, "offset", offset, f"an integer in [0, N = {self.N})")
+        check_arg(isinstance(offset, int) and 0 <= offset < self.N, "offset", offset,
+                  f"an integer in [0, N = {self.N})")
         check_arg(isinstance(n_tokens, int) and 1 <= n_tokens <= self.N - offset, "n_tokens", n_tokens,
                   f"an integer in [1, N - offset = {self.N - offset}]")
         check_arg(W ** n_tokens <= max_cells, "n_tokens", n_tokens, f"small enough that (V+1)^J <= {max_cells}")

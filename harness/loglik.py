@@ -21,12 +21,13 @@ mean 0 under H0 and predictable variance V = Σ_t Var_{p_t}(log p_t), both from 
 :func:`martingale_test` pools the sequences: Σ M / √(Σ V) is standard normal under H0 (martingale CLT;
 asymptotic), used where the sample skewness of the per-sequence M passes the same Edgeworth check; elsewhere
 the Bercu–Touati mixture bound (:func:`mixture_pvalue`: exact at every n, with the squared increments
-Q = Σ_t (log p_t(x_t) + H(p_t))² as well; conservative: it needs |z| ≈ 9 where the normal needs 5.4 at
+Q = Σ_t (log p_t(x_t) + H(p_t))² as well; conservative: with Q ≈ V it needs |z| ≈ 9 where the normal needs 5.4 at
 the gate's level).
 
 Each test returns a frozen :class:`LoglikResult`; the planners :func:`min_detectable_shift` and
 :func:`n_for_shift` (normal), :func:`bernstein_min_detectable_shift` and :func:`bernstein_n_for_shift`
-(Bernstein), :func:`mixture_min_detectable_shift` and :func:`mixture_n_for_shift` (mixture) state the power in nats of mean log-likelihood per sequence.  :class:`LoglikSums` holds the
+(Bernstein), :func:`mixture_min_detectable_shift` and :func:`mixture_n_for_shift` (mixture) state the
+power in nats of mean log-likelihood per sequence.  :class:`LoglikSums` holds the
 mergeable sufficient statistics of a run.
 """
 from __future__ import annotations
@@ -40,7 +41,8 @@ from scipy import stats as sps
 from specimpl.errors import check_arg
 
 __all__ = ["LoglikSums", "LoglikResult", "loglik_test", "martingale_test", "martingale_terms", "mixture_pvalue",
-           "mixture_min_detectable_shift", "mixture_n_for_shift", "MIXTURE_SCALE", "min_detectable_shift", "n_for_shift",
+           "mixture_min_detectable_shift", "mixture_n_for_shift", "MIXTURE_SCALE", "min_detectable_shift",
+           "n_for_shift",
            "bernstein_min_detectable_shift", "bernstein_n_for_shift", "edgeworth_ok", "EDGEWORTH_TOLERANCE"]
 
 EDGEWORTH_TOLERANCE = 0.1  # largest relative Edgeworth correction of the normal tail at the critical value
@@ -275,11 +277,11 @@ def martingale_terms(probs, tokens, pad_mask=None) -> tuple[np.ndarray, np.ndarr
     X = torch.as_tensor(tokens, device=P.device).long()  # (N, T)
     check_arg(P.dim() == 3 and tuple(X.shape) == tuple(P.shape[:2]), "tokens", f"shape {tuple(X.shape)}",
               f"shape (N, T) of probs {tuple(P.shape)}")
-    pos = P > 0
-    logp = torch.where(pos, P.clamp_min(1e-300).log(), torch.zeros_like(P))  # (N, T, V), 0 off the support
-    H = -(P * logp).sum(-1)  # (N, T) entropy of each conditional
-    d = torch.where(pos, logp + H.unsqueeze(-1), torch.zeros_like(P))  # (N, T, V) log p − E log p
-    var = (P * d * d).sum(-1)  # (N, T)
+    # log p floored at 1e-300: finite off the support, where its weight p = 0 zeroes every term below
+    d = P.clamp_min(1e-300).log_()  # (N, T, V) log p
+    H = -(P * d).sum(-1)  # (N, T) entropy of each conditional
+    d.add_(H.unsqueeze(-1))  # (N, T, V) log p − E log p
+    var = (P * d.square_()).sum(-1)  # (N, T)
     px = P.gather(-1, X.clamp(0, P.shape[-1] - 1).unsqueeze(-1)).squeeze(-1)  # (N, T) p_t(x_t)
     inc = torch.where(px > 0, px.clamp_min(1e-300).log() + H, torch.full_like(px, -math.inf))  # (N, T)
     if pad_mask is not None:
