@@ -107,3 +107,17 @@ def test_pit_catches_the_kv_cache_bug(tmp_path):
     runs = pd.read_csv(out / "runs.csv", comment="#").set_index("run")
     assert runs.loc["reference", "verdict"] == "lossless"
     assert runs.loc["kv_not_rolled_back", "verdict"] == "lossy" and runs.loc["kv_not_rolled_back", "passed"]
+
+
+@pytest.mark.slow
+def test_martingale_catches_the_residual_softmax_bug(tmp_path):
+    """The whole-sequence log-likelihood martingale on the real pair: the reference passes and the
+    residual-softmax bug (a softmax where a normalisation belongs: flatter output) is caught by the
+    martingale row alone at 64 sequences (z ~ -175 at 128 sequences, measured)."""
+    out = tmp_path / "ll"
+    assert _pit(out, "--only", "reference", "--only", "residual_softmax", "--n-sequences", "64",
+                "--bug-sequences", "64") == 0
+    t = pd.read_csv(out / "tests.csv", comment="#")
+    ll = t[t.family == "loglik"].set_index("run")
+    assert not ll.loc["reference", "reject"]
+    assert ll.loc["residual_softmax", "reject"] and ll.loc["residual_softmax", "observed"] < 0
