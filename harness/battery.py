@@ -14,17 +14,23 @@ the real-model and von Neumann tests the same way.
 Families of tests (row field ``family``; ``loss`` marks the tests whose rejection means *lossy*):
 
 * ``gof``         one-sample χ² against the exact law: each position (bonus positions included), each
-                  consecutive pair of positions, the joint of the first J positions.  Cells pooled from
+                  consecutive pair of positions, the joint of the first J positions and that of the last J
+                  (``joint[N-J:N]``, :meth:`ExactLaw.joint_at`; when N > J).  Cells pooled from
                   the target alone (expected counts ≥ 100; a draw in a zero-probability cell is
                   impossible under H0 and rejects outright).
 * ``two_sample``  χ² homogeneity against target-only sampling (``autoregressive_generate``, same budget)
                   on each position and the joint; KS and Anderson–Darling on each sequence's target
                   log-probability.
 * ``pit``         randomized PIT under the target's exact conditionals: pooled, per position (KS on a
-                  fine grid), consecutive pairs (χ² on an m × m grid, even and odd offsets).
+                  fine grid), pairs (χ² on an m × m grid, two tables of non-overlapping pairs each) at lag 1
+                  (``pairs_even`` / ``pairs_odd``) and lags 2..k+1 (``pairs_lag{L}_even`` / ``_odd``,
+                  :mod:`harness.lagged`: a round apart), from the same PIT uniforms.
+* ``loglik``      the whole-sequence log-likelihood: the mean of S = Σ_t log P(x_t) against its exact
+                  mean and variance (:func:`harness.loglik.loglik_test`); on real models the martingale
+                  M = Σ_t [log p_t(x_t) + H(p_t)] (:func:`harness.loglik.martingale_test`).
 * ``pit`` on raw PIT values (:func:`plan_pit_value_tests`, real models: no exact law, the target's
                   conditionals come from scoring): pooled KS (exact scipy null), KS per position, χ² of
-                  consecutive pairs (even and odd offsets).  The same tests, at the run's Holm level.
+                  PIT pairs at lags 1..k+1, and the log-likelihood martingale.  The same tests, at the run's Holm level.
 * ``von_neumann`` (:func:`plan_von_neumann_tests`) the rejection sampler: KS and AD of the accepted points
                   against the target CDF, exact binomial acceptance against 1/M.
 * ``acceptance``  per draft position i, accepted − α_i · judged against the exact α_i of the reference
@@ -52,6 +58,8 @@ from scipy import stats as sps
 
 from harness import stats
 from harness.exact import ExactLaw
+from harness.lagged import LaggedTables
+from harness.loglik import LoglikSums, loglik_test, martingale_test
 
 __all__ = ["Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "plan_pit_value_tests",
            "plan_von_neumann_tests", "ks_uniform_binned", "chunk_t_test", "hotelling_test", "hoeffding_test",
@@ -327,6 +335,7 @@ class Accumulator:
     logprob_max: int
     rng: np.random.Generator
     with_pit: bool = True
+    pit_max_lag: int = 1  # PIT pairs at lags 1..pit_max_lag (k + 1 in verify: a round apart)
     n: int = 0
     counts: np.ndarray = field(init=False)
     pairs: np.ndarray = field(init=False)
@@ -337,8 +346,11 @@ class Accumulator:
     n_logprob: int = 0
     chunks: list = field(init=False)  # (B, reached (k,), accepted (k,), hist (k+1,)) per call with stats
     calls_without_stats: int = 0
+    loglik: LoglikSums = field(default_factory=LoglikSums)  # sums of every sequence's S (harness.loglik)
+    lagged: Optional[LaggedTables] = None  # later lags and offsets (harness.lagged)
 
     def __post_init__(self):
+        self.lagged = LaggedTables.for_law(self.law, self.pit_max_lag, self.pair_bins, self.joint_tokens)
         N, W = self.law.N, self.law.n_symbols
         self.counts = np.zeros((N, W), np.int64)
         self.pairs = np.zeros((N - 1, W * W), np.int64)
@@ -366,6 +378,7 @@ class Accumulator:
                 idx = idx * W + sym[:, t]
             self.joint += np.bincount(idx, minlength=W ** J)
         st = law.states(sym)  # (B, N)
+        self.loglik.add(law.logprob(sym, st))
         if self.n_logprob < self.logprob_max:
             take = min(B, self.logprob_max - self.n_logprob)
             lp = law.logprob(sym[:take], st[:take])
@@ -378,6 +391,7 @@ class Accumulator:
                                          minlength=N * self.pit_bins).reshape(N, self.pit_bins)
             for start, table in enumerate(stats.pit_pair_tables(u, self.pair_bins)[1]):
                 self.pit_pairs[start] += table
+        self.lagged.add(sym, u if self.with_pit else None)
         if stats_obj is not None and getattr(stats_obj, "reached", None) is not None:
             self.chunks.append((B, np.asarray(stats_obj.reached, np.float64).copy(),
                                 np.asarray(stats_obj.accepted_at, np.float64).copy(),
@@ -519,6 +533,46 @@ def _pit_pairs(table, m):
     return ev
 
 
+def _lag_pair_specs(lagged: Optional[LaggedTables]) -> list[TestSpec]:
+    """χ² of the PIT pair tables at lags >= 2 (``pairs_lag{L}_even`` / ``_odd``: the phases of
+    :func:`harness.stats.pit_pair_phases`), one test per non-empty table."""
+    if lagged is None:
+        return []
+    return [TestSpec("pit", f"pairs_lag{lag}_{name.split('_')[1]}", None, True,
+                     _pit_pairs(lagged.pit_pairs[i, ph], lagged.bins))
+            for i, lag in enumerate(lagged.lags) for ph, name in enumerate(PIT_PAIR_TABLES)
+            if lagged.pit_pairs[i, ph].sum() > 0]
+
+
+def _later_specs(acc: "Accumulator", law: ExactLaw) -> list[TestSpec]:
+    """χ² of the joint of the last J positions against :meth:`ExactLaw.joint_at` (none when N <= J)."""
+    lg = acc.lagged
+    if lg is None or not lg.tail_tokens or lg.tail_joint.sum() == 0:
+        return []
+    a, J, W = lg.tail_offset, lg.tail_tokens, law.n_symbols
+    return [TestSpec("gof", f"joint[{a}:{a + J}]", None, True,
+                     _gof(lg.tail_joint, law.joint_at(a, J), f"{W ** J} sequences"), True)]
+
+
+def _loglik(sums: LoglikSums, law: ExactLaw):
+    """The whole-sequence log-likelihood test (:func:`harness.loglik.loglik_test`) against the law's
+    exact moments of S."""
+    def ev(alpha, power, delta):
+        r = loglik_test(sums, law.logprob_moments(), alpha=alpha, power=power)
+        return _row(r.statistic, r.pvalue, r.min_detectable_shift, "nats of mean sequence log-likelihood", r.method,
+                    n=r.n, expected=r.expected, observed=r.observed, direction=float(np.sign(r.shift)))
+    return ev
+
+
+def _martingale(m, v, q, tokens: int):
+    """The real-model log-likelihood martingale test (:func:`harness.loglik.martingale_test`)."""
+    def ev(alpha, power, delta):
+        r = martingale_test(m, v, q, tokens=tokens, alpha=alpha, power=power)
+        return _row(r.statistic, r.pvalue, r.min_detectable_shift, "nats of mean M per sequence", r.method, n=r.n,
+                    expected=0.0, observed=r.observed, direction=float(np.sign(r.shift)))
+    return ev
+
+
 MIN_EXPECTED_PER_CALL = 20.0  # expected count per sampler call of a random acceptance coordinate's rarer
                               # outcome before the between-call t / Hotelling tests are used (below it: the
                               # exact Hoeffding bound; with >= 20 a call, equal totals in every call — zero
@@ -652,6 +706,7 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int, accept
         specs.append(TestSpec("gof", "pair", t, True, _gof(acc.pairs[t], pairm[t], f"{W * W} pairs"), True))
     if joint is not None:
         specs.append(TestSpec("gof", f"joint[0:{J}]", None, True, _gof(acc.joint, joint, f"{W ** J} sequences"), True))
+    specs += _later_specs(acc, law)
     if baseline is not None and baseline.n > 0:
         for t in range(N):
             specs.append(TestSpec("two_sample", "position", t, True, _homog(acc.counts[t], baseline.counts[t], marg[t])))
@@ -668,6 +723,9 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int, accept
         for start, name in enumerate(PIT_PAIR_TABLES):
             if acc.pit_pairs[start].sum() > 0:
                 specs.append(TestSpec("pit", name, None, True, _pit_pairs(acc.pit_pairs[start], acc.pair_bins)))
+        specs += _lag_pair_specs(acc.lagged)
+    if acc.loglik.n > 0:
+        specs.append(TestSpec("loglik", "sequence", None, True, _loglik(acc.loglik, law)))
     usable = [c for c in acc.chunks if c[1].shape == (k,)]
     if usable and acc.calls_without_stats == 0 and law.Q is not None and acceptance is not False:
         specs += _acceptance_specs(law, k, usable, acceptance)
@@ -717,13 +775,15 @@ def _ks_pit_values(x, with_bound: bool):
     return ev
 
 
-def plan_pit_value_tests(u) -> list[TestSpec]:
+def plan_pit_value_tests(u, *, max_lag: int = 1, loglik=None) -> list[TestSpec]:
     """The sequential randomized-PIT tests on PIT values ``u`` (N, T), iid U(0, 1) under H0 (real models:
     no exact law, only target scoring; see :mod:`harness.realmodel`): the pooled values (KS, exact
     null; its row also carries a DKW upper bound on the PIT law's Kolmogorov distance from U(0, 1) at the
-    run's TV confidence), each position (KS), and consecutive pairs (U_t, U_t+1) on an m × m grid, one
-    table of non-overlapping pairs at even offsets and one at odd offsets (χ², exactly multinomial;
-    :func:`harness.stats.pit_pair_tables`)."""
+    run's TV confidence), each position (KS), and pairs (U_t, U_t+L) at lags L = 1..``max_lag`` (< T) on an
+    m × m grid, two tables of non-overlapping pairs per lag (χ², exactly multinomial;
+    :func:`harness.stats.pit_pair_tables`; lag 1: ``pairs_even`` / ``pairs_odd``, lag L:
+    ``pairs_lag{L}_even`` / ``_odd``).  ``loglik`` (M, V, Q), each (N,): adds the log-likelihood martingale
+    test (:func:`harness.loglik.martingale_test`)."""
     a = np.asarray(u, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 2:
         raise ValueError(f"`u` must be an (N, T) array of PIT values with N >= 1, T >= 2; got shape {a.shape}")
@@ -732,9 +792,13 @@ def plan_pit_value_tests(u) -> list[TestSpec]:
     specs = [TestSpec("pit", "pooled", None, True, _ks_pit_values(a.ravel(), True), wants_tv_bound=True)]
     for t in range(a.shape[1]):
         specs.append(TestSpec("pit", "position", t, True, _ks_pit_values(a[:, t].copy(), False)))
-    m, tables = stats.pit_pair_tables(a)
-    for name, counts in zip(PIT_PAIR_TABLES, tables):
-        specs.append(TestSpec("pit", name, None, True, _pit_pairs(counts, m)))
+    for lag in range(1, min(int(max_lag), a.shape[1] - 1) + 1):
+        m, tables = stats.pit_pair_tables(a, lag=lag)
+        for name, counts in zip(PIT_PAIR_TABLES, tables):
+            label = name if lag == 1 else f"pairs_lag{lag}_{name.split('_')[1]}"
+            specs.append(TestSpec("pit", label, None, True, _pit_pairs(counts, m)))
+    if loglik is not None:
+        specs.append(TestSpec("loglik", "martingale", None, True, _martingale(*loglik, tokens=a.size)))
     return specs
 
 

@@ -33,7 +33,7 @@ from specimpl.errors import check_arg
 from specimpl.ngram import NGramModel, context_of, warped_table
 from specimpl.sampling import SamplingConfig, warp
 
-__all__ = ["ExactLaw", "AcceptanceLaw", "warp_mismatch", "warp_support_mismatch"]
+__all__ = ["ExactLaw", "AcceptanceLaw", "LogprobMoments", "warp_mismatch", "warp_support_mismatch"]
 
 
 def warp_mismatch(model: NGramModel, config: SamplingConfig) -> float:
@@ -75,6 +75,22 @@ class AcceptanceLaw:
     hist: np.ndarray
     alpha: np.ndarray
     rounds: float
+
+
+@dataclass(frozen=True)
+class LogprobMoments:
+    """Exact law summary of a whole sequence's target log-probability S = Σ_t log P(x_t | state_t) over the
+    N generated symbols (PAD after EOS contributes log 1 = 0), under the target.
+
+    mean, var, third   E S, Var S and the third central moment E (S − E S)³
+    low, high          the smallest and largest value S takes with positive probability
+    """
+
+    mean: float
+    var: float
+    third: float
+    low: float
+    high: float
 
 
 class ExactLaw:
@@ -163,6 +179,48 @@ class ExactLaw:
             probs = (probs[:, None] * self.cond_pmf[state]).ravel()
             state = self.step[state].ravel()
         return probs
+
+    def joint_at(self, offset: int, n_tokens: int, max_cells: int = 1 << 20) -> np.ndarray:
+        """((V+1)^J,) exact joint law of the J = ``n_tokens`` symbols at positions [offset, offset + J)
+        (row-major, x_offset slowest): the chain's state law before ``offset`` pushed through J steps.
+        ``joint_at(0, J)`` equals :meth:`joint` (J)."""
+        W, S = self.n_symbols, self.C + 1
+        check_arg(isinstance(offset, int) and 0 <= offset < self.N, "offset", offset,
+                  f"an integer in [0, N = {self.N})")
+        check_arg(isinstance(n_tokens, int) and 1 <= n_tokens <= self.N - offset, "n_tokens", n_tokens,
+                  f"an integer in [1, N - offset = {self.N - offset}]")
+        check_arg(W ** n_tokens <= max_cells, "n_tokens", n_tokens, f"small enough that (V+1)^J <= {max_cells}")
+        mass = self.state_distributions()[offset][None, :]  # (paths, S) mass of (symbols so far, state)
+        for _ in range(n_tokens):
+            P = mass.shape[0]
+            w = mass[:, :, None] * self.cond_pmf[None]  # (P, S, W) mass of (path, state, next symbol)
+            dest = (np.arange(P)[:, None, None] * W + np.arange(W)[None, None, :]) * S + self.step[None]  # (P, S, W)
+            mass = np.bincount(dest.ravel(), weights=w.ravel(), minlength=P * W * S).reshape(P * W, S)
+        return mass.sum(1)
+
+    def logprob_moments(self) -> LogprobMoments:
+        """:class:`LogprobMoments` of S = Σ_t log P(x_t | state_t), exactly, by dynamic programming backwards
+        over the chain: for the remaining sum R_t from state s, its conditional mean g_t(s), variance v_t(s)
+        and third central moment k_t(s) follow from those at t + 1 (law of total variance / cumulance:
+        with a = log p(x|s) + g_{t+1}(s'), v_t = Σ_x p [(a − g_t)² + v_{t+1}(s')], k_t = Σ_x p [(a − g_t)³
+        + 3 (a − g_t) v_{t+1}(s') + k_{t+1}(s')]), and its range from min / max over possible symbols."""
+        S = self.C + 1
+        pmf = self.cond_pmf  # (S, W)
+        possible = pmf > 0
+        ell = np.where(possible, self.log_pmf, 0.0)  # (S, W) log p, 0 where impossible (weight 0 anyway)
+        g, v, k3 = np.zeros(S), np.zeros(S), np.zeros(S)
+        lo, hi = np.zeros(S), np.zeros(S)
+        for _ in range(self.N):
+            a = ell + g[self.step]  # (S, W) conditional mean of R_t given the next symbol
+            g_new = (pmf * a).sum(1)  # (S,)
+            d = a - g_new[:, None]  # (S, W)
+            v_new = (pmf * (d * d + v[self.step])).sum(1)
+            k_new = (pmf * (d ** 3 + 3 * d * v[self.step] + k3[self.step])).sum(1)
+            lo_new = np.where(possible, ell + lo[self.step], np.inf).min(1)
+            hi_new = np.where(possible, ell + hi[self.step], -np.inf).max(1)
+            g, v, k3, lo, hi = g_new, v_new, k_new, lo_new, hi_new
+        s0 = self.start
+        return LogprobMoments(float(g[s0]), float(max(v[s0], 0.0)), float(k3[s0]), float(lo[s0]), float(hi[s0]))
 
     # -- per-sample quantities -------------------------------------------------------------------
     def symbols(self, tokens) -> np.ndarray:

@@ -13,8 +13,13 @@ scoring each emitted sequence with the target in *one* forward (prompt + x_1..x_
 independent computation from the sampler's incremental KV-cached calls.  EOS is off (every sequence
 has exactly T tokens); no pad handling is needed.
 
+The same scoring pass gives each sequence's log-likelihood martingale M = Σ_t [log p_t(x_t) + H(p_t)]
+its predictable variance V = Σ_t Var_{p_t}(log p_t) and squared increments Q (:mod:`harness.loglik`;
+``loglik_m``, ``loglik_v``, ``loglik_q``).
+
 This module draws and scores; it tests nothing.  The tests of the PIT values (pooled KS, KS per
-position, χ² of consecutive pairs: :func:`harness.battery.plan_pit_value_tests`) run in the family of
+position, χ² of PIT pairs at lags 1..k+1) and the martingale test
+(:func:`harness.battery.plan_pit_value_tests`) run in the family of
 ``python -m harness verify`` (its real-model scenario, ``[real_model]`` in
 harness/experiments/verify/default.toml, :class:`RealModelSpec`) and of ``python -m harness pit`` (the
 whole real-model catalogue), with one Holm adjustment over the command.  ``python -m harness alpha``
@@ -41,11 +46,14 @@ __all__ = ["RealModelDraw", "RealModelSpec", "load_real_model_spec", "REAL_MODEL
 
 @torch.no_grad()
 def target_pit(target, prompts: list[list[int]], tokens: torch.Tensor, config: SamplingConfig,
-               generator: torch.Generator, chunk: int = 256) -> np.ndarray:
+               generator: torch.Generator, chunk: int = 256, loglik: Optional[list] = None) -> np.ndarray:
     """Randomized PIT (N, T) of emitted ``tokens`` under the target's warped conditionals, each row
-    scored in one forward of prompt + tokens[:-1].  PAD entries (after a sequence's end) get U = V."""
+    scored in one forward of prompt + tokens[:-1].  PAD entries (after a sequence's end) get U = V.
+    ``loglik`` (a list): the per-sequence log-likelihood martingale and its predictable variance from the
+    same scoring pass (:func:`harness.loglik.martingale_terms`) are appended to it as (M, V, Q), each (N,)."""
+    from harness.loglik import martingale_terms
     N, T = tokens.shape
-    out = []
+    out, ms = [], []
     for s in range(0, N, chunk):
         pr = prompts[s:s + chunk]
         x = tokens[s:s + chunk].to(target.device)  # (n, T)
@@ -56,6 +64,10 @@ def target_pit(target, prompts: list[list[int]], tokens: torch.Tensor, config: S
         p = warp(logits.double(), config)  # (n, T, V)
         out.append(stats.pit_from_probs(p, x.masked_fill(pad, 0), generator=generator,
                                         pad_mask=pad if bool(pad.any()) else None))
+        if loglik is not None:
+            ms.append(martingale_terms(p, x.masked_fill(pad, 0), pad))  # (M, V, Q), each (n,)
+    if loglik is not None:
+        loglik.append(tuple(np.concatenate(c) for c in zip(*ms)))
     return np.concatenate(out, 0)
 
 
@@ -75,6 +87,9 @@ class RealModelDraw:
     wall_sample_s: float
     wall_score_s: float
     error: Optional[str] = None
+    loglik_m: Optional[np.ndarray] = None  # (N,) per-sequence M = Σ_t [log p_t(x_t) + H(p_t)] (harness.loglik)
+    loglik_v: Optional[np.ndarray] = None  # (N,) its predictable variance Σ_t Var_{p_t}(log p_t)
+    loglik_q: Optional[np.ndarray] = None  # (N,) its squared increments Σ_t (log p_t(x_t) + H(p_t))²
 
     @property
     def n_tokens(self) -> int:
@@ -118,9 +133,11 @@ def real_model_draw(sampler: Callable = speculative_generate, *, target=None, dr
                              time.perf_counter() - tic, 0.0, error=f"{type(e).__name__}: {e}")
     wall_sample = time.perf_counter() - tic
     tic = time.perf_counter()
-    u = target_pit(target, prompts, tokens, config, torch.Generator().manual_seed(seed + 7919))
+    ll: list = []
+    u = target_pit(target, prompts, tokens, config, torch.Generator().manual_seed(seed + 7919), loglik=ll)
     return RealModelDraw(label, u, n_sequences, max_new_tokens, k, config.describe(), acceptance, wall_sample,
-                         time.perf_counter() - tic)
+                         time.perf_counter() - tic, loglik_m=ll[0][0], loglik_v=ll[0][1],
+                         loglik_q=ll[0][2])
 
 
 def _sample(sampler, target, draft, prompts, *, k, max_new_tokens, config, batch_size, seed, label,

@@ -64,7 +64,7 @@ __all__ = [
     "dkw_n_for_distance", "dkw2_min_detectable_distance", "dkw2_n_for_distance", "ad_min_detectable_distance",
     "ad_n_for_distance",
     # PIT
-    "randomized_pit", "pit_from_probs", "pit_uniformity_test", "pit_position_tests", "pit_pair_test",
+    "randomized_pit", "pit_from_probs", "pit_uniformity_test", "pit_position_tests", "pit_pair_test", "pit_pair_phases",
     # bounds
     "tv_upper_bound", "tv_upper_bound_ncx2", "kolmogorov_upper_bound", "lump_zero_cells", "tv_upper_bound_expected",
     "tv_upper_bound_n_for", "kolmogorov_upper_bound_n_for",
@@ -783,25 +783,34 @@ def pit_pair_bins(n_pairs, max_bins: int = 16, min_expected: float = DEFAULT_MIN
     return int(max(2, min(max_bins, math.floor(math.sqrt(n_pairs / max(min_expected, 1e-9))))))
 
 
+def pit_pair_phases(T: int, lag: int = 1) -> list[np.ndarray]:
+    """Offsets t of the non-overlapping pairs (U_t, U_t+lag) of a length-``T`` sequence, one array per
+    table: phase 0 holds the t with ⌊t / lag⌋ even, phase 1 those with ⌊t / lag⌋ odd (t + lag < T).  In
+    each table every index is used at most once, so under H0 its pairs are iid; for lag 1 these are the
+    even and odd offsets.  Empty phases are left out."""
+    check_arg(isinstance(lag, (int, np.integer)) and lag >= 1, "lag", lag, "an integer >= 1")
+    t = np.arange(max(T - lag, 0))
+    return [ts for ts in (t[(t // lag) % 2 == ph] for ph in (0, 1)) if ts.size]
+
+
 def pit_pair_tables(u, bins: Optional[int] = None, *, max_bins: int = 16,
-                    min_expected: float = DEFAULT_MIN_EXPECTED) -> tuple[int, list[np.ndarray]]:
+                    min_expected: float = DEFAULT_MIN_EXPECTED, lag: int = 1) -> tuple[int, list[np.ndarray]]:
     """The tables of :func:`pit_pair_test`: ``(m, [even, odd])``, each table the counts (m²,) of
-    non-overlapping consecutive pairs (U_t, U_t+1) of ``u`` (N, T) on the m × m grid, cell
-    ``m · bin(U_t) + bin(U_t+1)``; ``even`` holds the pairs at offsets t = 0, 2, 4, …, ``odd`` those at
-    1, 3, 5, … (absent when T = 2).  ``bins`` defaults to :func:`pit_pair_bins` of the smaller table."""
+    non-overlapping pairs (U_t, U_t+lag) of ``u`` (N, T) on the m × m grid, cell
+    ``m · bin(U_t) + bin(U_t+lag)``; the two tables are the phases of :func:`pit_pair_phases` (lag 1:
+    ``even`` holds the pairs at offsets t = 0, 2, 4, …, ``odd`` those at 1, 3, 5, …; absent when T = 2).
+    ``bins`` defaults to :func:`pit_pair_bins` of the smaller table."""
     a = np.asarray(u, dtype=np.float64)
-    check_arg(a.ndim == 2 and a.shape[1] >= 2, "u", f"array of shape {a.shape}", "an (N, T) array with T >= 2")
+    check_arg(isinstance(lag, (int, np.integer)) and lag >= 1, "lag", lag, "an integer >= 1")
+    check_arg(a.ndim == 2 and a.shape[1] >= lag + 1, "u", f"array of shape {a.shape}",
+              f"an (N, T) array with T >= lag + 1 = {lag + 1}")
     check_arg(bool(np.all((a >= 0) & (a <= 1))), "u", "values outside [0, 1]", "PIT values in [0, 1]")
-    starts = [s for s in (0, 1) if s < a.shape[1] - 1]
+    phases = pit_pair_phases(a.shape[1], lag)
     if bins is None:
-        bins = pit_pair_bins(min(a.shape[0] * len(range(s, a.shape[1] - 1, 2)) for s in starts), max_bins,
-                             min_expected)
+        bins = pit_pair_bins(min(a.shape[0] * ts.size for ts in phases), max_bins, min_expected)
     check_arg(isinstance(bins, (int, np.integer)) and bins >= 2, "bins", bins, "an integer >= 2")
     g = np.minimum((a * bins).astype(np.int64), bins - 1)  # (N, T) grid cell of each value
-    tables = []
-    for start in starts:
-        ts = np.arange(start, a.shape[1] - 1, 2)
-        tables.append(np.bincount((g[:, ts] * bins + g[:, ts + 1]).ravel(), minlength=bins * bins))
+    tables = [np.bincount((g[:, ts] * bins + g[:, ts + lag]).ravel(), minlength=bins * bins) for ts in phases]
     return int(bins), tables
 
 

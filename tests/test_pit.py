@@ -41,7 +41,13 @@ def test_pit_runs_one_holm_family(tmp_path):
     assert list(runs.role) == ["reference", "lossless"] and runs.passed.all()
     assert list(runs.tokens) == [16 * 16, 16 * 16]
     t = pd.read_csv(out / "tests.csv", comment="#")
-    assert len(t) == 2 * (1 + 16 + 2)  # pooled, per position, pairs even/odd per run
+    # per run: pooled, per position, PIT pairs at lags 1..k+1 = 5 (two tables each), the loglik martingale
+    assert len(t) == 2 * (1 + 16 + 2 * 5 + 1)
+    pairs = t[t.run == "reference"].test
+    assert [n for n in pairs if n.startswith("pairs")] == ["pairs_even", "pairs_odd"] + [
+        f"pairs_lag{L}_{ph}" for L in range(2, 6) for ph in ("even", "odd")]
+    ll = t[t.family == "loglik"]
+    assert list(ll.test) == ["martingale", "martingale"] and (ll.n == 16).all() and not ll.reject.any()
     assert np.allclose(holm(t.pvalue.to_numpy()), t.p_adjusted.to_numpy())
     assert np.allclose(t.alpha_bonferroni, 1e-4 / len(t))
     meta = json.loads((out / "meta.json").read_text())
@@ -59,8 +65,8 @@ def test_pit_and_verify_run_the_same_tests(tmp_path):
     p = pd.read_csv(tmp_path / "p" / "tests.csv", comment="#")
     v = pd.read_csv(tmp_path / "v" / "tests.csv", comment="#")
     v = v[v.scenario == "real_model"].reset_index(drop=True)
-    assert len(p) == len(v) == 1 + 64 + 2
-    for col in ("test", "position", "statistic", "pvalue", "n", "cells"):
+    assert len(p) == len(v) == 1 + 64 + 2 * 5 + 1  # pooled, positions, pairs at lags 1..5, martingale
+    for col in ("test", "position", "statistic", "pvalue", "n", "cells", "observed"):
         assert ((p[col] == v[col]) | (p[col].isna() & v[col].isna())).all(), col
 
 
@@ -101,3 +107,17 @@ def test_pit_catches_the_kv_cache_bug(tmp_path):
     runs = pd.read_csv(out / "runs.csv", comment="#").set_index("run")
     assert runs.loc["reference", "verdict"] == "certified"
     assert runs.loc["kv_not_rolled_back", "verdict"] == "lossy" and runs.loc["kv_not_rolled_back", "passed"]
+
+
+@pytest.mark.slow
+def test_martingale_catches_the_residual_softmax_bug(tmp_path):
+    """The whole-sequence log-likelihood martingale on the real pair: the reference passes and the
+    residual-softmax bug (a softmax where a normalisation belongs: flatter output) is caught by the
+    martingale row alone at 64 sequences (z ~ -175 at 128 sequences, measured)."""
+    out = tmp_path / "ll"
+    assert _pit(out, "--only", "reference", "--only", "residual_softmax", "--n-sequences", "64",
+                "--bug-sequences", "64") == 0
+    t = pd.read_csv(out / "tests.csv", comment="#")
+    ll = t[t.family == "loglik"].set_index("run")
+    assert not ll.loc["reference", "reject"]
+    assert ll.loc["residual_softmax", "reject"] and ll.loc["residual_softmax", "observed"] < 0

@@ -390,7 +390,7 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     assert rm.loc["reference", "tokens"] == 32 * 64
     t = pd.read_csv(out / "tests.csv", comment="#")
     rt = t[t.scenario == "real_model"]
-    assert len(rt) == 3 * (1 + 64 + 2)  # pooled, per position, pairs even/odd per run
+    assert len(rt) == 3 * (1 + 64 + 2 * 5 + 1)  # pooled, per position, PIT pairs at lags 1..k+1, martingale
     # one family: Holm over every test of the run, real-model ones included
     meta = json.loads((out / "meta.json").read_text())
     assert meta["config"]["n_tests"] == len(t) and meta["timing"]["tokens_real_model"] == (32 + 128 + 32) * 64

@@ -39,7 +39,7 @@ from specimpl.autoregressive import autoregressive_generate
 __all__ = ["RunState", "draw_all", "draw_exact", "draw_real", "draw_von_neumann"]
 
 _ACC_FIELDS = ("n", "counts", "pairs", "joint", "pit_hist", "pit_pairs", "logprob", "n_logprob", "chunks",
-               "calls_without_stats")
+               "calls_without_stats", "loglik", "lagged")
 
 
 class RunState:
@@ -166,7 +166,7 @@ def draw_exact(run: RunSpec, law: ExactLaw, models, seed: int, settings, pair_bi
     sc = run.scenario
     rng = np.random.default_rng(derive_seed(seed, run.label, sc.name, "pit"))
     run.acc = Accumulator(law, sc.joint_tokens, settings.pit_bins, pair_bins, settings.logprob_max, rng,
-                          with_pit=not is_baseline)
+                          with_pit=not is_baseline, pit_max_lag=sc.k + 1)
     slot = RunState.slot(run.label, run.role, sc.name, seed)
     fp = state.fingerprint(run.sampler, sc, run.draws, seed, is_baseline, settings.min_chunks, settings.max_chunk,
                            settings.pit_bins, settings.logprob_max, sc.joint_tokens, pair_bins)

@@ -76,11 +76,17 @@ def plan_family(rs: RunSet) -> FamilyPlan:
                           for n in acceptance_notes(r.scenario.k, r.scenario.max_new_tokens)]
     for rr in rs.real_runs:
         if rr.error is None:
-            plan += [PlannedTest(rr.label, rr.role, REAL_MODEL_SCENARIO, ts) for ts in plan_pit_value_tests(rr.draw.u)]
+            plan += [PlannedTest(rr.label, rr.role, REAL_MODEL_SCENARIO, ts) for ts in plan_pit_value_tests(
+                rr.draw.u, max_lag=rs.real_model.k + 1, loglik=_loglik_of(rr.draw))]
     for v in rs.vn:
         specs = plan_von_neumann_tests(v.draw.samples.numpy(), v.cdf, v.draw.proposed, v.draw.accepted, v.M)
         plan += [PlannedTest(v.label, v.role, v.scenario, ts) for ts in specs]
     return FamilyPlan(plan, notes)
+
+
+def _loglik_of(draw):
+    """(M, V, Q) of a real-model draw for the martingale test; None for a draw made without them."""
+    return None if getattr(draw, "loglik_m", None) is None else (draw.loglik_m, draw.loglik_v, draw.loglik_q)
 
 
 def run_acceptance(r, law, cache: Optional[dict] = None, notes: Optional[list] = None):
