@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from harness import costmodel as cm
-from harness.profiler import profile_model, profile_pair, summarise
+from harness.profiler import profile_in_situ, profile_model, profile_pair, summarise
 from harness.synthetic import CallCost, HybridClock, VirtualClock, WallClock, synthetic_pair
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
@@ -363,12 +363,24 @@ class _SpecTally:
         return len(f)
 
 
+def _profile_between(target, draft, prompts, k, N, config, seed, clock, profile_repeats, in_situ) -> pd.DataFrame:
+    """One profile pass between two timed pairs: in situ (``profile_repeats`` instrumented target-only and
+    speculative runs of the cell's own prompts, :func:`harness.profiler.profile_in_situ`) or isolated (each
+    model's calls on their own and the sampler on null models, :func:`harness.profiler.profile_pair`)."""
+    if in_situ:  # runs of their own: not the draws of the timed runs (whose generator starts at ``seed``)
+        return profile_in_situ(target, draft, prompts, k, N, config, seed=seed + 1_000_003, clock=clock,
+                               passes=profile_repeats)
+    return profile_pair(target, draft, [k], [len(prompts)], prompt_len=len(prompts[0]), max_new_tokens=N,
+                        config=config, repeats=profile_repeats, warmup=0, clock=clock, seed=seed)
+
+
 def measure_pair(target, draft, prompts, *, k: int, max_new_tokens: int, config: SamplingConfig, repeats: int,
-                 seed: int, clock, device: str = "cpu", profile_repeats: int = 1) -> Measurement:
-    """Interleaved target-only / speculative runs of one cell, with in-cell profiling between pairs."""
+                 seed: int, clock, device: str = "cpu", profile_repeats: int = 1, in_situ: bool = False) -> Measurement:
+    """Interleaved target-only / speculative runs of one cell, with in-cell profiling between pairs
+    (``in_situ``: profiled inside instrumented runs of the cell, see :func:`_profile_between`)."""
     dev = torch.device(device)
     g = torch.Generator(device=dev).manual_seed(seed)
-    B, N, P = len(prompts), max_new_tokens, len(prompts[0])
+    N = max_new_tokens
     timed = _timer(clock, dev)
     arms = {"ar": lambda: autoregressive_generate(target, prompts, max_new_tokens=N, config=config, generator=g),
             "spec": lambda: speculative_generate(target, draft, prompts, k=k, max_new_tokens=N, config=config,
@@ -383,8 +395,8 @@ def measure_pair(target, draft, prompts, *, k: int, max_new_tokens: int, config:
                 if arm == "spec":
                     row["rounds"] = tally.add(res.stats)
                 timings.append(row)
-            profiles.append(profile_pair(target, draft, [k], [B], prompt_len=P, max_new_tokens=N, config=config,
-                                         repeats=profile_repeats, warmup=0, clock=clock, seed=seed + rep))
+            profiles.append(_profile_between(target, draft, prompts, k, N, config, seed + rep, clock,
+                                             profile_repeats, in_situ))
     return Measurement(timings, tally.hist.tolist(), tally.emitted, tally.target_calls, tally.draft_calls,
                        tally.round_batches, _merge_profiles(profiles).to_dict(orient="records"))
 
@@ -420,7 +432,7 @@ def _run_real(p: RealParams, seed: int) -> dict:
     prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
     m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
                      config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed,
-                     clock=WallClock(), device=p.device, profile_repeats=p.profile_repeats)
+                     clock=WallClock(), device=p.device, profile_repeats=p.profile_repeats, in_situ=True)
     return asdict(m)
 
 
