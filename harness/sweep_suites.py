@@ -8,6 +8,8 @@ A suite turns its table of the sweep file into cells — one frozen settings rec
     synthetic  :class:`SyntheticParams`: timed n-gram pairs with exact alpha and set c (:mod:`harness.synthetic`)
     real       :class:`RealParams`: the shipped tiny HF pair and its draft variants
     profile    :class:`ProfileParams`: per-call cost curves T(n, B) of named models (random weights allowed)
+    membound   :class:`MemboundParams`: the tiny draft (or a variant) against the widened, memory-bound target
+               of :mod:`harness.widen` (built on demand, cached): the tiny target's law at a large model's cost
 
 The measured suites (synthetic, real) share one protocol, :func:`measure_pair`: ``repeats``
 interleaved pairs (target-only, speculative; the order alternates) after one warm-up pair, and between
@@ -35,7 +37,7 @@ from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
 
-__all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealParams", "ProfileParams",
+__all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealParams", "ProfileParams", "MemboundParams",
            "Measurement", "measure_pair", "resolve_model", "SHAPES", "CLOCKS"]
 
 CLOCKS = ("wall", "hybrid", "spin", "virtual")
@@ -159,6 +161,19 @@ class RealParams(_MeasuredParams):
 
 
 @dataclass(frozen=True)
+class MemboundParams(RealParams):
+    """One memory-bound cell: the widened target (:func:`harness.widen.build_widened` at ``width``,
+    ``extra_layers``) against tiny-pair draft variant ``draft`` on ``device``."""
+
+    width: int
+    extra_layers: int
+
+    @property
+    def group(self) -> str:
+        return f"membound/{self.device}"
+
+
+@dataclass(frozen=True)
 class ProfileParams(_Params):
     """One cost-curve cell: ``model`` ('tiny:<variant>' or 'random:<shape>') timed at n tokens × batch sizes."""
 
@@ -216,6 +231,12 @@ def _real_cells(table: dict, cfg: dict) -> list[Cell]:
             for B in table["batch"] for d in table["drafts"] for k in table["k"]]
 
 
+def _membound_cells(table: dict, cfg: dict) -> list[Cell]:
+    return [_cell("membound", f"membound_w{table['width']}x{table['extra_layers']}_{d}_k{k}_B{B}".replace("+", "_"),
+                  MemboundParams(**_pick(table, MemboundParams, draft=d, k=k, batch=B, device=cfg["device"])))
+            for B in table["batch"] for d in table["drafts"] for k in table["k"]]
+
+
 def _profile_cells(table: dict, cfg: dict) -> list[Cell]:
     return [_cell("profile", f"prof_{m}".replace(":", "_").replace("+", "_"),
                   ProfileParams(**_pick(table, ProfileParams, model=m, device=cfg["device"])))
@@ -243,6 +264,14 @@ def _check_synthetic(table: dict) -> None:
         check_arg(0 <= a <= 1, "synthetic.alpha", table["alpha"], "numbers in [0, 1]")
 
 
+def _check_membound(table: dict) -> None:
+    _check_measured("membound", table)
+    w = table["width"]
+    check_arg(isinstance(w, int) and w >= 1 and w & (w - 1) == 0, "membound.width", w, "a power of two >= 1")
+    x = table["extra_layers"]
+    check_arg(isinstance(x, int) and x >= 0, "membound.extra_layers", x, "an integer >= 0")
+
+
 # -- models -----------------------------------------------------------------------------------------
 def _dtype(name: str):
     check_arg(name in ("float32", "float16", "bfloat16", "float64"), "dtype", name,
@@ -265,6 +294,21 @@ def _tiny(name: str, device: str, dtype: str):
     if name == "target":
         return target
     return tiny_pair_variants(target, draft, [name])[name]
+
+
+_WIDE: dict = {}
+
+
+def _widened(width: int, extra_layers: int, device: str, dtype: str):
+    """The widened target of :mod:`harness.widen` (built on first use, cached on disk by content; one in memory)."""
+    from harness.widen import build_widened
+    from specimpl.hf import HFModel
+    key = (width, extra_layers, str(device), dtype)
+    if key not in _WIDE:
+        _WIDE.clear()
+        path = build_widened(width, extra_layers)
+        _WIDE[key] = HFModel.from_pretrained(path, dtype=_dtype(dtype), device=device, local_files_only=True)
+    return _WIDE[key]
 
 
 def _random_hf(shape: str, device: str, dtype: str, seed: int):
@@ -436,6 +480,17 @@ def _run_real(p: RealParams, seed: int) -> dict:
     return asdict(m)
 
 
+def _run_membound(p: MemboundParams, seed: int) -> dict:
+    from specimpl.hf import tiny_pair_prompts
+    target = _widened(p.width, p.extra_layers, p.device, p.dtype)
+    draft = _tiny(p.draft, p.device, p.dtype)
+    prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
+    m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
+                     config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed,
+                     clock=WallClock(), device=p.device, profile_repeats=p.profile_repeats, in_situ=True)
+    return asdict(m)
+
+
 def _run_profile(p: ProfileParams, seed: int) -> dict:
     model = resolve_model(p.model, p.device, p.dtype, seed)
     prof = profile_model(model, "model", p.n, p.batch, context_len=p.context_len, repeats=p.repeats, warmup=2,
@@ -475,6 +530,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("real", RealParams, _real_cells, _run_real, lambda t: _check_measured("real", t),
           frozenset({"measured", "profiles"})),
     Suite("profile", ProfileParams, _profile_cells, _run_profile, feeds=frozenset({"profiles"})),
+    Suite("membound", MemboundParams, _membound_cells, _run_membound, _check_membound,
+          frozenset({"measured", "profiles"})),
 )}
 
 from harness.sweep_algorithms import algorithms_suite  # noqa: E402  issue 12's suite (it imports this module lazily)
