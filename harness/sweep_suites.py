@@ -167,6 +167,7 @@ class MemboundParams(RealParams):
 
     width: int
     extra_layers: int
+    prepack: str
 
     @property
     def group(self) -> str:
@@ -270,6 +271,7 @@ def _check_membound(table: dict) -> None:
     check_arg(isinstance(w, int) and w >= 1 and w & (w - 1) == 0, "membound.width", w, "a power of two >= 1")
     x = table["extra_layers"]
     check_arg(isinstance(x, int) and x >= 0, "membound.extra_layers", x, "an integer >= 0")
+    check_arg(table["prepack"] in ("none", "mkldnn"), "membound.prepack", table["prepack"], "'none' or 'mkldnn'")
 
 
 # -- models -----------------------------------------------------------------------------------------
@@ -299,15 +301,17 @@ def _tiny(name: str, device: str, dtype: str):
 _WIDE: dict = {}
 
 
-def _widened(width: int, extra_layers: int, device: str, dtype: str):
-    """The widened target of :mod:`harness.widen` (built on first use, cached on disk by content; one in memory)."""
-    from harness.widen import build_widened
+def _widened(width: int, extra_layers: int, device: str, dtype: str, prepack: str = "none"):
+    """The widened target of :mod:`harness.widen` (built on first use, cached on disk by content; one in
+    memory), its linear layers pre-packed for oneDNN when ``prepack`` is 'mkldnn'."""
+    from harness.widen import build_widened, prepack_mkldnn
     from specimpl.hf import HFModel
-    key = (width, extra_layers, str(device), dtype)
+    key = (width, extra_layers, str(device), dtype, prepack)
     if key not in _WIDE:
         _WIDE.clear()
         path = build_widened(width, extra_layers)
-        _WIDE[key] = HFModel.from_pretrained(path, dtype=_dtype(dtype), device=device, local_files_only=True)
+        model = HFModel.from_pretrained(path, dtype=_dtype(dtype), device=device, local_files_only=True)
+        _WIDE[key] = prepack_mkldnn(model) if prepack == "mkldnn" else model
     return _WIDE[key]
 
 
@@ -482,7 +486,7 @@ def _run_real(p: RealParams, seed: int) -> dict:
 
 def _run_membound(p: MemboundParams, seed: int) -> dict:
     from specimpl.hf import tiny_pair_prompts
-    target = _widened(p.width, p.extra_layers, p.device, p.dtype)
+    target = _widened(p.width, p.extra_layers, p.device, p.dtype, p.prepack)
     draft = _tiny(p.draft, p.device, p.dtype)
     prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
     m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,

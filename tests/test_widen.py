@@ -68,3 +68,17 @@ def test_pass_through_layers_write_nothing():
 def test_width_must_be_a_power_of_two(bad):
     with pytest.raises(ValueError, match="width"):
         widened_config({"model_type": "llama"}, bad, 0)
+
+
+def test_prepacked_model_gives_the_same_logits(small_widened):
+    from harness.widen import prepack_mkldnn
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    path, _ = small_widened
+    a, b = (HFModel.from_pretrained(path, local_files_only=True) for _ in range(2))
+    prepack_mkldnn(b)
+    assert any(type(m).__name__ == "MkldnnLinear" for m in b.model.modules())
+    tokens = torch.randint(0, 259, (2, 9), generator=torch.Generator().manual_seed(1))  # (B, T)
+    sa, sb = a.prefill(tokens[:, :6]), b.prefill(tokens[:, :6])
+    la, lb = a.forward(sa, tokens[:, 5:]), b.forward(sb, tokens[:, 5:])  # (B, 4, V)
+    assert torch.allclose(la, lb, rtol=1e-4, atol=1e-4 * float(la.abs().max()))
