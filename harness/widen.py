@@ -39,9 +39,11 @@ stderr).  Nothing here is committed: the model is hundreds of MB.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -139,7 +141,9 @@ def _key(src: Path, width: int, extra_layers: int) -> str:
         p = src / name
         h.update(name.encode() + b"\0" + (p.read_bytes() if p.exists() else b"<absent>") + b"\0")
     h.update(json.dumps({"width": width, "extra_layers": extra_layers}, sort_keys=True).encode())
-    h.update(Path(__file__).read_bytes())
+    for fn in (widened_config, widen_state_dict, _widen_layer, _heads_tile):  # the code that makes the files
+        h.update(inspect.getsource(fn).encode())
+    h.update(repr((_READ, _WRITE, _NORMS, _TOKENIZER_FILES)).encode())
     return h.hexdigest()[:16]
 
 
@@ -166,9 +170,8 @@ def build_widened(width: int = DEFAULT_WIDTH, extra_layers: int = DEFAULT_EXTRA_
     config = json.loads((src / "config.json").read_text())
     wide = widened_config(config, width, extra_layers)
     sd = widen_state_dict(load_file(str(src / "model.safetensors")), config, width, extra_layers)
-    tmp = out.parent / (out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".target.", dir=out.parent))  # private: concurrent builds do not collide
     save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     del sd
     (tmp / "config.json").write_text(json.dumps(wide, indent=2, sort_keys=True) + "\n")
@@ -179,8 +182,10 @@ def build_widened(width: int = DEFAULT_WIDTH, extra_layers: int = DEFAULT_EXTRA_
         {"source": "specimpl/assets/tiny_pair/target", "width": width, "extra_layers": extra_layers,
          "parameters": parameter_count(wide), "construction": "harness.widen (function-preserving widening)"},
         indent=2, sort_keys=True) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)  # complete or absent: nothing half-written under the final name
+    try:
+        tmp.rename(out)  # complete or absent: nothing half-written under the final name
+    except OSError:  # another process finished the same build first: keep its (identical) files
+        shutil.rmtree(tmp, ignore_errors=True)
     if not quiet:
         print(f"membound: built the widened target ({parameter_count(wide) / 1e6:.0f}M parameters) in {out}",
               file=sys.stderr)
