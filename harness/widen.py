@@ -33,8 +33,8 @@ logits agree to float round-off (tests/test_widen.py checks it at r = 2).
 
 Built models are cached under ``build/membound_pair/<key>/target`` (``config.json``, ``model.safetensors``
 in float32, the tiny target's tokenizer files); ``<key>`` is a hash of the tiny target's files, the
-settings and this module's source, so a cached model is reused only for the same inputs (announced on
-stderr).  Nothing here is committed: the model is hundreds of MB.
+settings and the source of the functions that write the files, so a cached model is reused only for the
+same inputs (announced on stderr); concurrent builds write private folders and rename.  Nothing here is committed: the model is hundreds of MB.
 """
 from __future__ import annotations
 
