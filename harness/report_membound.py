@@ -33,7 +33,7 @@ def fig_speedup(plt, res, out, formats):
     from harness.report import _save
     m = rows_of(res)
     bs = sorted(m.batch.unique())
-    fig, axes = plt.subplots(1, len(bs), figsize=(3.0 * len(bs), 3.0), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(bs), figsize=(max(3.0 * len(bs), 4.6), 3.2), squeeze=False, sharey=True)
     for ax, B in zip(axes[0], bs):
         for draft, g in m[m.batch == B].groupby("draft", sort=False):
             ax.plot(g.k, g.speedup_measured_model, "-", color="C0", lw=1, label=f"model, wall ({draft})")
@@ -48,7 +48,7 @@ def fig_speedup(plt, res, out, formats):
         ax.set_title(f"batch {B}")
     axes[0][0].set_ylabel("speedup over target-only")
     axes[0][0].legend(loc="best")
-    fig.suptitle("memory-bound pair (tiny target widened): measured vs measured cost model", fontsize=9)
+    fig.suptitle("memory-bound pair: measured vs cost model", fontsize=9)
     return _save(fig, Path(out), "membound_speedup", res.meta, formats)
 
 
