@@ -23,8 +23,12 @@ Measured model (this module's :func:`predict_measured`)
       function of tokens scored n = k + 1 and batch B, draft calls T_draft(n, B) (the sampler's
       first draft call of a round feeds 2 tokens, the other k - 1 feed 1), prefill and roll-back
       costs, and the fixed per-round overhead of the sampler's own logic O_spec(k, B) (warping,
-      drawing, verification, book-keeping; measured by running the real sampler on zero-cost
-      models, see :mod:`harness.profiler`), and O_ar(B) per token for the target-only baseline.
+      drawing, verification, book-keeping), and O_ar(B) per token for the target-only baseline.
+      The sweep's real-model cells profile all of these in situ (:func:`harness.profiler.profile_in_situ`:
+      instrumented runs of the cell itself; the overheads are the runs' time outside the model calls).
+      Profiled apart — each model alone, the overhead on zero-cost models — they described another
+      state than the runs': on the tiny pair the overhead outside the forwards was 1.5-3x the
+      zero-cost models' (process CPU time, five cells), and the model over-predicted the speedup.
     The round process of a finite run is simulated (ragged acceptance in a batch, the last round
     cut at max_new_tokens, the sampler's batch compaction), so the prediction is the expected
     wall time of the very call that is measured.

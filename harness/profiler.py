@@ -11,6 +11,18 @@ What is timed (``op`` column; the names :class:`harness.costmodel.CostTable` loo
                      divided by the rounds; n = k
     ar.overhead      per token: the same for target-only decoding; n = 1
 
+In situ (:func:`profile_in_situ`, what the sweep's real-model cells use): the same operations timed
+inside real runs of the very sampler calls that are measured — a target-only and a speculative run of
+the cell (own seed), with every model call wrapped by :class:`CallRecorder`.  ``<role>.forward`` and
+``<role>.prefill`` are then the calls as the runs make them (context growing from the prompt, the
+other model's weights and the sampler's tensors passing through the caches between calls), and
+``spec.overhead`` / ``ar.overhead`` are everything else in the run (warping, drawing, verification,
+roll-backs, book-keeping, the call's own set-up) per round / per token.  The isolated profile of a
+model on its own (``profile_model``) and the null-model overhead (``profile_sampler_overhead``) differ
+from that state: on the tiny pair the null models' overhead was about half of the overhead measured
+in situ, and the model fed with it over-predicted the speedup.  In-situ rows carry ``context_len`` -1
+(the runs' own contexts, prompt to prompt + max_new_tokens).
+
 How it is timed
     CPU: the clock (``time.perf_counter`` unless a clock is injected, e.g. the virtual clock of
     :mod:`harness.synthetic`) around each call.  CUDA: ``torch.cuda.Event(enable_timing=True)``
@@ -41,7 +53,8 @@ from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import SpeculativeSampler
 
-__all__ = ["NullModel", "profile_model", "profile_sampler_overhead", "profile_pair", "summarise", "Timer"]
+__all__ = ["NullModel", "profile_model", "profile_sampler_overhead", "profile_pair", "summarise", "Timer",
+           "CallRecorder", "profile_in_situ"]
 
 
 class _PerfClock:
@@ -311,3 +324,79 @@ def profile_pair(target: LanguageModel, draft: LanguageModel, ks: Sequence[int],
                                  wrap_draft=getattr(draft, "timed_like", None) if overhead_like_models else None),
     ]
     return pd.concat(parts, ignore_index=True)
+
+
+class CallRecorder(LanguageModel):
+    """``inner`` with every ``prefill`` and ``forward`` timed by ``timer`` and appended to ``log`` as
+    (op, n tokens, batch, seconds, wall seconds, CPU seconds); ``rollback`` and ``select`` pass through
+    untimed (their cost is the sampler's overhead)."""
+
+    def __init__(self, inner: LanguageModel, role: str, timer: Timer, log: list):
+        check_arg(isinstance(inner, LanguageModel), "inner", type(inner).__name__, "a specimpl LanguageModel")
+        self.inner, self.role, self.timer, self.log = inner, role, timer, log
+        self.vocab_size, self.device = inner.vocab_size, inner.device
+        self.dtype = getattr(inner, "dtype", torch.float32)
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    def prefill(self, prompts: Prompts) -> ModelState:
+        plist = as_prompt_list(prompts, self.vocab_size)
+        state, *t = self.timer(lambda: self.inner.prefill(plist))
+        self.log.append((f"{self.role}.prefill", max(len(p) for p in plist) - 1, len(plist), *t))
+        return state
+
+    def forward(self, state, tokens, n_new=None):
+        out, *t = self.timer(lambda: self.inner.forward(state, tokens, n_new))
+        self.log.append((f"{self.role}.forward", int(tokens.shape[1]), int(tokens.shape[0]), *t))
+        return out  # (B, T, V)
+
+    def rollback(self, state, lengths) -> None:
+        self.inner.rollback(state, lengths)
+
+    def select(self, state, index):
+        return self.inner.select(state, index)
+
+
+def _in_situ_run(timer: Timer, run, log: list, op: str, n: int, B: int, per) -> list:
+    """Time ``run()`` (whose model calls append to ``log``); the rows of its calls and one row
+    (``op``, n, B) of the rest of the run divided by ``per(result)`` (rounds or tokens)."""
+    res, *t = timer(run)
+    calls = np.asarray([row[3:] for row in log], dtype=np.float64).sum(0) if log else np.zeros(3)
+    m = per(res)
+    return list(log) + [(op, n, B, *((np.asarray(t) - calls) / m))]
+
+
+@torch.no_grad()
+def profile_in_situ(target: LanguageModel, draft: LanguageModel, prompts: Prompts, k: int, max_new_tokens: int,
+                    config: SamplingConfig = SamplingConfig(), seed: int = 0, clock=None, passes: int = 1,
+                    sampler=None) -> pd.DataFrame:
+    """Every operation :class:`harness.costmodel.CostTable` needs, timed inside ``passes`` real target-only
+    and speculative runs (``sampler``, default :func:`specimpl.speculative.speculative_generate`) of
+    ``prompts`` with draft length ``k``.  Rows as :func:`summarise`'s, one per (op, n, B) met; the
+    forwards' samples are every call the runs made."""
+    from specimpl.speculative import speculative_generate
+    check_arg(isinstance(passes, int) and passes >= 1, "passes", passes, "an integer >= 1")
+    sampler = speculative_generate if sampler is None else sampler
+    dev = torch.device(getattr(target, "device", "cpu"))
+    timer = Timer(dev, clock)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    B, N = len(as_prompt_list(prompts, target.vocab_size)), max_new_tokens
+    rows: list = []
+    for _ in range(passes):
+        log: list = []
+        t = CallRecorder(target, "target", timer, log)
+        rows += _in_situ_run(timer, lambda: autoregressive_generate(t, prompts, max_new_tokens=N, config=config,
+                                                                    generator=g),
+                             log, "ar.overhead", 1, B, lambda res: sum(r[0] == "target.forward" for r in log))
+        log = []
+        t, d = CallRecorder(target, "target", timer, log), CallRecorder(draft, "draft", timer, log)
+        rows += _in_situ_run(timer, lambda: sampler(t, d, prompts, k=k, max_new_tokens=N, config=config,
+                                                    generator=g),
+                             log, "spec.overhead", k, B, lambda res: len(res.stats.rounds))
+    samples, wall, cpu = {}, {}, {}
+    for op, n, b, s, w, c in rows:
+        samples.setdefault((op, n, b), []).append(s)
+        wall.setdefault((op, n, b), []).append(w)
+        cpu.setdefault((op, n, b), []).append(c)
+    meta = {"model": f"in situ: {portable(getattr(target, 'name', 'target'))} / {portable(getattr(draft, 'name', 'draft'))}",
+            "device": str(dev), "timer": timer.kind, "context_len": -1}
+    return summarise(samples, meta, wall, cpu)

@@ -447,6 +447,9 @@ SUITE_STYLES = {
     "real": SuiteStyle(_real_panels, "s", "+", "draft", False, (
         "measured_table", "measured_table.tex", "Speculative sampling with the shipped tiny pair: measured against "
         "target-only decoding (interleaved, same run). Bold: negative speedup.", "tab:measured")),
+    "membound": SuiteStyle(lambda m: [], "D", "1", "draft", False, (  # its speedup figure: harness.report_membound
+        "membound_table", "membound_table.tex", "The memory-bound pair (the tiny target widened, same law): "
+        "measured against target-only decoding (interleaved, same run).", "tab:membound")),
 }
 
 
@@ -496,6 +499,9 @@ FIGURES += tuple(Output(*f) for f in _algorithms.FIGURES)
 TABLES += tuple(Output(*t) for t in _algorithms.TABLES)
 from harness import report_roofline as _roofline  # noqa: E402  issue 14's roofline figures (roofline.csv)
 FIGURES += tuple(Output(*f) for f in _roofline.FIGURES)
+from harness import report_membound as _membound  # noqa: E402  issue 14's memory-bound pair
+FIGURES += tuple(Output(*f) for f in _membound.FIGURES)
+TABLES += tuple(Output(*t) for t in _membound.TABLES)
 
 
 # -- driver ---------------------------------------------------------------------------------------

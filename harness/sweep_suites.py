@@ -8,6 +8,8 @@ A suite turns its table of the sweep file into cells — one frozen settings rec
     synthetic  :class:`SyntheticParams`: timed n-gram pairs with exact alpha and set c (:mod:`harness.synthetic`)
     real       :class:`RealParams`: the shipped tiny HF pair and its draft variants
     profile    :class:`ProfileParams`: per-call cost curves T(n, B) of named models (random weights allowed)
+    membound   :class:`MemboundParams`: the tiny draft (or a variant) against the widened, memory-bound target
+               of :mod:`harness.widen` (built on demand, cached): the tiny target's law at a large model's cost
 
 The measured suites (synthetic, real) share one protocol, :func:`measure_pair`: ``repeats``
 interleaved pairs (target-only, speculative; the order alternates) after one warm-up pair, and between
@@ -28,14 +30,14 @@ import pandas as pd
 import torch
 
 from harness import costmodel as cm
-from harness.profiler import profile_model, profile_pair, summarise
+from harness.profiler import profile_in_situ, profile_model, profile_pair, summarise
 from harness.synthetic import CallCost, HybridClock, VirtualClock, WallClock, synthetic_pair
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
 
-__all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealParams", "ProfileParams",
+__all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealParams", "ProfileParams", "MemboundParams",
            "Measurement", "measure_pair", "resolve_model", "SHAPES", "CLOCKS"]
 
 CLOCKS = ("wall", "hybrid", "spin", "virtual")
@@ -159,6 +161,20 @@ class RealParams(_MeasuredParams):
 
 
 @dataclass(frozen=True)
+class MemboundParams(RealParams):
+    """One memory-bound cell: the widened target (:func:`harness.widen.build_widened` at ``width``,
+    ``extra_layers``) against tiny-pair draft variant ``draft`` on ``device``."""
+
+    width: int
+    extra_layers: int
+    prepack: str
+
+    @property
+    def group(self) -> str:
+        return f"membound/{self.device}"
+
+
+@dataclass(frozen=True)
 class ProfileParams(_Params):
     """One cost-curve cell: ``model`` ('tiny:<variant>' or 'random:<shape>') timed at n tokens × batch sizes."""
 
@@ -216,6 +232,12 @@ def _real_cells(table: dict, cfg: dict) -> list[Cell]:
             for B in table["batch"] for d in table["drafts"] for k in table["k"]]
 
 
+def _membound_cells(table: dict, cfg: dict) -> list[Cell]:
+    return [_cell("membound", f"membound_w{table['width']}x{table['extra_layers']}_{d}_k{k}_B{B}".replace("+", "_"),
+                  MemboundParams(**_pick(table, MemboundParams, draft=d, k=k, batch=B, device=cfg["device"])))
+            for B in table["batch"] for d in table["drafts"] for k in table["k"]]
+
+
 def _profile_cells(table: dict, cfg: dict) -> list[Cell]:
     return [_cell("profile", f"prof_{m}".replace(":", "_").replace("+", "_"),
                   ProfileParams(**_pick(table, ProfileParams, model=m, device=cfg["device"])))
@@ -243,6 +265,15 @@ def _check_synthetic(table: dict) -> None:
         check_arg(0 <= a <= 1, "synthetic.alpha", table["alpha"], "numbers in [0, 1]")
 
 
+def _check_membound(table: dict) -> None:
+    _check_measured("membound", table)
+    w = table["width"]
+    check_arg(isinstance(w, int) and w >= 1 and w & (w - 1) == 0, "membound.width", w, "a power of two >= 1")
+    x = table["extra_layers"]
+    check_arg(isinstance(x, int) and x >= 0, "membound.extra_layers", x, "an integer >= 0")
+    check_arg(table["prepack"] in ("none", "mkldnn"), "membound.prepack", table["prepack"], "'none' or 'mkldnn'")
+
+
 # -- models -----------------------------------------------------------------------------------------
 def _dtype(name: str):
     check_arg(name in ("float32", "float16", "bfloat16", "float64"), "dtype", name,
@@ -265,6 +296,23 @@ def _tiny(name: str, device: str, dtype: str):
     if name == "target":
         return target
     return tiny_pair_variants(target, draft, [name])[name]
+
+
+_WIDE: dict = {}
+
+
+def _widened(width: int, extra_layers: int, device: str, dtype: str, prepack: str = "none"):
+    """The widened target of :mod:`harness.widen` (built on first use, cached on disk by content; one in
+    memory), its linear layers pre-packed for oneDNN when ``prepack`` is 'mkldnn'."""
+    from harness.widen import build_widened, prepack_mkldnn
+    from specimpl.hf import HFModel
+    key = (width, extra_layers, str(device), dtype, prepack)
+    if key not in _WIDE:
+        _WIDE.clear()
+        path = build_widened(width, extra_layers)
+        model = HFModel.from_pretrained(path, dtype=_dtype(dtype), device=device, local_files_only=True)
+        _WIDE[key] = prepack_mkldnn(model) if prepack == "mkldnn" else model
+    return _WIDE[key]
 
 
 def _random_hf(shape: str, device: str, dtype: str, seed: int):
@@ -363,12 +411,24 @@ class _SpecTally:
         return len(f)
 
 
+def _profile_between(target, draft, prompts, k, N, config, seed, clock, profile_repeats, in_situ) -> pd.DataFrame:
+    """One profile pass between two timed pairs: in situ (``profile_repeats`` instrumented target-only and
+    speculative runs of the cell's own prompts, :func:`harness.profiler.profile_in_situ`) or isolated (each
+    model's calls on their own and the sampler on null models, :func:`harness.profiler.profile_pair`)."""
+    if in_situ:  # runs of their own: not the draws of the timed runs (whose generator starts at ``seed``)
+        return profile_in_situ(target, draft, prompts, k, N, config, seed=seed + 1_000_003, clock=clock,
+                               passes=profile_repeats)
+    return profile_pair(target, draft, [k], [len(prompts)], prompt_len=len(prompts[0]), max_new_tokens=N,
+                        config=config, repeats=profile_repeats, warmup=0, clock=clock, seed=seed)
+
+
 def measure_pair(target, draft, prompts, *, k: int, max_new_tokens: int, config: SamplingConfig, repeats: int,
-                 seed: int, clock, device: str = "cpu", profile_repeats: int = 1) -> Measurement:
-    """Interleaved target-only / speculative runs of one cell, with in-cell profiling between pairs."""
+                 seed: int, clock, device: str = "cpu", profile_repeats: int = 1, in_situ: bool = False) -> Measurement:
+    """Interleaved target-only / speculative runs of one cell, with in-cell profiling between pairs
+    (``in_situ``: profiled inside instrumented runs of the cell, see :func:`_profile_between`)."""
     dev = torch.device(device)
     g = torch.Generator(device=dev).manual_seed(seed)
-    B, N, P = len(prompts), max_new_tokens, len(prompts[0])
+    N = max_new_tokens
     timed = _timer(clock, dev)
     arms = {"ar": lambda: autoregressive_generate(target, prompts, max_new_tokens=N, config=config, generator=g),
             "spec": lambda: speculative_generate(target, draft, prompts, k=k, max_new_tokens=N, config=config,
@@ -383,8 +443,8 @@ def measure_pair(target, draft, prompts, *, k: int, max_new_tokens: int, config:
                 if arm == "spec":
                     row["rounds"] = tally.add(res.stats)
                 timings.append(row)
-            profiles.append(profile_pair(target, draft, [k], [B], prompt_len=P, max_new_tokens=N, config=config,
-                                         repeats=profile_repeats, warmup=0, clock=clock, seed=seed + rep))
+            profiles.append(_profile_between(target, draft, prompts, k, N, config, seed + rep, clock,
+                                             profile_repeats, in_situ))
     return Measurement(timings, tally.hist.tolist(), tally.emitted, tally.target_calls, tally.draft_calls,
                        tally.round_batches, _merge_profiles(profiles).to_dict(orient="records"))
 
@@ -420,7 +480,18 @@ def _run_real(p: RealParams, seed: int) -> dict:
     prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
     m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
                      config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed,
-                     clock=WallClock(), device=p.device, profile_repeats=p.profile_repeats)
+                     clock=WallClock(), device=p.device, profile_repeats=p.profile_repeats, in_situ=True)
+    return asdict(m)
+
+
+def _run_membound(p: MemboundParams, seed: int) -> dict:
+    from specimpl.hf import tiny_pair_prompts
+    target = _widened(p.width, p.extra_layers, p.device, p.dtype, p.prepack)
+    draft = _tiny(p.draft, p.device, p.dtype)
+    prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
+    m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
+                     config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed,
+                     clock=WallClock(), device=p.device, profile_repeats=p.profile_repeats, in_situ=True)
     return asdict(m)
 
 
@@ -463,6 +534,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("real", RealParams, _real_cells, _run_real, lambda t: _check_measured("real", t),
           frozenset({"measured", "profiles"})),
     Suite("profile", ProfileParams, _profile_cells, _run_profile, feeds=frozenset({"profiles"})),
+    Suite("membound", MemboundParams, _membound_cells, _run_membound, _check_membound,
+          frozenset({"measured", "profiles"})),
 )}
 
 from harness.sweep_algorithms import algorithms_suite  # noqa: E402  issue 12's suite (it imports this module lazily)

@@ -24,7 +24,7 @@ __all__ = ["StoredCell", "measured_row", "fidelity", "timings_table", "profiles_
 PREDICTIONS = ("analytic", "measured_model", "accounting")
 _CPU_COLUMNS = ("speedup_measured", "speedup_analytic", "speedup_measured_model", "speedup_accounting",
                 "c_profiled", "err_analytic", "err_measured_model", "err_accounting", "tokens_per_s_ar",
-                "tokens_per_s_spec")
+                "tokens_per_s_spec", "overhead_share_round")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ def _basis(m: Measurement, p, alphas: list, alpha_hat: float, basis: str, n_sim:
         "t_target_1_s": costs("target.forward", 1, B), "t_target_k1_s": costs("target.forward", k + 1, B),
         "t_draft_1_s": costs("draft.forward", 1, B), "overhead_round_s": costs.get("spec.overhead", k, B),
         "overhead_token_ar_s": costs.get("ar.overhead", 1, B), "c_profiled": c_prof,
+        "overhead_share_round": costs.get("spec.overhead", k, B) / costs.round_cost(k, B),
         "speedup_analytic": s_an, "speedup_measured_model": pred.speedup, "speedup_accounting": s_acc,
         "t_spec_pred_s": pred.t_spec_s, "t_ar_pred_s": pred.t_ar_s,
         "err_analytic": abs(s_an - s_meas) / s_meas, "err_measured_model": abs(pred.speedup - s_meas) / s_meas,

@@ -1,0 +1,65 @@
+"""The memory-bound suite: planned from its experiment file, checked, and one (small) cell run end to end."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import sweep, widen
+from harness.errors import UsageError
+from harness.sweep_tables import StoredCell, measured_row
+
+MEMBOUND = sweep.DEFAULT_CONFIG.parent / "membound.toml"
+
+
+def test_experiment_file_plans_every_k_and_batch_of_the_issue():
+    cfg = sweep.load_config(MEMBOUND)
+    cells = sweep.plan(cfg)
+    assert {c.suite for c in cells} == {"membound"}
+    assert sorted({(c.params.k, c.params.batch) for c in cells}) == sorted(
+        (k, b) for k in (1, 2, 4, 8) for b in (1, 4, 16))
+    assert all(c.params.group == "membound/cpu" for c in cells)
+
+
+@pytest.mark.parametrize("key,bad", [("width", 3), ("extra_layers", -1), ("k", [0])])
+def test_bad_settings_are_one_clear_error(key, bad):
+    with pytest.raises(UsageError, match=f"membound.{key}"):
+        sweep.load_config(MEMBOUND, {"membound": {key: bad}})
+
+
+@pytest.fixture(scope="module")
+def small_sweep(tmp_path_factory):
+    """Width 2, no extra layers (a fast stand-in, built into a temporary folder), one cell, stored."""
+    d = tmp_path_factory.mktemp("membound")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(widen, "BUILD_DIR", d / "build")
+    cfg = sweep.load_config(MEMBOUND, {"membound": {"width": 2, "extra_layers": 0, "k": [2], "batch": [1],
+                                                    "max_new_tokens": 8, "prompt_len": 8, "repeats": 1}})
+    (cell,) = sweep.plan(cfg)
+    rec = json.loads(json.dumps(sweep.run_cell(cell, cfg)))
+    sweep.store_cell(d / "out", cell, dict(rec))
+    sweep.finalize(d / "out", cfg, [cell])
+    mp.undo()
+    return d, rec
+
+
+def test_a_small_membound_cell_runs_with_in_situ_costs(small_sweep):
+    """Both time bases finite, every cost the model needs profiled in situ."""
+    d, rec = small_sweep
+    assert any((d / "build").glob("w2_x0_*/target/model.safetensors"))
+    ops = {(r["op"], r["n"]) for r in rec["profile"]}
+    assert {("target.forward", 1), ("target.forward", 3), ("draft.forward", 2), ("ar.overhead", 1),
+            ("spec.overhead", 2)} <= ops
+    row = measured_row(StoredCell.from_record(rec), n_sim=50)
+    assert row["group"] == "membound/cpu" and 0 < row["overhead_share_round"] < 1
+    for key in ("speedup_measured", "speedup_measured_model", "cpu_speedup_measured", "cpu_speedup_measured_model"):
+        assert np.isfinite(row[key]), key
+
+
+def test_report_draws_the_membound_figure_and_table(small_sweep):
+    from harness.report import make_report
+    d, _ = small_sweep
+    written = make_report(d / "out")
+    assert "membound_speedup" in written and "membound" in written
+    md = Path(written["membound"]).read_text()
+    assert "| draft | 2 | 1 |" in md and "outside forwards" in md
