@@ -1,4 +1,4 @@
-"""`python -m harness <command>`: verify, pit, alpha, calibrate, sweep, report.
+"""`python -m harness <command>`: verify, pit, alpha, calibrate, sweep, report, sample, verify-samples.
 
 Each command lives in its own module, which provides ``add_arguments(parser)`` and ``run(args) -> int``
 (0 ok, 1 lossy).  :func:`main` is the one place where exceptions become exit statuses
@@ -29,6 +29,10 @@ COMMANDS = {
     "calibrate": ("harness.calibrate", "measure the battery's false-alarm rate over many seeds"),
     "sweep": ("harness.sweep", "speedup as a function of alpha, c and k: cost model and measured runs"),
     "report": ("harness.report", "draw figures and tables from stored results"),
+    "sample": ("harness.samples.sample_cli", "write an engine sample file (ours, transformers, an OpenAI-compatible "
+                                             "endpoint)"),
+    "verify-samples": ("harness.samples.verify_cli", "verify an engine from its samples: scored by the target or "
+                                                     "against a baseline file; certified / lossy / inconclusive"),
 }
 
 EPILOG = "exit status (every command):\n" + "\n".join(f"  {code:<4d} {what}" for code, what in EXIT_CODES.items())
