@@ -72,30 +72,38 @@ def completion_pairs(records: list[SampleRecord]) -> list[tuple[int, int]]:
 
 
 def _duplicate_pairs(records: list[SampleRecord]) -> tuple[int, int]:
-    """(pairs of identical completions within a prompt, pairs compared)."""
-    dup, pairs = 0, 0
-    for rows in prompt_groups(records).values():
-        counts = defaultdict(int)
-        for i in rows:
-            counts[records[i].output_ids] += 1
-        dup += sum(c * (c - 1) // 2 for c in counts.values())
-        pairs += len(rows) * (len(rows) - 1) // 2
-    return dup, pairs
+    """(identical pairs, pairs) over the disjoint pairs of completions of one prompt (independent under H0)."""
+    pairs = completion_pairs(records)
+    return sum(records[i].output_ids == records[j].output_ids for i, j in pairs), len(pairs)
 
 
-# ------------------------------------------------------------------------------------------ scored
+def poisson_binomial_sf(d: int, probs) -> float:
+    """P(sum of independent Bernoulli(probs) >= d), exactly (dynamic programming over the trials)."""
+    if d <= 0:
+        return 1.0
+    dist = np.zeros(d + 1)  # dist[j] = P(j successes so far), j = d holding ">= d"
+    dist[0] = 1.0
+    for p in probs:
+        top = dist[d] + dist[d - 1] * p
+        dist[1:d] = dist[1:d] * (1 - p) + dist[:d - 1] * p
+        dist[0] *= 1 - p
+        dist[d] = top
+    return float(min(1.0, dist[d]))
+
+
 def _duplicates_scored(records, scores):
-    dup, pairs = _duplicate_pairs(records)
+    """Exact under H0: for a disjoint pair (i, j) of completions of one prompt, P(s_j = s_i | s_i) = P(s_i),
+    the target's probability of completion i; the number of identical pairs is Poisson-binomial."""
+    pairs = completion_pairs(records)
     seq_p = np.exp(np.where(scores.present, scores.logp, 0.0).sum(1))  # (N,) P(completion) under the target
-    lam = 0.0
-    for rows in prompt_groups(records).values():
-        n = len(rows)
-        lam += n * (n - 1) / 2 * float(seq_p[rows].mean())  # E[pairs] = C(n, 2) * sum_s P(s)^2, estimated
+    probs = [float(seq_p[i]) for i, _ in pairs]
+    dup = sum(records[i].output_ids == records[j].output_ids for i, j in pairs)
 
     def ev(alpha, power, delta):
-        p = 1.0 if dup == 0 else float(sps.poisson.sf(dup - 1, lam)) if lam > 0 else 0.0
-        return TestRow(statistic=float(dup), pvalue=p, expected=lam, observed=float(dup), n=float(pairs),
-                       method="Poisson: identical completions of one prompt vs C(n,2) * mean P(completion)")
+        return TestRow(statistic=float(dup), pvalue=poisson_binomial_sf(dup, probs), expected=float(sum(probs)),
+                       observed=float(dup), n=float(len(pairs)),
+                       method="exact Poisson-binomial: identical disjoint pairs of completions of one prompt, "
+                              "P(pair identical | first) = P(first completion) under the target")
     return ev
 
 
@@ -167,7 +175,8 @@ def plan_scored(records: list[SampleRecord], scores, eos_token_id: Optional[int]
         specs.append(TestSpec("numerics", "engine_logprobs", None, False, agree))
     else:
         notes.append("numerics: the samples carry no engine logprobs; no agreement test")
-    specs.append(TestSpec("independence", "duplicates", None, True, _duplicates_scored(records, scores)))
+    if completion_pairs(records):
+        specs.append(TestSpec("independence", "duplicates", None, True, _duplicates_scored(records, scores)))
     cross = _cross_pit(scores.u, scores.present, completion_pairs(records))
     if cross is not None:
         specs.append(TestSpec("independence", "paired_completions_pit", None, True, cross))
@@ -231,7 +240,8 @@ def _duplicates_two_sample(a, b):
             p = 1.0
         elif pb == 0:
             p = 0.0 if da > 0 else 1.0
-        else:  # given d duplicates in all, those of the samples are Binomial(d, pa / (pa + pb)) under H0
+        else:  # given d identical pairs in all, the file's share is Binomial(d, pa / (pa + pb)) under H0 (exact
+            # when both files pair the same prompts equally often; approximate otherwise)
             p = float(sps.binomtest(da, d, pa / (pa + pb), alternative="greater").pvalue)
         return TestRow(statistic=float(da), pvalue=p, observed=float(da),
                        expected=d * pa / (pa + pb) if pa + pb else NAN, n=float(pa),
