@@ -65,7 +65,7 @@ def summary_text(res, args) -> str:
 
 def write_report(out, res, args) -> list[str]:
     meta = metadata(_config(res, args), args.seed)
-    meta.update({"verdict": res.certificate.verdict, "headline": res.certificate.headline(),
+    meta.update({"verdict": res.certificate.verdict, "completions": res.certificate.completions, "headline": res.certificate.headline(),
                  "reasons": list(res.certificate.reasons), "bounds": _bounds_dict(res.certificate.bounds),
                  "notes": list(res.notes), "info": res.info})
     with staged_report(Path(out), "verify-samples", FILES) as st:

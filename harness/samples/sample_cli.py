@@ -116,6 +116,7 @@ def _in_process(args, reqs, w: SampleWriter) -> int:
         from harness.samples.controls import CONTROLS
         c = CONTROLS[args.control]
         fn, post, spec = c.fn, c.postprocess, {"method": c.name}
+        name = "hf" if c.engine == "transformers" else name
     elif args.engine == "ours":
         fn = P.speculative_sampler if args.method == "speculative" else P.autoregressive_sampler
         spec = {"method": "draft", "k": args.k} if args.method == "speculative" else None
