@@ -136,3 +136,24 @@ def test_planners_agree_with_bounds():
     assert tb.needed == m and tb.max_upper <= eps
     tb4 = two_sample_bounds(cells[:m // 4], cells[m:m + m // 4], k, eps, conf, power)
     assert tb4.max_upper > eps
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--engine", "ours", "--min-p", "0.1"], "`--min-p` must be 0 for --engine ours/hf"),
+    (["--engine", "ours", "--stop", "x"], "`--stop` must be absent"),
+    (["--engine", "openai", "--model", "m"], "`--url` must be"),
+    (["--engine", "ours", "--control", "nope"], "`--control` must be one of"),
+    (["--engine", "ours", "--top-p", "0"], "`--top-p` must be"),
+])
+def test_sample_cli_bad_options_exit_2(tmp_path, capsys, args, needle):
+    assert main(["sample", "--out", str(tmp_path / "o.jsonl"), *args]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_sample_cli_refuses_to_resume_under_other_controls(tmp_path, capsys):
+    f = _file(tmp_path / "o.jsonl", np.random.default_rng(0), P, n_prompts=2, T=16)
+    before = f.read_text()
+    assert main(["sample", "--engine", "ours", "--out", str(f), "--temperature", "0.5", "--max-new-tokens", "16"]) == 2
+    assert "holds completions drawn under" in capsys.readouterr().err
+    assert f.read_text() == before
