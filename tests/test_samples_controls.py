@@ -63,3 +63,16 @@ def test_lossless_controls_not_lossy(tmp_path, control):
     code, meta = _scored(tmp_path, f)
     assert code == 1 and meta["verdict"] == "inconclusive", meta["headline"]
     assert meta["bounds"]["completions_needed"] > meta["completions"]
+
+
+def test_hf_prompt_lookup_producer(tmp_path):
+    """transformers' prompt-lookup decoding through `sample --engine hf`: records carry the method, not lossy."""
+    f = tmp_path / "pl.jsonl"
+    assert main(["sample", "--engine", "hf", "--hf-mode", "prompt_lookup", "--k", "3", "--n-prompts", "3",
+                 "--n-per-prompt", "2", "--max-new-tokens", "8", "--out", str(f), "--no-progress"]) == 0
+    from harness.samples.format import read_samples
+    recs = read_samples(f)
+    assert len(recs) == 6 and recs[0].engine["name"] == "transformers"
+    assert recs[0].engine["speculative"] == {"method": "prompt_lookup", "k": 3}
+    code, meta = _scored(tmp_path, f)
+    assert meta["verdict"] != "lossy", meta["headline"]

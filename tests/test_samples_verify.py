@@ -21,7 +21,8 @@ def _controls(T, **over):
     return c
 
 
-def _file(path, rng, probs, *, n_prompts=50, per_prompt=2, T=3, duplicate=False, truncate_at=None, controls=None):
+def _file(path, rng, probs, *, n_prompts=50, per_prompt=2, T=3, duplicate=False, truncate_at=None, controls=None,
+          logprob_shift=None):
     lines = []
     for i in range(n_prompts):
         prev = None
@@ -35,7 +36,8 @@ def _file(path, rng, probs, *, n_prompts=50, per_prompt=2, T=3, duplicate=False,
                 out, fr = out[:out.index(truncate_at)], "stop"
             lines.append({"format": FORMAT, "request_id": f"p{i}-s{j}", "prompt_id": f"p{i}", "prompt_ids": [9, i],
                           "output_ids": out, "finish_reason": fr, "controls": controls or _controls(T),
-                          "logprobs": None, "engine": {"name": "synthetic"}})
+                          "logprobs": None if logprob_shift is None else
+                          [float(np.log(probs[x])) + logprob_shift for x in out], "engine": {"name": "synthetic"}})
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
 
@@ -157,3 +159,15 @@ def test_sample_cli_refuses_to_resume_under_other_controls(tmp_path, capsys):
     assert main(["sample", "--engine", "ours", "--out", str(f), "--temperature", "0.5", "--max-new-tokens", "16"]) == 2
     assert "holds completions drawn under" in capsys.readouterr().err
     assert f.read_text() == before
+
+
+def test_two_sample_logprobs_ks_ad(tmp_path):
+    """Same token law, but the engine under test reports logprobs shifted by -0.3: only the logprob rows reject."""
+    b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=400, logprob_shift=0.0)
+    a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), P, n_prompts=400, logprob_shift=0.0)
+    code, meta = _verify(tmp_path, a, b)
+    assert meta["verdict"] == "inconclusive"
+    a = _file(tmp_path / "a2.jsonl", np.random.default_rng(1), P, n_prompts=400, logprob_shift=-0.3)
+    code, meta = _verify(tmp_path, a, b)
+    assert meta["verdict"] == "lossy" and "logprobs/mean_logprob" in meta["headline"]
+    assert "tokens/" not in meta["headline"]
