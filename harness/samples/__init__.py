@@ -9,5 +9,6 @@
     harness/samples/plan.py         the tests of both modes and of independence (one Holm family)
     harness/samples/certificate.py  the three-valued verdict and the completions needed to certify
     harness/samples/verify_cli.py   ``python -m harness verify-samples``
+    harness/samples/report.py       its report: tests.csv, summary.md, meta.json
     harness/samples/controls.py     engine-level bug controls and lossless controls
 """
