@@ -1,4 +1,4 @@
-"""`python -m harness <command>`: verify, pit, alpha, calibrate, sweep, report, tune.
+"""`python -m harness <command>`: verify, pit, alpha, calibrate, sweep, report, numerics, tune, sample, verify-samples.
 
 Each command lives in its own module, which provides ``add_arguments(parser)`` and ``run(args) -> int``
 (0 ok, 1 lossy).  :func:`main` is the one place where exceptions become exit statuses
@@ -32,6 +32,10 @@ COMMANDS = {
     "numerics": ("harness.numerics_floor", "the numerics floor: exact TV of sampling arithmetic in float32 / "
                                            "bfloat16 / float16 against float64"),
     "tune": ("harness.tune", "choose the algorithm and k per batch size for a pair on a machine (roofline or profiled)"),
+    "sample": ("harness.samples.sample_cli", "write an engine sample file (ours, transformers, an OpenAI-compatible "
+                                             "endpoint)"),
+    "verify-samples": ("harness.samples.verify_cli", "verify an engine from its samples: scored by the target or "
+                                                     "against a baseline file; certified / lossy / inconclusive"),
 }
 
 EPILOG = "exit status (every command):\n" + "\n".join(f"  {code:<4d} {what}" for code, what in EXIT_CODES.items())

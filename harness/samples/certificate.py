@@ -1,0 +1,155 @@
+"""The three-valued verdict of ``verify-samples`` and the completions a certificate needs.
+
+    lossy          a loss test rejects after Holm over the whole family
+    certified      nothing rejects, and every per-position upper confidence bound lies below ``epsilon``
+                   (simultaneous confidence ``tv_confidence``: each of the T bounds at miss probability
+                   (1 - tv_confidence) / T)
+    inconclusive   neither; with the number of completions that would certify, from the planners
+
+What is bounded, per mode (the certificate states it):
+
+* two-sample: TV between the two engines' laws of the token at position t (an "ended" cell included):
+  TV(Q_t, P_t) <= TV(Q̂_t, P̂_t) + d(n_a) + d(n_b), d the finite-sample deviation of
+  :func:`harness.stats.tv_upper_bound` (McDiarmid or Bretagnolle–Huber–Carol over k = V + 1 cells),
+  each sample at half the position's miss probability.  Planner: under H0 the bound's expected size is
+  at most 2 (½√(k/n) + √(ln(2/β)/(2n))) + 2 d(n) with probability ``power`` (β = 1 − power), every term
+  ∝ 1/√n, so n = ⌈(C/ε)²⌉ completions per file.
+* scored: the Kolmogorov distance between the law of the position's randomized PIT and U(0, 1) (DKW,
+  :func:`harness.stats.kolmogorov_upper_bound`).  This is *not* a token TV: it is at most the mean over
+  prefixes of TV(engine_t(·|prefix), target_t(·|prefix)) (the randomized PIT maps each conditional law to
+  a density on [0, 1] whose distance from uniform is that TV; mixing over prefixes can only shrink it).
+  Planner: n = :func:`harness.stats.dkw_n_for_distance` (ε, delta_each, power) PIT values per position,
+  divided by the share of completions that reach the position.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from harness import stats
+
+__all__ = ["PositionBounds", "Certificate", "scored_bounds", "two_sample_bounds", "two_sample_n_for_tv",
+           "judge"]
+
+
+@dataclass(frozen=True)
+class PositionBounds:
+    """Per position t: ``n`` values, the point estimate ``hat``, the upper bound ``upper``; ``what`` the
+    distance bounded, ``delta_each`` each bound's miss probability, ``needed`` the completions that would
+    bring every bound under epsilon (planner, assuming H0)."""
+
+    what: str
+    n: tuple
+    hat: tuple
+    upper: tuple
+    delta_each: float
+    needed: int
+
+    @property
+    def max_upper(self) -> float:
+        return max(self.upper) if self.upper else math.inf
+
+
+def scored_bounds(u: np.ndarray, present: np.ndarray, epsilon: float, tv_confidence: float,
+                  power: float) -> PositionBounds:
+    """DKW bounds on the Kolmogorov distance of each position's PIT law (only completions that reach t)."""
+    T = u.shape[1]
+    delta = (1 - tv_confidence) / T
+    n, hat, up = [], [], []
+    for t in range(T):
+        x = u[present[:, t], t]
+        if x.size == 0:
+            n.append(0), hat.append(math.nan), up.append(1.0)
+            continue
+        b = stats.kolmogorov_upper_bound(x, delta=delta)
+        n.append(int(x.size)), hat.append(b.ks_hat), up.append(b.upper)
+    per_pos = stats.dkw_n_for_distance(epsilon, alpha=delta, power=power)
+    reach = present.mean(0)
+    needed = math.ceil(per_pos / max(float(reach.min()), 1.0 / (10 * u.shape[0]))) if T else 0
+    return PositionBounds("Kolmogorov distance of the position's randomized-PIT law from U(0, 1) (DKW); "
+                          "<= the prefix-averaged token TV, not a bound on it",
+                          tuple(n), tuple(hat), tuple(up), delta, needed)
+
+
+def _deviation(n: int, k: int, delta: float) -> float:
+    """The finite-sample term of :func:`harness.stats.tv_upper_bound` for ``n`` draws over ``k`` cells."""
+    c = np.zeros(k, np.int64)
+    c[0] = n
+    return stats.tv_upper_bound(c, c / n, delta).upper  # tv_hat = 0 here: the bound is the term itself
+
+
+def two_sample_n_for_tv(epsilon: float, k: int, delta: float, power: float) -> int:
+    """Completions per file for the two-sample position bound to fall below ``epsilon`` with probability
+    ``power`` when the two laws are equal (module docstring)."""
+    beta = 1 - power
+    mcd = 0.5 * math.sqrt(k) + math.sqrt(math.log(2 / delta) / 2)
+    bhc = math.sqrt((k * math.log(2) + math.log(2 / delta)) / 2)
+    C = 2 * (0.5 * math.sqrt(k) + math.sqrt(math.log(2 / beta) / 2)) + 2 * min(mcd, bhc)
+    return math.ceil((C / epsilon) ** 2)
+
+
+def two_sample_bounds(cells_a: np.ndarray, cells_b: np.ndarray, k: int, epsilon: float, tv_confidence: float,
+                      power: float) -> PositionBounds:
+    """Upper bounds on TV between the two files' laws of each position's cell (k cells: V tokens + ended)."""
+    T = cells_a.shape[1]
+    delta = (1 - tv_confidence) / T
+    na, nb = cells_a.shape[0], cells_b.shape[0]
+    dev = _deviation(na, k, delta / 2) + _deviation(nb, k, delta / 2)
+    hat, up = [], []
+    for t in range(T):
+        qa = np.bincount(cells_a[:, t], minlength=k) / na
+        qb = np.bincount(cells_b[:, t], minlength=k) / nb
+        h = 0.5 * float(np.abs(qa - qb).sum())
+        hat.append(h), up.append(min(1.0, h + dev))
+    return PositionBounds(f"TV between the two files' laws of the token at each position ({k} cells: the "
+                          "vocabulary and 'ended'; finite-sample, two-sided union)",
+                          tuple([min(na, nb)] * T), tuple(hat), tuple(up), delta,
+                          two_sample_n_for_tv(epsilon, k, delta, power))
+
+
+@dataclass(frozen=True)
+class Certificate:
+    verdict: str
+    epsilon: float
+    confidence: float
+    bounds: Optional[PositionBounds]
+    completions: int
+    reasons: tuple = field(default_factory=tuple)
+
+    def headline(self) -> str:
+        b = self.bounds
+        if self.verdict == "certified":
+            return (f"certified: {b.what.split(' (')[0]} <= {self.epsilon:g} at every position (largest bound "
+                    f"{b.max_upper:.3g}; simultaneous confidence {self.confidence:g})")
+        if self.verdict == "lossy":
+            return "lossy: " + "; ".join(self.reasons)
+        return (f"inconclusive: {'; '.join(self.reasons)}; about {b.needed if b else '?'} completions "
+                f"{'per file ' if b and b.what.startswith('TV between') else ''}would certify epsilon = "
+                f"{self.epsilon:g} (have {self.completions})")
+
+
+def judge(table, bounds: Optional[PositionBounds], epsilon: float, tv_confidence: float, completions: int,
+          blockers: tuple = ()) -> Certificate:
+    """The verdict from the Holm-adjusted ``table`` (tests.csv rows), the position ``bounds`` and any
+    ``blockers`` (reasons that forbid a certificate without proving a loss)."""
+    rej = table[table["reject"]]
+    loss = rej[rej["loss_test"]]
+    if len(loss):
+        why = [f"{r.family}/{r.test}" + (f"@{int(r.position)}" if r.position >= 0 else "") +
+               f" (p_adj {r.p_adjusted:.2g})" for r in loss.itertuples()]
+        more = f" and {len(why) - 5} more" if len(why) > 5 else ""
+        return Certificate("lossy", epsilon, tv_confidence, bounds, completions,
+                           (f"{len(why)} test(s) reject: {', '.join(why[:5])}{more}",))
+    reasons = list(blockers)
+    reasons += [f"{r.family}/{r.test} rejects ({r.method})" for r in rej.itertuples()]
+    if bounds is None:
+        reasons.append("no position bounds")
+    elif bounds.max_upper > epsilon:
+        worst = int(np.argmax(bounds.upper))
+        reasons.append(f"largest position bound {bounds.max_upper:.3g} (position {worst}, n = {bounds.n[worst]}) "
+                       f"exceeds epsilon = {epsilon:g}")
+    verdict = "certified" if not reasons else "inconclusive"
+    return Certificate(verdict, epsilon, tv_confidence, bounds, completions, tuple(reasons))

@@ -1,0 +1,178 @@
+"""In-process producers of sample files: our samplers and transformers' ``generate``.
+
+    reqs = make_requests(n_prompts=64, n_per_prompt=4, prompt_lengths=(8, 48), seed=0)
+    with SampleWriter("spec.jsonl") as w:
+        produce(reqs, speculative_sampler(k=4), target, draft, config=SamplingConfig(), max_new_tokens=32,
+                eos_token_id=257, batch_size=64, seed=0, writer=w, engine={"name": "ours", ...})
+
+A *generate function* has the harness's sampler call signature
+``fn(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator) -> GenerationResult``
+(:func:`specimpl.speculative.speculative_generate`); the producers here wrap our samplers and
+transformers' decoders in it, and :mod:`harness.samples.controls` wraps them again with engine bugs.
+
+Requests are cut into fixed batches in request order (the completions of one prompt are adjacent, as an
+engine's ``n`` completions of one request are); batch ``i`` draws from ``torch.Generator`` seeded
+``seed * 1_000_003 + i``, so a rerun gives the same file.  A batch whose requests are all in the file
+already is skipped (resume); one partly written is drawn again and only its missing rows are written.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from harness.samples.format import Controls, SampleRecord, SampleWriter
+from specimpl.result import PAD, GenerationResult
+from specimpl.sampling import SamplingConfig
+
+__all__ = ["Request", "make_requests", "controls_of", "config_of", "finish_reason", "records_from_result",
+           "produce", "speculative_sampler", "autoregressive_sampler", "hf_sampler", "hf_prompt_lookup_generate",
+           "ScorerRefusal"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One completion to produce: its ids and its prompt's token ids."""
+
+    request_id: str
+    prompt_id: str
+    prompt_ids: tuple
+
+
+def make_requests(n_prompts: int, n_per_prompt: int, prompt_lengths: tuple = (8, 48), seed: int = 0) -> list[Request]:
+    """``n_per_prompt`` completions (``p<i>-s<j>``) of each of ``n_prompts`` held-out byte prompts of the
+    tiny pair (:func:`specimpl.hf.tiny_pair_prompts`, ragged lengths in ``prompt_lengths``)."""
+    from specimpl.hf import tiny_pair_prompts
+    lo, hi = prompt_lengths
+    prompts = tiny_pair_prompts(n_prompts, length=hi, min_length=lo, seed=seed)
+    return [Request(f"p{i}-s{j}", f"p{i}", tuple(p)) for i, p in enumerate(prompts) for j in range(n_per_prompt)]
+
+
+def controls_of(config: SamplingConfig, max_new_tokens: int, seed: Optional[int] = None, stop=()) -> Controls:
+    """The sample file's controls for a :class:`SamplingConfig` (top_k None -> 0)."""
+    return Controls(temperature=float(config.temperature), top_k=int(config.top_k or 0), top_p=float(config.top_p),
+                    max_new_tokens=int(max_new_tokens), min_p=0.0, seed=seed, greedy=bool(config.is_greedy),
+                    stop=tuple(stop))
+
+
+class ScorerRefusal(ValueError):
+    """Controls the scorer's warp cannot apply (it would certify a different law than the engine's)."""
+
+
+def config_of(c: Controls) -> SamplingConfig:
+    """The :class:`SamplingConfig` that applies ``c`` exactly (specimpl.sampling.warp: temperature, top-k,
+    top-p, greedy); :class:`ScorerRefusal` for a control warp does not implement (min_p > 0, stop strings)."""
+    if c.min_p > 0:
+        raise ScorerRefusal(f"controls.min_p = {c.min_p!r}: the scorer's warp (specimpl.sampling.warp) has no min_p, "
+                            "so it would score a different law than the engine applied; re-sample with min_p = 0")
+    if c.stop:
+        raise ScorerRefusal(f"controls.stop = {list(c.stop)!r}: stop strings act on decoded text, which the scorer "
+                            "does not model; re-sample without stop strings")
+    if c.greedy or c.temperature == 0:
+        return SamplingConfig(greedy=True)
+    return SamplingConfig(temperature=c.temperature, top_k=c.top_k or None, top_p=c.top_p)
+
+
+def finish_reason(out: list[int], max_new_tokens: int, eos_token_id: Optional[int]) -> str:
+    """'eos' when the last token is EOS, else 'length' (a full-length completion)."""
+    if out and eos_token_id is not None and out[-1] == eos_token_id:
+        return "eos"
+    return "length"
+
+
+def records_from_result(requests: list[Request], result: GenerationResult, controls: Controls, engine: dict,
+                        eos_token_id: Optional[int]) -> list[SampleRecord]:
+    """One record per request from a generate call's tokens (PAD after each row's end)."""
+    toks = result.tokens.detach().cpu()
+    out = []
+    for b, req in enumerate(requests):
+        row = [int(x) for x in toks[b].tolist() if x != PAD]
+        out.append(SampleRecord(req.request_id, req.prompt_id, req.prompt_ids, tuple(row),
+                                finish_reason(row, controls.max_new_tokens, eos_token_id), controls, dict(engine)))
+    return out
+
+
+def produce(requests: list[Request], fn: Callable, target, draft, *, config: SamplingConfig, max_new_tokens: int,
+            eos_token_id: Optional[int], batch_size: int, seed: int, writer: SampleWriter, engine: dict, k: int = 4,
+            progress: bool = True, postprocess: Optional[Callable] = None) -> int:
+    """Run ``fn`` (a generate function) on the requests not yet in ``writer``'s file and append their
+    records; ``postprocess(records) -> records`` (engine controls) may alter them first.  Returns the
+    number of records written."""
+    from tqdm import tqdm
+    controls = controls_of(config, max_new_tokens)
+    batches = [requests[s:s + batch_size] for s in range(0, len(requests), batch_size)]
+    written = 0
+    bar = tqdm(total=len(requests), desc=f"sample {engine.get('name')}", disable=not progress, file=sys.stderr)
+    bar.update(sum(r.request_id in writer.done for r in requests))
+    for i, batch in enumerate(batches):
+        if all(r.request_id in writer.done for r in batch):
+            continue
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
+        res = fn(target, draft, [list(r.prompt_ids) for r in batch], k=k, max_new_tokens=max_new_tokens,
+                 config=config, eos_token_id=eos_token_id, generator=gen)
+        recs = records_from_result(batch, res, controls, engine, eos_token_id)
+        if postprocess is not None:
+            recs = postprocess(recs)
+        n = writer.write_all(recs)
+        written += n
+        bar.update(n)
+    bar.close()
+    return written
+
+
+def speculative_sampler(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
+    """Our speculative sampler (:func:`specimpl.speculative.speculative_generate`)."""
+    from specimpl.speculative import speculative_generate
+    return speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
+                                eos_token_id=eos_token_id, generator=generator)
+
+
+def autoregressive_sampler(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
+    """Our target-only sampler (:func:`specimpl.autoregressive.autoregressive_generate`); draft, k unused."""
+    from specimpl.autoregressive import autoregressive_generate
+    return autoregressive_generate(target, prompts, max_new_tokens=max_new_tokens, config=config,
+                                   eos_token_id=eos_token_id, generator=generator)
+
+
+def hf_prompt_lookup_generate(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
+    """transformers' ``generate(prompt_lookup_num_tokens=k, do_sample=True)``, one prompt at a time (its
+    prompt-lookup drafting supports batch 1; ``draft`` unused), each prompt seeded from ``generator`` as in
+    :mod:`specimpl.hf_assisted`."""
+    from specimpl.hf_assisted import _generation_config, _hf_model
+    tm = _hf_model(target)
+    dev = next(tm.parameters()).device
+    gc = _generation_config(tm, config, max_new_tokens, eos_token_id)
+    gc.prompt_lookup_num_tokens = int(k)
+    out = torch.full((len(prompts), max_new_tokens), PAD, dtype=torch.long)
+    seeds = torch.randint(0, 2 ** 62, (len(prompts),), generator=generator).tolist()
+    for b, p in enumerate(prompts):
+        ids = torch.tensor([p], dtype=torch.long, device=dev)  # (1, P)
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            torch.manual_seed(seeds[b])
+            seq = tm.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gc)  # (1, P + m)
+        new = seq[0, len(p):].cpu()
+        if eos_token_id is not None:
+            hit = (new == eos_token_id).nonzero()
+            if len(hit):
+                new = new[:int(hit[0]) + 1]
+        new = new[:max_new_tokens]
+        out[b, :len(new)] = new
+    return GenerationResult(tokens=out, lengths=(out != PAD).sum(1), stats=None, timings={})
+
+
+def hf_sampler(mode: str) -> Callable:
+    """transformers' decoders as generate functions: 'plain' (target only), 'assistant' (assisted
+    generation with the draft, k drafts a round), 'prompt_lookup' (k tokens looked up in the prompt)."""
+    from specimpl.hf_assisted import hf_assisted_generate, hf_generate
+    if mode == "plain":
+        def plain(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
+            return hf_generate(target, prompts, max_new_tokens=max_new_tokens, config=config,
+                               eos_token_id=eos_token_id, generator=generator)
+        return plain
+    if mode == "assistant":
+        return hf_assisted_generate
+    if mode == "prompt_lookup":
+        return hf_prompt_lookup_generate
+    raise ValueError(f"`mode` must be 'plain', 'assistant' or 'prompt_lookup'; got {mode!r}")

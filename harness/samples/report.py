@@ -1,0 +1,75 @@
+"""The report of ``verify-samples``: tests.csv, summary.md (the certificate first), meta.json.
+
+Files are staged and moved into ``--out`` together (:func:`harness.atomic.staged_report`), each written
+atomically with the run's provenance (:func:`harness.provenance.metadata`: config, seed, commit,
+versions, machine, command).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.atomic import staged_report
+from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata, portable
+
+__all__ = ["write_report", "summary_text"]
+
+FILES = ("tests.csv", "summary.md", "meta.json")
+
+
+def _config(res, args) -> dict:
+    return {"command": "verify-samples", "mode": res.mode, "samples": str(args.samples),
+            "target": args.target, "baseline": None if args.baseline is None else str(args.baseline),
+            "epsilon": args.epsilon, "alpha": args.alpha, "dtype": args.dtype, "logprob_tol": args.logprob_tol}
+
+
+def _bounds_dict(b) -> dict:
+    if b is None:
+        return {}
+    return {"what": b.what, "delta_each": b.delta_each, "completions_needed": b.needed, "max_upper": b.max_upper,
+            "n": list(b.n), "hat": list(b.hat), "upper": list(b.upper)}
+
+
+def summary_text(res, args) -> str:
+    c, t = res.certificate, res.table
+    lv = res.info.get("levels", {})
+    lines = [f"# verify-samples: {c.verdict}", "", c.headline(), "",
+             f"- mode: {res.mode}; samples: `{portable(str(args.samples))}`" +
+             (f"; target: `{portable(str(args.target))}` ({args.dtype})" if args.target else
+              f"; baseline: `{portable(str(args.baseline))}`"),
+             f"- completions: {c.completions}; " + ", ".join(f"{k}: {v}" for k, v in res.info.items()
+                                                           if k in ("tokens_scored", "tokens_compared")),
+             f"- family: {lv.get('n_tests')} tests, Holm at alpha = {res.info.get('family_alpha'):g}, power "
+             f"{res.info.get('power'):g}"
+             f" (each planned at {lv.get('alpha_each', float('nan')):.3g}); min detectable deviation per row in "
+             "tests.csv (`min_detectable`, at the run's power)",
+             f"- certificate: epsilon = {c.epsilon:g}, confidence {c.confidence:g}; "
+             + (f"bounded: {c.bounds.what}; largest bound {c.bounds.max_upper:.3g}; completions needed to certify "
+                f"epsilon (planner, under H0): {c.bounds.needed}" if c.bounds else "no bounds")]
+    if res.info.get("engine_logprobs"):
+        a = res.info["engine_logprobs"]
+        lines.append(f"- engine logprobs vs scorer: max |diff| {a['max_abs_diff']:.3g}, mean {a['mean_abs_diff']:.3g} "
+                     f"over {a['tokens']} tokens (tolerance {a['tolerance']:g})")
+    if "wall_score_s" in res.info:
+        lines.append(f"- scoring wall time: {res.info['wall_score_s']:.1f} s")
+    rej = t[t["reject"]]
+    lines += ["", f"## Rejections ({len(rej)})", ""]
+    lines += [f"- {r.family}/{r.test}" + (f" @ position {int(r.position)}" if r.position >= 0 else "") +
+              f": p = {r.pvalue:.3g}, p_adj = {r.p_adjusted:.3g}; {r.method}" for r in rej.itertuples()] or ["none"]
+    fams = t.groupby("family").agg(tests=("test", "size"), rejected=("reject", "sum"), min_p=("pvalue", "min"))
+    lines += ["", "## Tests by family", "", "| family | tests | rejected | smallest p |", "|---|---|---|---|"]
+    lines += [f"| {f} | {int(r.tests)} | {int(r.rejected)} | {r.min_p:.3g} |" for f, r in fams.iterrows()]
+    if res.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in res.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out, res, args) -> list[str]:
+    meta = metadata(_config(res, args), args.seed)
+    meta.update({"verdict": res.certificate.verdict, "completions": res.certificate.completions, "headline": res.certificate.headline(),
+                 "reasons": list(res.certificate.reasons), "bounds": _bounds_dict(res.certificate.bounds),
+                 "notes": list(res.notes), "info": res.info})
+    with staged_report(Path(out), "verify-samples", FILES) as st:
+        atomic_write_csv(st.dir / "tests.csv", res.table, meta)
+        atomic_write_text(st.dir / "summary.md", summary_text(res, args))
+        atomic_write_json(st.dir / "meta.json", meta)
+    return list(FILES)

@@ -1,0 +1,168 @@
+"""`python -m harness sample`: write a sample file (specverify.samples/1) from an engine.
+
+    python -m harness sample --engine ours --method speculative --k 4 --out spec.jsonl
+    python -m harness sample --engine ours --method autoregressive --out plain.jsonl --seed 1
+    python -m harness sample --engine hf --hf-mode assistant --k 4 --out hf_spec.jsonl
+    python -m harness sample --engine hf --hf-mode prompt_lookup --k 4 --out hf_pl.jsonl
+    python -m harness sample --engine openai --url http://127.0.0.1:8000/v1 --model tiny --out srv.jsonl
+    python -m harness sample --engine ours --control shared_stream --out bug.jsonl   # an engine-level bug
+
+Requests: ``--n-per-prompt`` completions of each of ``--n-prompts`` held-out byte prompts of the tiny pair
+(``--prompt-lengths``, ``--prompt-seed``), ids ``p<i>-s<j>``.  ``ours`` and ``hf`` run on the shipped
+tiny pair (``--target``/``--draft`` for other local checkpoints); ``openai`` asks an OpenAI-compatible
+completions endpoint (:mod:`harness.samples.openai`: bounded concurrency, retries with backoff).  The
+file is append-only: a rerun of the same command skips the requests already in it (resume), and refuses
+a file drawn under other controls.  Exit 0 done, 2 bad options or file, 3 the engine failed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.errors import SamplerError, UsageError
+from harness.options import check_option, check_out, check_seed
+from harness.samples.format import SampleWriter
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--engine", choices=("ours", "hf", "openai"), required=True)
+    ap.add_argument("--out", type=Path, required=True, help="sample file to write (appended to; resumable)")
+    ap.add_argument("--n-prompts", type=int, default=32)
+    ap.add_argument("--n-per-prompt", type=int, default=4, help="completions per prompt (>= 2 for the "
+                                                                "independence checks)")
+    ap.add_argument("--prompt-lengths", type=int, nargs=2, default=(8, 48), metavar=("MIN", "MAX"))
+    ap.add_argument("--prompt-seed", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0, help="0: off")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--min-p", type=float, default=0.0, help="openai only (sent explicitly; 0: off)")
+    ap.add_argument("--stop", action="append", default=[], help="openai only: a stop string (repeatable)")
+    ap.add_argument("--no-eos", action="store_true", help="ours/hf: no end-of-sequence stop")
+    ap.add_argument("--seed", type=int, default=0, help="sampler seed (ours/hf); base of request seeds (openai)")
+    ap.add_argument("--method", choices=("speculative", "autoregressive"), default="speculative", help="ours")
+    ap.add_argument("--hf-mode", choices=("plain", "assistant", "prompt_lookup"), default="assistant", help="hf")
+    ap.add_argument("--k", type=int, default=4, help="draft tokens a round (ours, hf assistant, prompt lookup)")
+    ap.add_argument("--control", help="ours/hf: an engine-level control of harness.samples.controls")
+    ap.add_argument("--target", help="ours/hf: target checkpoint (default: the shipped tiny pair)")
+    ap.add_argument("--draft", help="ours/hf: draft checkpoint (default: the shipped tiny pair)")
+    ap.add_argument("--batch-size", type=int, default=64, help="ours/hf: requests per generate call")
+    ap.add_argument("--url", help="openai: base URL, e.g. http://127.0.0.1:8000/v1")
+    ap.add_argument("--model", help="openai: the model name the server expects")
+    ap.add_argument("--prompt-format", choices=("ids", "text"), default="ids", help="openai")
+    ap.add_argument("--tokenizer", help="openai: tokenizer path for text prompts / text-only responses")
+    ap.add_argument("--eos-token-id", type=int, help="openai: the EOS id (default: the tokenizer's)")
+    ap.add_argument("--request-seeds", action="store_true", help="openai: send a seed with every request")
+    ap.add_argument("--concurrency", type=int, default=4, help="openai: requests in flight")
+    ap.add_argument("--retries", type=int, default=5, help="openai: retries per request")
+    ap.add_argument("--backoff", type=float, default=0.5, help="openai: first retry delay, seconds (doubles)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="openai: seconds per request")
+    ap.add_argument("--no-progress", action="store_true")
+
+
+def _check(args) -> None:
+    for opt in ("n_prompts", "n_per_prompt", "max_new_tokens", "k", "batch_size", "concurrency"):
+        v = getattr(args, opt)
+        check_option(v >= 1, "--" + opt.replace("_", "-"), v, "an integer >= 1")
+    lo, hi = args.prompt_lengths
+    check_option(2 <= lo <= hi, "--prompt-lengths", [lo, hi], "MIN MAX with 2 <= MIN <= MAX")
+    check_option(args.temperature >= 0, "--temperature", args.temperature, "a number >= 0")
+    check_option(args.top_k >= 0, "--top-k", args.top_k, "an integer >= 0 (0: off)")
+    check_option(0 < args.top_p <= 1, "--top-p", args.top_p, "a number in (0, 1]")
+    check_option(0 <= args.min_p < 1, "--min-p", args.min_p, "a number in [0, 1)")
+    check_option(args.retries >= 0, "--retries", args.retries, "an integer >= 0")
+    check_seed(args.seed)
+    check_out(args.out, is_file=True)
+    if args.engine != "openai":
+        check_option(args.min_p == 0, "--min-p", args.min_p, "0 for --engine ours/hf (their warp has no min_p)")
+        check_option(not args.stop, "--stop", args.stop, "absent for --engine ours/hf (no stop strings)")
+    else:
+        check_option(bool(args.url), "--url", args.url, "the endpoint's base URL for --engine openai")
+        check_option(bool(args.model), "--model", args.model, "the model name for --engine openai")
+        check_option(args.control is None, "--control", args.control, "absent for --engine openai")
+    if args.control is not None:
+        from harness.samples.controls import CONTROLS
+        check_option(args.control in CONTROLS, "--control", args.control, f"one of {sorted(CONTROLS)}")
+
+
+def _controls(args):
+    from harness.samples.format import Controls
+    return Controls(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    max_new_tokens=args.max_new_tokens, min_p=args.min_p, greedy=args.temperature == 0,
+                    stop=tuple(args.stop))
+
+
+def _check_resume(w: SampleWriter, controls) -> None:
+    if not w.done:
+        return
+    from harness.samples.format import read_samples
+    first = read_samples(w.path, option="--out")[0].controls
+    if first.law_key() != controls.law_key():
+        raise UsageError(f"`--out` {str(w.path)!r} holds completions drawn under {first.to_json()}; this run asks "
+                         f"for {controls.to_json()} (one configuration per file: write to another file)")
+
+
+def _in_process(args, reqs, w: SampleWriter) -> int:
+    from harness.samples import producers as P
+    from specimpl.sampling import SamplingConfig
+    from specimpl.hf import load_pair, load_tiny_pair
+    target, draft = load_pair(args.target, args.draft, local_files_only=True) if args.target else load_tiny_pair()
+    config = P.config_of(_controls(args)) if args.temperature > 0 else SamplingConfig(greedy=True)
+    post, name = None, args.engine
+    if args.control is not None:
+        from harness.samples.controls import CONTROLS
+        c = CONTROLS[args.control]
+        fn, post, spec = c.fn, c.postprocess, {"method": c.name}
+        name = "hf" if c.engine == "transformers" else name
+    elif args.engine == "ours":
+        fn = P.speculative_sampler if args.method == "speculative" else P.autoregressive_sampler
+        spec = {"method": "draft", "k": args.k} if args.method == "speculative" else None
+    else:
+        fn = P.hf_sampler(args.hf_mode)
+        spec = None if args.hf_mode == "plain" else {"method": args.hf_mode, "k": args.k}
+    eos = None if args.no_eos else target.model.config.eos_token_id
+    engine = {"name": "transformers" if name == "hf" else "specimpl", "speculative": spec, "dtype": "float32",
+              **({"control": args.control} if args.control else {})}
+    if name == "hf":
+        import transformers
+        engine["version"] = transformers.__version__
+    return P.produce(reqs, fn, target, draft, config=config, max_new_tokens=args.max_new_tokens, eos_token_id=eos,
+                     batch_size=args.batch_size, seed=args.seed, writer=w, engine=engine, k=args.k,
+                     progress=not args.no_progress, postprocess=post)
+
+
+def _openai(args, reqs, w: SampleWriter) -> int:
+    from harness.samples.openai import EndpointSpec, produce_openai
+    tok = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
+    eos = args.eos_token_id if args.eos_token_id is not None else getattr(tok, "eos_token_id", None)
+    if args.prompt_format == "text" and tok is None:
+        raise UsageError("`--prompt-format text` needs `--tokenizer` (to decode the prompt ids); got none")
+    spec = EndpointSpec(url=args.url, model=args.model, controls=_controls(args), prompt_format=args.prompt_format,
+                        tokenizer=tok, eos_token_id=eos, seed=args.seed if args.request_seeds else None,
+                        concurrency=args.concurrency, retries=args.retries, backoff=args.backoff,
+                        timeout=args.timeout)
+    return produce_openai(reqs, spec, w, progress=not args.no_progress)
+
+
+def run(args) -> int:
+    _check(args)
+    from harness.samples.producers import make_requests
+    reqs = make_requests(args.n_prompts, args.n_per_prompt, tuple(args.prompt_lengths), args.prompt_seed)
+    with SampleWriter(args.out) as w:
+        _check_resume(w, _controls(args))
+        before = len(w.done)
+        try:
+            n = _openai(args, reqs, w) if args.engine == "openai" else _in_process(args, reqs, w)
+        except (SamplerError, UsageError):
+            raise
+        except (OSError, ValueError) as e:
+            raise SamplerError(f"the engine failed: {type(e).__name__}: {e}") from e
+    print(f"{args.out}: {n} new completions written ({before} already there); {before + n} of {len(reqs)} requests",
+          file=sys.stderr)
+    return 0

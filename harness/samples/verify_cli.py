@@ -1,0 +1,205 @@
+"""`python -m harness verify-samples`: is an engine's output the target's law?  From its samples alone.
+
+    python -m harness verify-samples --samples spec.jsonl --target specimpl/assets/tiny_pair/target
+    python -m harness verify-samples --samples spec.jsonl --baseline plain.jsonl --epsilon 0.05
+
+Scored mode (``--target``): the target scores every output token under the recorded controls
+(:mod:`harness.samples.scoring`) and the battery runs on the scores.  Two-sample mode (``--baseline``, a
+file from the same prompts and controls with speculation off): no model.  The tests of both modes and
+the independence checks (:mod:`harness.samples.plan`) form ONE family, Holm-adjusted at ``--alpha``
+with each row's detectable deviation stated at the run's power.  The verdict
+(:mod:`harness.samples.certificate`) is *lossy* (a loss test rejects), *certified* (nothing rejects and
+every per-position upper bound is below ``--epsilon``) or *inconclusive* (with the completions that
+would certify).  Controls the scorer cannot apply (min_p, stop strings), files whose completions were
+drawn under different controls, or a baseline with other controls or prompts are refused (exit 2): a
+verdict is never given for a configuration other than the one the engine applied.
+
+The report goes to ``--out``: tests.csv (one row per test, the columns of ``verify``), summary.md (the
+certificate first), meta.json (provenance, the certificate, per-position bounds, timings).
+Exit status: 0 certified, 1 lossy or inconclusive (not certified; summary.md says which), 2 bad input, 3
+the target failed to load or score.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from harness.config import RESULTS
+from harness.errors import SamplerError, UsageError
+from harness.options import check_option, check_out, check_seed
+from harness.samples.certificate import Certificate, judge, scored_bounds, two_sample_bounds
+from harness.samples.format import SampleRecord, read_samples
+from harness.samples.producers import ScorerRefusal, config_of
+
+__all__ = ["add_arguments", "run", "verify_samples", "SamplesVerdict"]
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--samples", type=Path, required=True, help="sample file under test (specverify.samples/1)")
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--target", help="scored mode: the target model (local path or name; safetensors)")
+    mode.add_argument("--baseline", type=Path, help="two-sample mode: a sample file of the same prompts and "
+                                                    "controls with speculation off")
+    ap.add_argument("--epsilon", type=float, default=0.05, help="tolerance of the certificate, per position "
+                                                                "(default 0.05)")
+    ap.add_argument("--alpha", type=float, help="family-wise false-alarm budget (default: default.toml's)")
+    ap.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                    help="scorer weights' dtype (the warp is float64 either way)")
+    ap.add_argument("--logprob-tol", type=float, default=1e-3,
+                    help="largest |engine logprob - scorer logprob| accepted (default 1e-3)")
+    ap.add_argument("--eos-token-id", type=int, help="EOS id for the ending check (default: the target's config)")
+    ap.add_argument("--vocab-size", type=int, help="two-sample: vocabulary size V for the bounds (default: "
+                                                   "largest id in the files + 1)")
+    ap.add_argument("--batch-size", type=int, default=64, help="rows per scoring forward (default 64)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the PIT's uniforms (default 0)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "samples" / "verify", help="report folder")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+@dataclass(frozen=True)
+class SamplesVerdict:
+    mode: str
+    table: object
+    certificate: Certificate
+    notes: tuple
+    info: dict
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.certificate.verdict == "certified" else 1
+
+
+def _settings(alpha: Optional[float]):
+    from harness.scenarios import load_settings
+    s = load_settings()
+    return dataclasses.replace(s, family_alpha=alpha) if alpha is not None else s
+
+
+def _one_law(records: list[SampleRecord], path: Path) -> tuple:
+    """The controls' law key shared by every record; UsageError at the first record that differs."""
+    key = records[0].controls.law_key()
+    for r in records:
+        if r.controls.law_key() != key:
+            raise UsageError(f"{path}: request {r.request_id!r} was drawn under controls {r.controls.to_json()}, "
+                             f"other than the first record's {records[0].controls.to_json()}; verify one "
+                             "configuration at a time")
+    return key
+
+
+def _family(specs, settings, run_label: str):
+    from harness.verify.family import PlannedTest, evaluate_family
+    plan = [PlannedTest(run_label, "under_test", "samples", s) for s in specs]
+    table, levels = evaluate_family(plan, settings)
+    num = (table["family"] == "numerics") & table["reject"]
+    table.loc[num, "verdict"] = "REJECT (logprob disagreement)"
+    return table, levels
+
+
+def _load_target(name: str, dtype: str):
+    import torch
+    from specimpl.hf import HFModel
+    try:
+        return HFModel.from_pretrained(name, dtype=torch.float64 if dtype == "float64" else torch.float32,
+                                       load_tokenizer=False)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"`--target` must be a loadable causal LM (local path or cached name, safetensors); got "
+                         f"{name!r} ({' '.join(str(e).split())[:200]})") from None
+
+
+def _eos(target, override: Optional[int]) -> Optional[int]:
+    if override is not None:
+        return override
+    e = getattr(target.model.config, "eos_token_id", None)
+    return e[0] if isinstance(e, (list, tuple)) and e else e
+
+
+def scored(records, target_name: str, args, settings) -> SamplesVerdict:
+    from harness.samples.plan import plan_scored
+    from harness.samples.scoring import score_records
+    try:
+        config = config_of(records[0].controls)
+    except ScorerRefusal as e:
+        raise UsageError(f"{args.samples}: cannot certify: {e}") from None
+    target = _load_target(target_name, args.dtype)
+    tic = time.perf_counter()
+    try:
+        scores = score_records(target, records, config, seed=args.seed, chunk=args.batch_size,
+                               progress=not args.no_progress)
+    except ValueError as e:
+        raise UsageError(f"{args.samples}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the model failed while scoring: exit 3
+        raise SamplerError(f"the target failed while scoring: {type(e).__name__}: {e}") from e
+    wall = time.perf_counter() - tic
+    specs, notes, agreement = plan_scored(records, scores, _eos(target, args.eos_token_id), args.logprob_tol)
+    table, levels = _family(specs, settings, "samples")
+    bounds = scored_bounds(scores.u, scores.present, args.epsilon, settings.tv_confidence, settings.power)
+    cert = judge(table, bounds, args.epsilon, settings.tv_confidence, len(records))
+    info = {"tokens_scored": scores.n_tokens, "wall_score_s": wall, "scorer_dtype": args.dtype,
+            "scorer_config": config.describe(), "engine_logprobs": agreement, "levels": vars(levels),
+            "family_alpha": settings.family_alpha, "power": settings.power}
+    return SamplesVerdict("scored", table, cert, tuple(notes), info)
+
+
+def two_sample(records, baseline_path: Path, args, settings) -> SamplesVerdict:
+    from harness.samples.plan import plan_two_sample, position_cells
+    base = read_samples(baseline_path, option="--baseline")
+    if _one_law(base, baseline_path) != _one_law(records, args.samples):
+        raise UsageError(f"`--baseline` must be drawn under the controls of `--samples`; got "
+                         f"{base[0].controls.to_json()} vs {records[0].controls.to_json()} (seed aside)")
+    T = records[0].controls.max_new_tokens
+    ids = [t for r in records + base for t in r.output_ids]
+    V = args.vocab_size if args.vocab_size is not None else (max(ids) + 1 if ids else 1)
+    if ids and max(ids) >= V:
+        raise UsageError(f"`--vocab-size` must exceed every token id in the files; got {V} (largest id {max(ids)})")
+    try:
+        specs, notes = plan_two_sample(records, base, T, V)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    table, levels = _family(specs, settings, "samples")
+    bounds = two_sample_bounds(position_cells(records, T, V), position_cells(base, T, V), V + 1, args.epsilon,
+                               settings.tv_confidence, settings.power)
+    notes = list(notes)
+    if args.vocab_size is None:
+        notes.append(f"vocabulary size taken as the largest id in the files + 1 = {V} (pass --vocab-size)")
+    cert = judge(table, bounds, args.epsilon, settings.tv_confidence, min(len(records), len(base)))
+    info = {"baseline_completions": len(base), "vocab_size": V, "levels": vars(levels),
+            "tokens_compared": int(sum(len(r.output_ids) for r in records + base)),
+            "family_alpha": settings.family_alpha, "power": settings.power}
+    return SamplesVerdict("two-sample", table, cert, tuple(notes), info)
+
+
+def verify_samples(args) -> SamplesVerdict:
+    settings = _settings(args.alpha)
+    records = read_samples(args.samples)
+    _one_law(records, args.samples)
+    if args.target is not None:
+        return scored(records, args.target, args, settings)
+    return two_sample(records, args.baseline, args, settings)
+
+
+def _check(args) -> None:
+    check_option(0 < args.epsilon < 1, "--epsilon", args.epsilon, "a number in (0, 1)")
+    if args.alpha is not None:
+        check_option(0 < args.alpha < 1, "--alpha", args.alpha, "a number in (0, 1)")
+    check_option(args.logprob_tol > 0, "--logprob-tol", args.logprob_tol, "a number > 0")
+    check_option(args.batch_size >= 1, "--batch-size", args.batch_size, "an integer >= 1")
+    check_option(args.vocab_size is None or args.vocab_size >= 1, "--vocab-size", args.vocab_size, "an integer >= 1")
+    check_seed(args.seed)
+    check_out(args.out)
+
+
+def run(args) -> int:
+    """0 certified, 1 lossy or inconclusive; UsageError (2) for bad input, SamplerError (3) for a failed model."""
+    _check(args)
+    res = verify_samples(args)
+    from harness.samples.report import write_report
+    write_report(args.out, res, args)
+    print(res.certificate.headline(), file=sys.stderr)
+    print(f"report: {args.out}", file=sys.stderr)
+    return res.exit_code
+

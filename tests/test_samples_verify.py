@@ -1,0 +1,173 @@
+"""verify-samples on synthetic sample files (no model): two-sample mode, independence, refusals, planners."""
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.samples.certificate import scored_bounds, two_sample_bounds, two_sample_n_for_tv
+from harness.samples.format import FORMAT
+from harness.samples.plan import poisson_binomial_sf
+from harness.stats import dkw_n_for_distance
+
+TARGET = "specimpl/assets/tiny_pair/target"
+
+
+def _controls(T, **over):
+    c = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": None, "max_new_tokens": T,
+         "greedy": False, "stop": []}
+    c.update(over)
+    return c
+
+
+def _file(path, rng, probs, *, n_prompts=50, per_prompt=2, T=3, duplicate=False, truncate_at=None, controls=None,
+          logprob_shift=None):
+    lines = []
+    for i in range(n_prompts):
+        prev = None
+        for j in range(per_prompt):
+            out = [int(x) for x in rng.choice(len(probs), size=T, p=probs)]
+            if duplicate and prev is not None and j % 2 == 1:
+                out = list(prev)
+            prev = out
+            fr = "length"
+            if truncate_at is not None and truncate_at in out:
+                out, fr = out[:out.index(truncate_at)], "stop"
+            lines.append({"format": FORMAT, "request_id": f"p{i}-s{j}", "prompt_id": f"p{i}", "prompt_ids": [9, i],
+                          "output_ids": out, "finish_reason": fr, "controls": controls or _controls(T),
+                          "logprobs": None if logprob_shift is None else
+                          [float(np.log(probs[x])) + logprob_shift for x in out], "engine": {"name": "synthetic"}})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def _verify(tmp_path, a, b, *extra):
+    out = tmp_path / "rep"
+    code = main(["verify-samples", "--samples", str(a), "--baseline", str(b), "--out", str(out), "--no-progress",
+                 *extra])
+    return code, json.loads((out / "meta.json").read_text()) if (out / "meta.json").exists() else None
+
+
+P = np.array([0.5, 0.3, 0.2])
+
+
+def test_two_sample_equal_laws_not_lossy(tmp_path):
+    a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), P, n_prompts=400)
+    b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=400)
+    code, meta = _verify(tmp_path, a, b)
+    assert code == 1 and meta["verdict"] == "inconclusive"
+    assert meta["bounds"]["completions_needed"] == two_sample_n_for_tv(0.05, 4, meta["bounds"]["delta_each"], 0.99)
+    for name in ("tests.csv", "summary.md"):
+        assert (tmp_path / "rep" / name).is_file()
+    assert (tmp_path / "rep" / "summary.md").read_text().startswith("# verify-samples: inconclusive")
+
+
+def test_two_sample_shifted_law_is_lossy(tmp_path):
+    a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), np.array([0.3, 0.5, 0.2]), n_prompts=400)
+    b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=400)
+    code, meta = _verify(tmp_path, a, b)
+    assert code == 1 and meta["verdict"] == "lossy" and "tokens/position" in meta["headline"]
+
+
+def test_two_sample_certifies_at_planned_size(tmp_path):
+    """At the planner's size the bound of two equal laws falls below epsilon (k = 3 tokens + "ended")."""
+    eps = 0.2
+    n = two_sample_n_for_tv(eps, 4, (1 - 0.999) / 2, 0.99)
+    a = _file(tmp_path / "a.jsonl", np.random.default_rng(3), P, n_prompts=n // 2 + 1, T=2)
+    b = _file(tmp_path / "b.jsonl", np.random.default_rng(4), P, n_prompts=n // 2 + 1, T=2)
+    code, meta = _verify(tmp_path, a, b, "--epsilon", str(eps), "--vocab-size", "3")
+    assert code == 0 and meta["verdict"] == "certified" and meta["bounds"]["max_upper"] <= eps
+
+
+def test_truncation_and_duplicates_caught(tmp_path):
+    b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=400)
+    a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), P, n_prompts=400, truncate_at=2)
+    code, meta = _verify(tmp_path, a, b)
+    assert meta["verdict"] == "lossy" and "lengths/length" in meta["headline"]
+    a = _file(tmp_path / "d.jsonl", np.random.default_rng(1), P, n_prompts=400, duplicate=True)
+    code, meta = _verify(tmp_path, a, b)
+    assert meta["verdict"] == "lossy" and "independence/duplicates" in meta["headline"]
+
+
+def test_refusals_exit_2(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    b = _file(tmp_path / "b.jsonl", rng, P)
+    a = _file(tmp_path / "a.jsonl", rng, P, controls=_controls(3, temperature=0.7))
+    assert _verify(tmp_path, a, b)[0] == 2
+    assert "`--baseline` must be drawn under the controls" in capsys.readouterr().err
+    m = _file(tmp_path / "m.jsonl", rng, P, controls=_controls(3, min_p=0.05))
+    assert main(["verify-samples", "--samples", str(m), "--target", TARGET, "--out", str(tmp_path / "r")]) == 2
+    assert "min_p = 0.05" in capsys.readouterr().err
+    s = _file(tmp_path / "s.jsonl", rng, P, controls=_controls(3, stop=["\n"]))
+    assert main(["verify-samples", "--samples", str(s), "--target", TARGET, "--out", str(tmp_path / "r")]) == 2
+    assert "stop strings" in capsys.readouterr().err
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(a.read_text().splitlines()[0] + "\n" + b.read_text().splitlines()[1] + "\n")
+    assert main(["verify-samples", "--samples", str(mixed), "--baseline", str(b), "--out", str(tmp_path / "r")]) == 2
+    assert "verify one configuration at a time" in capsys.readouterr().err
+    assert main(["verify-samples", "--samples", str(b), "--baseline", str(b), "--epsilon", "2",
+                 "--out", str(tmp_path / "r")]) == 2
+    assert not (tmp_path / "r").exists()
+
+
+def test_poisson_binomial_against_enumeration():
+    import itertools
+    probs = [0.1, 0.5, 0.7, 0.02]
+    for d in range(6):
+        brute = sum(np.prod([p if x else 1 - p for p, x in zip(probs, xs)])
+                    for xs in itertools.product([0, 1], repeat=4) if sum(xs) >= d)
+        assert poisson_binomial_sf(d, probs) == pytest.approx(brute, abs=1e-12)
+
+
+def test_planners_agree_with_bounds():
+    """The planners' sizes make the bounds fall below epsilon under H0 (and a quarter of them does not)."""
+    eps, conf, power = 0.05, 0.999, 0.99
+    rng = np.random.default_rng(0)
+    T = 4
+    n = dkw_n_for_distance(eps, alpha=(1 - conf) / T, power=power)
+    u = rng.random((n, T))
+    b = scored_bounds(u, np.ones_like(u, bool), eps, conf, power)
+    assert b.needed == n and b.max_upper <= eps
+    small = scored_bounds(u[:n // 4], np.ones((n // 4, T), bool), eps, conf, power)
+    assert small.max_upper > eps
+    k, delta = 5, (1 - conf) / T
+    m = two_sample_n_for_tv(eps, k, delta, power)
+    cells = rng.choice(k, size=(2 * m, T), p=[0.4, 0.3, 0.2, 0.05, 0.05])
+    tb = two_sample_bounds(cells[:m], cells[m:], k, eps, conf, power)
+    assert tb.needed == m and tb.max_upper <= eps
+    tb4 = two_sample_bounds(cells[:m // 4], cells[m:m + m // 4], k, eps, conf, power)
+    assert tb4.max_upper > eps
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--engine", "ours", "--min-p", "0.1"], "`--min-p` must be 0 for --engine ours/hf"),
+    (["--engine", "ours", "--stop", "x"], "`--stop` must be absent"),
+    (["--engine", "openai", "--model", "m"], "`--url` must be"),
+    (["--engine", "ours", "--control", "nope"], "`--control` must be one of"),
+    (["--engine", "ours", "--top-p", "0"], "`--top-p` must be"),
+])
+def test_sample_cli_bad_options_exit_2(tmp_path, capsys, args, needle):
+    assert main(["sample", "--out", str(tmp_path / "o.jsonl"), *args]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_sample_cli_refuses_to_resume_under_other_controls(tmp_path, capsys):
+    f = _file(tmp_path / "o.jsonl", np.random.default_rng(0), P, n_prompts=2, T=16)
+    before = f.read_text()
+    assert main(["sample", "--engine", "ours", "--out", str(f), "--temperature", "0.5", "--max-new-tokens", "16"]) == 2
+    assert "holds completions drawn under" in capsys.readouterr().err
+    assert f.read_text() == before
+
+
+def test_two_sample_logprobs_ks_ad(tmp_path):
+    """Same token law, but the engine under test reports logprobs shifted by -0.3: only the logprob rows reject."""
+    b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=400, logprob_shift=0.0)
+    a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), P, n_prompts=400, logprob_shift=0.0)
+    code, meta = _verify(tmp_path, a, b)
+    assert meta["verdict"] == "inconclusive"
+    a = _file(tmp_path / "a2.jsonl", np.random.default_rng(1), P, n_prompts=400, logprob_shift=-0.3)
+    code, meta = _verify(tmp_path, a, b)
+    assert meta["verdict"] == "lossy" and "logprobs/mean_logprob" in meta["headline"]
+    assert "tokens/" not in meta["headline"]
