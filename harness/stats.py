@@ -453,7 +453,8 @@ def chi2_pvalue(statistic, df, n, e_min):
     s = np.asarray(statistic, dtype=np.float64)
     p = stats.chi2.sf(s, df)
     e = np.asarray(e_min, dtype=np.float64)
-    tail = chi2_lattice_tail(stats.chi2.isf(p, 1), n, np.where(np.isfinite(e) & (e > 0), e, 0.0))
+    x1 = 2.0 * special.erfcinv(p) ** 2  # χ²₁⁻¹(p): the one-degree-of-freedom statistic with tail p
+    tail = chi2_lattice_tail(x1, n, np.where(np.isfinite(e) & (e > 0), e, 0.0))
     return np.maximum(p, tail)
 
 
