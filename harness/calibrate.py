@@ -60,6 +60,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as for verify)")
     ap.add_argument("--real-model-sequences", type=int, default=0, metavar="N",
                     help="add the real-model scenario's tests with N sequences per seed (default 0: none)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes drawing seeds in parallel (default 1)")
     ap.add_argument("--with-algorithms", action="store_true",
                     help="also draw default.toml's block / tree reference runs per seed (slow)")
     ap.add_argument("--null", action="store_true",
@@ -75,6 +76,7 @@ def run(args) -> int:
     check_common(args)
     check_option(args.seeds >= 1, "--seeds", args.seeds, "an integer >= 1")
     check_option(args.draws >= 500, "--draws", args.draws, "an integer >= 500")
+    check_option(args.jobs >= 1, "--jobs", args.jobs, "an integer >= 1")
     check_option(args.real_model_sequences >= 0, "--real-model-sequences", args.real_model_sequences,
                  "an integer >= 0")
     check_unique(args.scenario, "--scenario")
@@ -88,7 +90,7 @@ def run(args) -> int:
     res = with_threads(args.threads, lambda: calibrate(
         settings, scenarios, seeds=args.seeds, draws=args.draws, out=args.out, fresh=args.fresh,
         progress=not args.no_progress, real_model=real, real_model_sequences=args.real_model_sequences,
-        algorithms=args.with_algorithms))
+        algorithms=args.with_algorithms, jobs=args.jobs))
     print(res["console"], file=sys.stderr)
     bad = res["family"][~res["family"].consistent.astype(bool)]
     if len(bad):
@@ -123,34 +125,54 @@ def _verify_seed(settings, scenarios, draws: int, seed: int, real_model, real_mo
     return r.table[["run", "scenario", "family", "test", "position", "loss_test", "pvalue", "p_adjusted"]].copy()
 
 
+def _draw_seed(job: tuple) -> tuple[int, str]:
+    """Draw one seed's battery and store it (a worker of :func:`_pvalues`; one torch thread)."""
+    settings, scenarios, draws, seed, real_model, real_model_sequences, algorithms, path, fp = job
+    import torch
+    torch.set_num_threads(1)
+    t = _verify_seed(settings, scenarios, draws, seed, real_model, real_model_sequences, algorithms)
+    t["seed"] = seed
+    atomic_write_parquet(Path(path), t, {"fingerprint": fp})
+    return seed, str(path)
+
+
 def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progress: bool, real_model=None,
-             real_model_sequences: int = 0, algorithms: bool = False) -> tuple[pd.DataFrame, dict]:
+             real_model_sequences: int = 0, algorithms: bool = False, jobs: int = 1) -> tuple[pd.DataFrame, dict]:
     """Every test's p-value and Holm-adjusted p-value, per seed, and what was resumed.  Each seed is stored
     in ``store`` as it finishes with the fingerprint of what produced it (project code, every scenario's
-    resolved config, settings, draws, seed: :mod:`harness.fingerprint`); an interrupted run reuses a stored
-    seed only when that fingerprint matches, and redraws it otherwise."""
+    resolved config, settings, draws, the real-model size, seed: :mod:`harness.fingerprint`); an interrupted
+    run reuses a stored seed only when that fingerprint matches, and redraws it otherwise.  ``jobs`` worker
+    processes draw seeds in parallel (each seed's draws depend on its seed alone)."""
     from tqdm import tqdm
 
-    frames, resume = [], {"reused_seeds": [], "stale_seeds_redrawn": [], "fingerprint": None}
+    resume = {"reused_seeds": [], "stale_seeds_redrawn": [], "fingerprint": None}
     code = code_fingerprint()
     extra = (real_model_sequences, algorithms)
     resume["fingerprint"] = fingerprint(code, scenarios, settings, draws, extra)
-    for i in tqdm(range(seeds), desc="calibrate: seeds", disable=not progress, file=sys.stderr):
+    todo, paths = [], {}
+    for i in range(seeds):
         seed = settings.seed + 1000 + i
-        path = store / f"seed{seed}.parquet"
+        path = paths[seed] = store / f"seed{seed}.parquet"
         fp = fingerprint(code, scenarios, settings, draws, extra, seed)
         if path.is_file():
-            t = _stored_seed(path, fp)
-            if t is not None:
+            if _stored_seed(path, fp) is not None:
                 resume["reused_seeds"].append(seed)
-                frames.append(t)
                 continue
             resume["stale_seeds_redrawn"].append(seed)
-        t = _verify_seed(settings, scenarios, draws, seed, real_model, real_model_sequences, algorithms)
-        t["seed"] = seed
-        atomic_write_parquet(path, t, {"fingerprint": fp})
-        frames.append(t)
-    allp = pd.concat(frames, ignore_index=True)
+        todo.append((settings, scenarios, draws, seed, real_model, real_model_sequences, algorithms, str(path), fp))
+    bar = tqdm(total=seeds, initial=seeds - len(todo), desc="calibrate: seeds", disable=not progress, file=sys.stderr)
+    if jobs > 1 and len(todo) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            for _ in pool.map(_draw_seed, todo):
+                bar.update(1)
+    else:
+        for job in todo:
+            _draw_seed(job)
+            bar.update(1)
+    bar.close()
+    allp = pd.concat([pd.read_parquet(paths[s]) for s in sorted(paths)], ignore_index=True)
     allp["kind"] = _kinds(allp)
     return allp, resume
 
@@ -256,7 +278,7 @@ def qq_figure(out: Path, formats=("png", "pdf")) -> list[str]:
 
 def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: bool = False,
               progress: bool = True, real_model=None, real_model_sequences: int = 0,
-              algorithms: bool = False) -> dict:
+              algorithms: bool = False, jobs: int = 1) -> dict:
     """Run the battery over ``seeds`` seeds and write the calibration report to ``out``; returns its
     tables (``per_test``, ``family``), ``summary``, ``console`` line and ``meta``."""
     out = Path(out)
@@ -267,7 +289,8 @@ def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: 
     store.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
     allp, resume = _pvalues(settings, scenarios, seeds=seeds, draws=draws, store=store, progress=progress,
-                            real_model=real_model, real_model_sequences=real_model_sequences, algorithms=algorithms)
+                            real_model=real_model, real_model_sequences=real_model_sequences, algorithms=algorithms,
+                            jobs=jobs)
     for line in resume_lines(resume):
         print(f"calibrate: {line}", file=sys.stderr)
     wall = time.perf_counter() - tic

@@ -197,7 +197,7 @@ def calibrate_null(settings, scenarios, *, replicates: int, draws: int | None, s
         atomic_write_csv(staged.dir / "per_kind.csv", per_kind, meta)
         atomic_write_csv(staged.dir / "exact_tails.csv", exact, meta)
         atomic_write_text(staged.dir / "summary.md", summary)
-    worst = float(per_kind[[f"ci_low@{a:g}" for a in NULL_LEVELS]].div(NULL_LEVELS).max().max())
+    worst = float((per_kind[[f"ci_low@{a:g}" for a in NULL_LEVELS]].to_numpy() / np.asarray(NULL_LEVELS)).max())
     console = (f"calibrate --null: {len(cases)} tests, {replicates:,} replicates per kind in {wall:.0f} s; "
                f"largest lower CI bound / level {worst:.3g}; report {out}/summary.md")
     return {"per_kind": per_kind, "exact": exact, "summary": summary, "console": console, "meta": meta,
