@@ -254,13 +254,15 @@ def qq_figure(out: Path, formats=("png", "pdf")) -> list[str]:
     meta = _json.loads((pq.read_schema(path).metadata or {}).get(b"provenance", b"{}"))
     allp = pd.read_parquet(path)
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    fig, ax = plt.subplots(figsize=(7.6, 4.4))
     n_max = 1
-    for kind, g in sorted(allp.groupby("kind"), key=lambda kv: kv[0]):
+    colours = plt.get_cmap("tab20").colors
+    for j, (kind, g) in enumerate(sorted(allp.groupby("kind"), key=lambda kv: kv[0])):
         p = np.sort(np.clip(g.pvalue.to_numpy(), 1e-300, 1.0))
         n_max = max(n_max, p.size)
         expected = (np.arange(1, p.size + 1) - 0.5) / p.size
-        ax.plot(-np.log10(expected), -np.log10(p), lw=0.9, label=f"{kind} ({p.size})")
+        ax.plot(-np.log10(expected), -np.log10(p), lw=0.9, color=colours[j % 20], ls=("-", "--")[j // 20 % 2],
+                label=f"{kind} ({p.size})")
     i = np.arange(1, n_max + 1)
     lo, hi = sps.beta.ppf(0.025, i, n_max - i + 1), sps.beta.ppf(0.975, i, n_max - i + 1)
     x = -np.log10((i - 0.5) / n_max)
@@ -268,8 +270,8 @@ def qq_figure(out: Path, formats=("png", "pdf")) -> list[str]:
     ax.plot([0, x.max()], [0, x.max()], color="k", lw=0.6)
     ax.set_xlabel("expected −log10 p (uniform)")
     ax.set_ylabel("observed −log10 p")
-    ax.set_title("calibrate: p-values of correct samplers (above the diagonal: anti-conservative)")
-    ax.legend(fontsize=5, loc="upper left", ncol=1)
+    ax.set_title("p-values of correct samplers per kind of test (above the diagonal: too many alarms)")
+    ax.legend(fontsize=5, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     paths = [str(atomic_savefig(fig, Path(out) / f"calibrate_qq.{fmt}", meta)) for fmt in formats]
     plt.close(fig)
