@@ -62,7 +62,8 @@ from harness.lagged import LaggedTables
 from harness.loglik import LoglikSums, loglik_test, martingale_test
 
 __all__ = ["Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "plan_pit_value_tests",
-           "plan_von_neumann_tests", "ks_uniform_binned", "chunk_t_test", "hotelling_test", "hoeffding_test",
+           "plan_von_neumann_tests", "ks_uniform_binned", "ks_uniform_binned_pvalues", "chunk_t_test",
+           "hotelling_test", "hoeffding_test",
            "plan_acceptance", "AcceptancePlan", "acceptance_notes", "chunk_t_min_detectable",
            "chunk_t_n_for_deviation", "plan_chunks", "tv_interval", "tv_upper_asymptotic", "tv_interval_expected_upper",
            "tv_interval_n_for", "clopper_pearson"]
@@ -92,18 +93,26 @@ class BinnedKSResult:
     method: str
 
 
+def ks_uniform_binned_pvalues(hists) -> tuple[np.ndarray, np.ndarray]:
+    """Statistics and p-values of :func:`ks_uniform_binned` for a batch of histograms ``hists`` (R, B) with one
+    total n ≥ 1: the one place the binned KS statistic is computed (also for :mod:`harness.calibrate_null`)."""
+    h = np.asarray(hists, dtype=np.float64)
+    n = int(h[0].sum())
+    cdf = np.cumsum(h, axis=-1) / n  # (R, B)
+    edges = np.arange(1, h.shape[-1] + 1) / h.shape[-1]
+    d = np.abs(cdf - edges).max(-1)
+    p = sps.kstwo.sf(d, n) if n <= 20_000 else 2.0 * np.exp(-2.0 * n * d * d)
+    return d, np.minimum(1.0, p)
+
+
 def ks_uniform_binned(hist, *, alpha: float, power: float) -> BinnedKSResult:
     h = np.asarray(hist, dtype=np.float64)
     n = int(h.sum())
     if n == 0:
         return BinnedKSResult(0.0, 1.0, 0, h.size, math.inf, alpha, power, "ks on grid, no values")
-    cdf = np.cumsum(h) / n
-    edges = np.arange(1, h.size + 1) / h.size
-    d = float(np.abs(cdf - edges).max())
-    if n <= 20_000:
-        p, how = float(sps.kstwo.sf(d, n)), "exact null"
-    else:
-        p, how = min(1.0, 2.0 * math.exp(-2.0 * n * d * d)), "DKW-Massart bound"
+    d, p = ks_uniform_binned_pvalues(h[None])
+    d, p = float(d[0]), float(p[0])
+    how = "exact null" if n <= 20_000 else "DKW-Massart bound"
     return BinnedKSResult(d, min(1.0, p), n, h.size, stats.dkw_min_detectable_distance(n, alpha, power),
                           alpha, power, f"kolmogorov-smirnov vs U(0,1) on a {h.size}-cell grid ({how}; conservative)")
 

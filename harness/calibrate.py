@@ -39,13 +39,13 @@ from harness.provenance import atomic_write_csv, atomic_write_parquet, atomic_wr
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.stats import holm
 from harness.options import check_option, check_unique
-from harness.verify.cli import check_common, with_threads
+from harness.verify.cli import check_common, real_model_spec, with_threads
 
 __all__ = ["add_arguments", "run", "calibrate"]
 
 LEVELS = (0.001, 0.01, 0.05, 0.1)
 FAMILY_LEVELS = (1e-4, 0.01, 0.05, 0.2)
-REPORT_FILES = ("per_test.csv", "family_wise.csv", "pvalues.parquet", "summary.md")
+REPORT_FILES = ("per_test.csv", "family_wise.csv", "ks.csv", "pvalues.parquet", "summary.md")
 CONFIDENCE = 0.95  # of the Clopper–Pearson intervals on every rate
 
 
@@ -58,6 +58,17 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fresh", action="store_true", help="ignore seeds stored by an interrupted run")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as for verify)")
+    ap.add_argument("--real-model-sequences", type=int, default=0, metavar="N",
+                    help="add the real-model scenario's tests with N sequences per seed (default 0: none)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes drawing seeds in parallel (default 1)")
+    ap.add_argument("--with-algorithms", action="store_true",
+                    help="also draw default.toml's block / tree reference runs per seed (slow)")
+    ap.add_argument("--null", action="store_true",
+                    help="calibrate the statistics without the sampler: count vectors drawn from the exact laws "
+                         "(harness.calibrate_null); writes to <out>/null")
+    ap.add_argument("--replicates", type=int, default=2_000_000, help="--null: replicates per kind of test")
+    ap.add_argument("--null-draws", type=int, default=None, help="--null: sequences per scenario (default: "
+                    "default.toml's draws, as make verify)")
 
 
 def run(args) -> int:
@@ -65,11 +76,21 @@ def run(args) -> int:
     check_common(args)
     check_option(args.seeds >= 1, "--seeds", args.seeds, "an integer >= 1")
     check_option(args.draws >= 500, "--draws", args.draws, "an integer >= 500")
+    check_option(args.jobs >= 1, "--jobs", args.jobs, "an integer >= 1")
+    check_option(args.real_model_sequences >= 0, "--real-model-sequences", args.real_model_sequences,
+                 "an integer >= 0")
     check_unique(args.scenario, "--scenario")
     settings = load_settings(args.scenario_dir)
     scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
-    res = with_threads(args.threads, lambda: calibrate(settings, scenarios, seeds=args.seeds, draws=args.draws,
-                                                       out=args.out, fresh=args.fresh, progress=not args.no_progress))
+    if args.null:
+        from harness import calibrate_null
+        args.out = Path(args.out) / "null"
+        return calibrate_null.run(args, settings, scenarios)
+    real = real_model_spec(Path(args.scenario_dir) / "default.toml") if args.real_model_sequences else None
+    res = with_threads(args.threads, lambda: calibrate(
+        settings, scenarios, seeds=args.seeds, draws=args.draws, out=args.out, fresh=args.fresh,
+        progress=not args.no_progress, real_model=real, real_model_sequences=args.real_model_sequences,
+        algorithms=args.with_algorithms, jobs=args.jobs))
     print(res["console"], file=sys.stderr)
     bad = res["family"][~res["family"].consistent.astype(bool)]
     if len(bad):
@@ -90,38 +111,78 @@ def _stored_seed(path: Path, fp: str) -> Optional[pd.DataFrame]:
     return pd.read_parquet(path) if isinstance(prov, dict) and prov.get("fingerprint") == fp else None
 
 
-def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progress: bool) -> tuple[pd.DataFrame, dict]:
+def _verify_seed(settings, scenarios, draws: int, seed: int, real_model, real_model_sequences: int,
+                 algorithms: bool) -> pd.DataFrame:
+    """One seed's battery: every test's p-value and Holm-adjusted p-value.  Without ``algorithms`` the
+    reference sampler is passed explicitly, so the block / tree reference runs are not drawn."""
+    from harness.verify import verify
+    from specimpl.speculative import speculative_generate
+
+    r = verify(sampler=None if algorithms else speculative_generate, sampler_label="reference",
+               scenarios=scenarios, settings=settings, draws=draws, seed=seed, controls=False, out=None,
+               figures=False, progress=False, von_neumann=True, real_model=real_model,
+               real_model_sequences=real_model_sequences or None, real_model_controls=False)
+    return r.table[["run", "scenario", "family", "test", "position", "loss_test", "pvalue", "p_adjusted"]].copy()
+
+
+def _draw_seed(job: tuple) -> tuple[int, str]:
+    """Draw one seed's battery and store it (a worker of :func:`_pvalues`; one torch thread)."""
+    settings, scenarios, draws, seed, real_model, real_model_sequences, algorithms, path, fp = job
+    import torch
+    torch.set_num_threads(1)
+    t = _verify_seed(settings, scenarios, draws, seed, real_model, real_model_sequences, algorithms)
+    t["seed"] = seed
+    atomic_write_parquet(Path(path), t, {"fingerprint": fp})
+    return seed, str(path)
+
+
+def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progress: bool, real_model=None,
+             real_model_sequences: int = 0, algorithms: bool = False, jobs: int = 1) -> tuple[pd.DataFrame, dict]:
     """Every test's p-value and Holm-adjusted p-value, per seed, and what was resumed.  Each seed is stored
     in ``store`` as it finishes with the fingerprint of what produced it (project code, every scenario's
-    resolved config, settings, draws, seed: :mod:`harness.fingerprint`); an interrupted run reuses a stored
-    seed only when that fingerprint matches, and redraws it otherwise."""
+    resolved config, settings, draws, the real-model size, seed: :mod:`harness.fingerprint`); an interrupted
+    run reuses a stored seed only when that fingerprint matches, and redraws it otherwise.  ``jobs`` worker
+    processes draw seeds in parallel (each seed's draws depend on its seed alone)."""
     from tqdm import tqdm
 
-    from harness.verify import verify
-
-    frames, resume = [], {"reused_seeds": [], "stale_seeds_redrawn": [], "fingerprint": None}
+    resume = {"reused_seeds": [], "stale_seeds_redrawn": [], "fingerprint": None}
     code = code_fingerprint()
-    resume["fingerprint"] = fingerprint(code, scenarios, settings, draws)
-    for i in tqdm(range(seeds), desc="calibrate: seeds", disable=not progress, file=sys.stderr):
+    extra = (real_model_sequences, algorithms)
+    resume["fingerprint"] = fingerprint(code, scenarios, settings, draws, extra)
+    todo, paths = [], {}
+    for i in range(seeds):
         seed = settings.seed + 1000 + i
-        path = store / f"seed{seed}.parquet"
-        fp = fingerprint(code, scenarios, settings, draws, seed)
+        path = paths[seed] = store / f"seed{seed}.parquet"
+        fp = fingerprint(code, scenarios, settings, draws, extra, seed)
         if path.is_file():
-            t = _stored_seed(path, fp)
-            if t is not None:
+            if _stored_seed(path, fp) is not None:
                 resume["reused_seeds"].append(seed)
-                frames.append(t)
                 continue
             resume["stale_seeds_redrawn"].append(seed)
-        r = verify(sampler=None, sampler_label="reference", scenarios=scenarios, settings=settings, draws=draws,
-                   seed=seed, controls=False, out=None, figures=False, progress=False, von_neumann=True)
-        t = r.table[["run", "scenario", "family", "test", "position", "loss_test", "pvalue", "p_adjusted"]].copy()
-        t["seed"] = seed
-        atomic_write_parquet(path, t, {"fingerprint": fp})
-        frames.append(t)
-    allp = pd.concat(frames, ignore_index=True)
-    allp["kind"] = allp.family + "." + allp.test.str.replace(r"\[.*\]", "", regex=True)
+        todo.append((settings, scenarios, draws, seed, real_model, real_model_sequences, algorithms, str(path), fp))
+    bar = tqdm(total=seeds, initial=seeds - len(todo), desc="calibrate: seeds", disable=not progress, file=sys.stderr)
+    if jobs > 1 and len(todo) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            for _ in pool.map(_draw_seed, todo):
+                bar.update(1)
+    else:
+        for job in todo:
+            _draw_seed(job)
+            bar.update(1)
+    bar.close()
+    allp = pd.concat([pd.read_parquet(paths[s]) for s in sorted(paths)], ignore_index=True)
+    allp["kind"] = _kinds(allp)
     return allp, resume
+
+
+def _kinds(allp: pd.DataFrame) -> pd.Series:
+    """Kind of each test: ``family.test`` without its bracketed range, prefixed ``real_model:`` for the
+    real-model scenario's tests (raw PIT values of a scored transformer, not counts under an exact law)."""
+    from harness.realmodel import REAL_MODEL_SCENARIO
+    kind = allp.family + "." + allp.test.str.replace(r"\[.*\]", "", regex=True)
+    return kind.where(allp.scenario != REAL_MODEL_SCENARIO, "real_model:" + kind)
 
 
 def resume_lines(resume: dict) -> list[str]:
@@ -164,8 +225,62 @@ def _family_wise(allp: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _ks_per_kind(allp: pd.DataFrame) -> pd.DataFrame:
+    """Per kind of test: KS of its raw p-values against U(0, 1), two-sided and one-sided ``greater`` (too many
+    small p-values: the anti-conservative direction).  p-values of one seed are dependent (positions of one
+    scenario share draws), so these KS p-values are indicative; every seed is independent of the others."""
+    from scipy import stats as sps
+    rows = []
+    for kind, g in allp.groupby("kind"):
+        p = g.pvalue.to_numpy()
+        two, big = sps.kstest(p, "uniform"), sps.kstest(p, "uniform", alternative="greater")
+        rows.append({"kind": kind, "n_pvalues": p.size, "ks": two.statistic, "ks_pvalue": two.pvalue,
+                     "ks_greater": big.statistic, "ks_greater_pvalue": big.pvalue})
+    return pd.DataFrame(rows)
+
+
+def qq_figure(out: Path, formats=("png", "pdf")) -> list[str]:
+    """Log-scale QQ plot of the stored p-values (``<out>/pvalues.parquet``), one line per kind of test, with
+    the diagonal and the ±95 % pointwise band of uniform order statistics: ``<out>/calibrate_qq.<fmt>``.
+    Drawn from the stored results only (byte-reproducible: :func:`harness.provenance.atomic_savefig`)."""
+    import json as _json
+
+    import pyarrow.parquet as pq
+    from scipy import stats as sps
+
+    from harness.provenance import atomic_savefig
+    from harness.report import _plt
+    path = Path(out) / "pvalues.parquet"
+    meta = _json.loads((pq.read_schema(path).metadata or {}).get(b"provenance", b"{}"))
+    allp = pd.read_parquet(path)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.6, 4.4))
+    n_max = 1
+    colours = plt.get_cmap("tab20").colors
+    for j, (kind, g) in enumerate(sorted(allp.groupby("kind"), key=lambda kv: kv[0])):
+        p = np.sort(np.clip(g.pvalue.to_numpy(), 1e-300, 1.0))
+        n_max = max(n_max, p.size)
+        expected = (np.arange(1, p.size + 1) - 0.5) / p.size
+        ax.plot(-np.log10(expected), -np.log10(p), lw=0.9, color=colours[j % 20], ls=("-", "--")[j // 20 % 2],
+                label=f"{kind} ({p.size})")
+    i = np.arange(1, n_max + 1)
+    lo, hi = sps.beta.ppf(0.025, i, n_max - i + 1), sps.beta.ppf(0.975, i, n_max - i + 1)
+    x = -np.log10((i - 0.5) / n_max)
+    ax.fill_between(x, -np.log10(hi), -np.log10(lo), color="0.85", lw=0, label="95 % band (largest kind)")
+    ax.plot([0, x.max()], [0, x.max()], color="k", lw=0.6)
+    ax.set_xlabel("expected −log10 p (uniform)")
+    ax.set_ylabel("observed −log10 p")
+    ax.set_title("p-values of correct samplers per kind of test (above the diagonal: too many alarms)")
+    ax.legend(fontsize=5, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    paths = [str(atomic_savefig(fig, Path(out) / f"calibrate_qq.{fmt}", meta)) for fmt in formats]
+    plt.close(fig)
+    return paths
+
+
 def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: bool = False,
-              progress: bool = True) -> dict:
+              progress: bool = True, real_model=None, real_model_sequences: int = 0,
+              algorithms: bool = False, jobs: int = 1) -> dict:
     """Run the battery over ``seeds`` seeds and write the calibration report to ``out``; returns its
     tables (``per_test``, ``family``), ``summary``, ``console`` line and ``meta``."""
     out = Path(out)
@@ -175,23 +290,28 @@ def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: 
             p.unlink()
     store.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
-    allp, resume = _pvalues(settings, scenarios, seeds=seeds, draws=draws, store=store, progress=progress)
+    allp, resume = _pvalues(settings, scenarios, seeds=seeds, draws=draws, store=store, progress=progress,
+                            real_model=real_model, real_model_sequences=real_model_sequences, algorithms=algorithms,
+                            jobs=jobs)
     for line in resume_lines(resume):
         print(f"calibrate: {line}", file=sys.stderr)
     wall = time.perf_counter() - tic
-    per_test, family = _per_kind(allp), _family_wise(allp)
+    per_test, family, ks = _per_kind(allp), _family_wise(allp), _ks_per_kind(allp)
     n_seeds = int(family.seeds.iloc[0])
     tests_per_seed = int(len(allp) / max(n_seeds, 1))
     config = {"seeds": seeds, "draws": draws, "scenarios": [s.name for s in scenarios], "tests_per_seed": tests_per_seed,
-              "levels": LEVELS, "family_levels": FAMILY_LEVELS, "wall_s": wall}
+              "levels": LEVELS, "family_levels": FAMILY_LEVELS, "wall_s": wall,
+              "real_model_sequences": real_model_sequences, "algorithms": algorithms}
     meta = metadata(config, [settings.seed + 1000 + i for i in range(seeds)])
     meta["resume"] = resume
-    summary = _summary(per_test, family, config, meta)
-    with staged_report(out, "calibrate", REPORT_FILES) as staged:  # the four files move into out together
+    summary = _summary(per_test, family, config, meta, ks)
+    with staged_report(out, "calibrate", REPORT_FILES) as staged:  # the report's files move into out together
         atomic_write_csv(staged.dir / "per_test.csv", per_test, meta)
+        atomic_write_csv(staged.dir / "ks.csv", ks, meta)
         atomic_write_csv(staged.dir / "family_wise.csv", family, meta)
         atomic_write_parquet(staged.dir / "pvalues.parquet", allp, meta)
         atomic_write_text(staged.dir / "summary.md", summary)
+    qq_figure(out)
     for p in store.glob("*.parquet"):
         p.unlink()
     try:
@@ -205,7 +325,7 @@ def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: 
     return {"per_test": per_test, "family": family, "summary": summary, "console": console, "meta": meta}
 
 
-def _summary(per_test, family, config, meta) -> str:
+def _summary(per_test, family, config, meta, ks) -> str:
     L = ["# Calibration of the verification battery", ""]
     L.append(f"{config['seeds']} seeds × {config['tests_per_seed']} tests; {config['draws']:,} sequences per scenario "
              f"and seed; scenarios {', '.join(config['scenarios'])}; {config['wall_s']:.0f} s. commit "
@@ -230,6 +350,16 @@ def _summary(per_test, family, config, meta) -> str:
         cells = " | ".join(f"{r[f'rate@{a:g}']:.4f} [{r[f'ci_low@{a:g}']:.4f}, {r[f'ci_high@{a:g}']:.4f}]"
                            for a in LEVELS)
         L.append(f"| {r.kind} | {int(r.n_pvalues)} | {cells} | {r.share_p_equal_1:.3f} |")
+    L.append("")
+    L.append("## KS of the raw p-values against U(0, 1), per kind of test")
+    L.append("")
+    L.append("| test | p-values | KS D | p | D⁺ (too many small p) | p |")
+    L.append("|---|---|---|---|---|---|")
+    for _, r in ks.iterrows():
+        L.append(f"| {r.kind} | {int(r.n_pvalues)} | {r.ks:.4f} | {r.ks_pvalue:.3g} | {r.ks_greater:.4f} | "
+                 f"{r.ks_greater_pvalue:.3g} |")
+    L.append("")
+    L.append("p-values of one seed are dependent, so the KS p-values are indicative. Figure: calibrate_qq.png.")
     L.append("")
     L.append("Discrete statistics (χ² on counts, binned KS, KS/AD on log-probabilities with ties) give "
              "conservative p-values, and exact checks (greedy scenario, α = 0 or 1, single-cell positions) give "
