@@ -30,7 +30,7 @@ from typing import Callable, Iterator, Optional
 from harness.errors import UsageError
 from harness.options import check_option
 
-__all__ = ["Backend", "SerialBackend", "LocalPool", "RayBackend", "TaskLost", "make_backend", "BACKENDS",
+__all__ = ["add_backend_arguments", "check_backend_options", "Backend", "SerialBackend", "LocalPool", "RayBackend", "TaskLost", "make_backend", "BACKENDS",
            "default_workers"]
 
 BACKENDS = ("local", "ray")
@@ -218,6 +218,16 @@ def _python_path() -> str:
 
 
 # ------------------------------------------------------------------------------------------ options
+def add_backend_arguments(ap, workers_help: str) -> None:
+    """``--workers``, ``--backend``, ``--address``: where the work runs."""
+    ap.add_argument("--workers", type=int, metavar="N", help=workers_help)
+    ap.add_argument("--backend", default="local", metavar="NAME",
+                    help="local (processes on this machine, the default) or ray (Ray tasks; pip install "
+                         "'specverify[ray]')")
+    ap.add_argument("--address", metavar="auto|HOST:PORT",
+                    help="with --backend ray: the Ray cluster to join (default: start a local Ray with --workers CPUs)")
+
+
 def check_backend_options(backend: str, workers: Optional[int], address: Optional[str]) -> None:
     """The backend options, before any work; UsageError naming the option."""
     check_option(backend in BACKENDS, "--backend", backend, f"one of {list(BACKENDS)}")

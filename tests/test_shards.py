@@ -185,3 +185,19 @@ def test_bad_backend_options_exit_2_with_one_line(argv, says, capsys):
 
 def test_one_worker_runs_in_this_process():
     assert isinstance(make_backend("local", 1), SerialBackend)
+
+
+# ------------------------------------------------------------------------------------------- sweeps
+def test_a_sweep_on_two_workers_stores_every_cell_as_one_worker_does(tmp_path):
+    import json
+
+    from harness import sweep
+    from test_sweep import TINY, _args
+    (tmp_path / "tiny.toml").write_text(TINY)
+    stored = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        assert sweep.run(_args(tmp_path / "tiny.toml", out, workers=workers)) == 0
+        recs = [json.loads(p.read_text()) for p in sorted((out / "cells").rglob("*.json"))]
+        stored[workers] = {r["id"]: (r["key"], r["params"]) for r in recs}
+    assert stored[1] and stored[1] == stored[2]

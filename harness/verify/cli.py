@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import torch
 
 from harness.algorithms import NAMES, Algorithm
-from harness.backends import Backend, check_backend_options, make_backend
+from harness.backends import Backend, add_backend_arguments, check_backend_options, make_backend
 from harness.config import RESULTS, overlay, read_toml
 from harness.errors import UsageError
 from harness.options import check_option, check_out, check_seed, check_threads, check_unique
@@ -26,8 +26,7 @@ from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler, sampler_failure
 
-__all__ = ["add_arguments", "run", "fail_args", "with_threads", "check_common", "real_model_spec",
-           "add_backend_arguments", "backend_of"]
+__all__ = ["add_arguments", "run", "fail_args", "with_threads", "check_common", "real_model_spec", "backend_of"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -53,7 +52,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "[real_model] n_sequences)")
     ap.add_argument("--out", type=Path, help="report folder (default results/verify, or "
                                              "results/verify/custom/<sampler> with --sampler)")
-    add_backend_arguments(ap)
+    add_backend_arguments(ap, "processes drawing the exact-law shards (default: every core; 1: in this process); "
+                              "the results do not depend on it")
     add_common_arguments(ap)
 
 
@@ -66,18 +66,6 @@ def add_common_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: the work is many small batched ops, and a second thread "
                          "on a busy 2-core machine slows them down several times)")
-
-
-def add_backend_arguments(ap: argparse.ArgumentParser, what: str = "the exact-law shards") -> None:
-    """``--workers``, ``--backend``, ``--address``: where the work runs (:mod:`harness.backends`)."""
-    ap.add_argument("--workers", type=int, metavar="N",
-                    help=f"processes drawing {what} (default: every core; 1: in this process); the results "
-                         "do not depend on it")
-    ap.add_argument("--backend", default="local", metavar="NAME",
-                    help="local (a process pool on this machine, the default) or ray (Ray tasks; pip install "
-                         "'specverify[ray]')")
-    ap.add_argument("--address", metavar="auto|HOST:PORT",
-                    help="with --backend ray: the Ray cluster to join (default: start a local Ray with --workers CPUs)")
 
 
 def backend_of(args) -> Backend:
