@@ -186,6 +186,10 @@ class RayBackend(Backend):
             if address is None:
                 kw.update(num_cpus=workers or default_workers(), include_dashboard=False,
                           object_store_memory=object_store_memory)
+            else:
+                _token_auth_like_ray_start()
+                if _loopback(address):  # a head on this machine's loopback: this driver's node is there too
+                    kw.update(_node_ip_address=address.rpartition(":")[0])
             ray.init(**kw)
         self.workers = int(ray.cluster_resources().get("CPU", 1))
 
@@ -208,6 +212,25 @@ class RayBackend(Backend):
     def close(self) -> None:
         if self._started and self.ray.is_initialized():
             self.ray.shutdown()
+
+
+def _token_auth_like_ray_start() -> None:
+    """Use Ray's token authentication when a token exists and RAY_AUTH_MODE is unset, as `ray start` does
+    (Ray >= 2.5x): a driver joining such a head by address otherwise connects unauthenticated."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available)
+    except ImportError:  # older Ray: no token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def _loopback(address: str) -> bool:
+    import ipaddress
+    try:
+        return ipaddress.ip_address(address.rpartition(":")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def _python_path() -> str:

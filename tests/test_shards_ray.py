@@ -1,13 +1,15 @@
 """The Ray backend (issue 11): a verification on Ray gives the statistics and p-values of one drawn in
 this process — on a local Ray the test starts (ray.init, 2 CPUs, a small object store), on a head node
-the test starts with `ray start --head` on 127.0.0.1 and joins by address (then `ray stop`), and with a
+the test starts with `ray start --head` on a loopback address and joins by address (then stops it), and with a
 Ray worker SIGKILLed mid-run (task retries).  Slow: each starts Ray (tens of seconds on 2 busy cores)."""
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -42,24 +44,45 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_for_port(host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"the Ray head did not open {host}:{port} in {timeout} s"
+            time.sleep(1)
+
+
 def test_ray_head_node_joined_by_address_gives_identical_results(serial_reference):
+    """`ray start --head --block` on a loopback address (127.0.0.2: Ray rewrites 127.0.0.1 to the machine's
+    network address), with Ray's default authentication; stopped by signalling the process group this test started
+    (`ray stop` would stop every Ray on the machine)."""
     exe = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     assert exe, "the ray command is installed with the ray package"
-    port = _free_port()
+    host, port = "127.0.0.2", _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    start = [exe, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
+    start = [exe, "start", "--head", "--block", "--node-ip-address", host, "--port", str(port), "--num-cpus", "2",
              "--object-store-memory", str(STORE), "--include-dashboard", "false", "--disable-usage-stats",
              "--temp-dir", tempfile.mkdtemp(prefix="rt", dir="/tmp")]  # short: Ray's socket paths have a length limit
+    head = subprocess.Popen(start, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     try:
-        done = subprocess.run(start, env=env, timeout=180, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-2000:]
-        backend = RayBackend(f"127.0.0.1:{port}")
+        _wait_for_port(host, port, 180)
+        backend = RayBackend(f"{host}:{port}")
         try:
+            assert backend.workers == 2
             table, _ = _verify(backend)
         finally:
             backend.close()
     finally:
-        subprocess.run([exe, "stop", "--force"], env=env, timeout=120, capture_output=True)
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(30)
     _same_tables(serial_reference, table)
 
 
