@@ -65,14 +65,14 @@ class Backend:
     def describe(self) -> str:
         return f"{self.name} ({self.workers} worker{'s' * (self.workers != 1)})"
 
-    def close(self) -> None:
-        pass
+    def close(self, abort: bool = False) -> None:
+        """Release the workers (``abort``: at once, without waiting for the tasks in flight)."""
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, kind, value, tb):
+        self.close(abort=kind is not None)
 
 
 class SerialBackend(Backend):
@@ -87,9 +87,22 @@ def _pool_init(initializer: Optional[Callable]) -> None:
     import signal
     import torch
     torch.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it stops the pool
+    signal.signal(signal.SIGINT, _forward_sigint)  # Ctrl-C is the driver's: it stops the pool
     if initializer is not None:
         initializer()
+
+
+def _forward_sigint(signum, frame) -> None:
+    """A SIGINT that reaches a worker is passed to the driver (a Ctrl-C in the terminal reaches both; one
+    a sampler sends itself reaches only its worker) and otherwise ignored: the driver stops the pool."""
+    import signal
+    parent = os.getppid()
+    if parent > 1 and not _FORWARDED:
+        _FORWARDED.append(signum)
+        os.kill(parent, signal.SIGINT)
+
+
+_FORWARDED: list = []  # a worker passes on its first SIGINT only
 
 
 class LocalPool(Backend):
@@ -163,10 +176,14 @@ class LocalPool(Backend):
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = None
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+    def close(self, abort: bool = False) -> None:
+        if self._pool is None:
+            return
+        if abort:  # interrupted: stop the workers this pool started, now
+            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
 
 
 class RayBackend(Backend):
@@ -209,7 +226,7 @@ class RayBackend(Backend):
             except (self.ray.exceptions.WorkerCrashedError, self.ray.exceptions.NodeDiedError) as e:
                 yield i, TaskLost(self.retries + 1, f"Ray worker died ({type(e).__name__})")
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         if self._started and self.ray.is_initialized():
             self.ray.shutdown()
 

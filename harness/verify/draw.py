@@ -38,7 +38,7 @@ from harness.fingerprint import code_fingerprint, files_fingerprint, fingerprint
 from harness.provenance import atomic_write_bytes
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
-from harness.verify.shards import ShardTask, draw_shard, sampler_recipe
+from harness.verify.shards import ShardTask, draw_shard, draw_shard_in_worker, sampler_recipe
 
 __all__ = ["RunState", "ShardedRun", "draw_all", "draw_real", "draw_von_neumann", "scenario_law", "SHARD_SCHEME"]
 
@@ -253,7 +253,8 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
     remote = [t for t in tasks if t.portable]
     here = [t for t in tasks if not t.portable]
     for part, where in ((remote, backend), (here, SerialBackend())):
-        for i, result in where.map_unordered(draw_shard, part):
+        fn = draw_shard if isinstance(where, SerialBackend) else draw_shard_in_worker
+        for i, result in where.map_unordered(fn, part):
             t = part[i]
             jobs[t.run].take(t.shard, result)
             pbar.update(t.positions)

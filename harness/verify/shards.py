@@ -33,7 +33,7 @@ import torch
 from harness.battery import Accumulator
 from harness.config import derive_seed
 
-__all__ = ["ShardTask", "ShardResult", "draw_shard", "sampler_recipe", "resolve_sampler"]
+__all__ = ["ShardTask", "ShardResult", "draw_shard", "draw_shard_in_worker", "sampler_recipe", "resolve_sampler"]
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,14 @@ def _law_and_models(scenario):
     return _LAWS[key]
 
 
-def draw_shard(task: ShardTask) -> ShardResult:
+def draw_shard_in_worker(task: ShardTask) -> ShardResult:
+    """:func:`draw_shard` in a worker process, where no Ctrl-C of the user arrives (a SIGINT is passed
+    to the driver, :mod:`harness.backends`): a ``KeyboardInterrupt`` or ``SystemExit`` inside the call
+    is the sampler's failure."""
+    return draw_shard(task, in_worker=True)
+
+
+def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
     """Draw one shard and return its statistics (a failing sampler gives a result with ``error``)."""
     from harness.verify.sampler import check_output
     from specimpl.autoregressive import autoregressive_generate
@@ -203,6 +210,13 @@ def draw_shard(task: ShardTask) -> ShardResult:
             res = resolve_sampler(task.sampler)(target, draft, prompts, k=sc.k, max_new_tokens=sc.max_new_tokens,
                                                 config=sc.config, eos_token_id=sc.eos_token_id, generator=g)
         tok = check_output(res, task.B, sc.max_new_tokens, target.vocab_size)  # (B, N)
+    except (KeyboardInterrupt, SystemExit) as e:
+        if not in_worker:
+            raise
+        what = "KeyboardInterrupt (not a Ctrl-C of the user)" if isinstance(e, KeyboardInterrupt) else \
+            f"sys.exit({e.code!r})"
+        return ShardResult(task.run, task.shard, None, 0, 0, time.perf_counter() - tic,
+                           f"SamplerCallError: the sampler raised {what}", traceback.format_exc())
     except Exception as e:  # noqa: BLE001 - a sampler that crashes fails verification, with the reason
         return ShardResult(task.run, task.shard, None, 0, 0, time.perf_counter() - tic, f"{type(e).__name__}: {e}",
                            traceback.format_exc())
