@@ -6,7 +6,8 @@ prints tokens/s (tokens / median time per call) for every benchmark and the rati
 vectorised speculative sampler to the per-sequence Python loop.
 
 BENCH_THREADS (default 2) sets torch.set_num_threads; BENCH_B overrides the batch size of the
-vectorised benchmarks (default 1,000,000) for a quick run.
+vectorised benchmarks (default 1,000,000) for a quick run; BENCH_VERIFY_DRAWS the draws per scenario
+of the verification throughput benchmark (bench_verify.py, default 200,000).
 """
 import os
 
@@ -59,6 +60,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"speculative: {s / 1e6:.2f} M tokens/s, loop: {lp:,.0f} tokens/s, ratio {s / lp:,.0f}")
         tr.write_line(f"per CPU-second: speculative {sc / 1e6:.2f} M, loop {lc:,.0f}, ratio {sc / lc:,.0f}")
     _print_check_cost(tr, rates)
+    _print_scaling(tr, rates)
+
+
+def _print_scaling(tr, rates):
+    """Verification throughput at 1 worker and every core (bench_verify.py), and the scaling efficiency."""
+    runs = {i["workers"]: r for r, _, i in rates.values() if i.get("role") == "verify"}
+    if 1 in runs and len(runs) > 1:
+        n = max(runs)
+        tr.write_line(f"verify: {runs[1] / 1e6:.2f} M tokens/s at 1 worker, {runs[n] / 1e6:.2f} M at {n} workers; "
+                      f"scaling efficiency {runs[n] / (n * runs[1]):.0%}")
 
 
 def _print_check_cost(tr, rates):

@@ -66,7 +66,7 @@ __all__ = ["Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "
            "hotelling_test", "hoeffding_test",
            "plan_acceptance", "AcceptancePlan", "acceptance_notes", "chunk_t_min_detectable",
            "chunk_t_n_for_deviation", "plan_chunks", "tv_interval", "tv_upper_asymptotic", "tv_interval_expected_upper",
-           "tv_interval_n_for", "clopper_pearson"]
+           "tv_interval_n_for", "clopper_pearson", "ACC_SETTINGS", "state_symbol_codes", "pit_of_codes"]
 
 LOGPROB_FLOOR = -1e9  # log-probability given to sequences the target cannot produce (finite for KS/AD)
 PIT_PAIR_TABLES = ("pairs_even", "pairs_odd")  # test names of the PIT pair tables at even and odd offsets
@@ -333,16 +333,47 @@ def plan_chunks(draws: int, min_chunks: int, max_chunk: int, min_chunk: int = 50
 
 
 # ------------------------------------------------------------------------------------ accumulator
+def state_symbol_codes(law: ExactLaw, sym: np.ndarray) -> np.ndarray:
+    """symbols (B, N) -> (B, N) codes state * W + symbol, the state being the chain's before each
+    position (:meth:`harness.exact.ExactLaw.states` and the symbol in one integer, walked once)."""
+    B, N = sym.shape
+    W = law.n_symbols
+    step_w = law.step.ravel() * W  # (S * W,) code -> next state * W
+    idx = np.empty((B, N), np.int64)
+    np.add(sym[:, 0], law.start * W, out=idx[:, 0])
+    for t in range(1, N):
+        np.take(step_w, idx[:, t - 1], out=idx[:, t])
+        idx[:, t] += sym[:, t]
+    return idx
+
+
+def pit_of_codes(law: ExactLaw, idx: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Randomized PIT U = F(x-1 | state) + v p(x | state) (B, N) from the codes of
+    :func:`state_symbol_codes` (as :meth:`harness.exact.ExactLaw.pit`); iid U(0, 1) under H0."""
+    u = np.take(law.cond_cdf_below.ravel(), idx)
+    u += v * np.take(law.cond_pmf.ravel(), idx)
+    return np.clip(u, 0.0, 1.0, out=u)
+
+
+ACC_SETTINGS = ("law", "joint_tokens", "pit_bins", "pair_bins", "logprob_max", "rng", "with_pit", "pit_max_lag")  # not statistics
+
+
 @dataclass
 class Accumulator:
-    """Sufficient statistics of one run (one sampler on one scenario with an exact law)."""
+    """Sufficient statistics of one run (one sampler on one scenario with an exact law), or of one shard
+    of it: every statistic is mergeable (:meth:`merge`), so a run drawn in shards and merged in shard
+    order holds exactly what one accumulator fed the same calls in that order holds.
+
+    Everything but the settings (:data:`ACC_SETTINGS`) is a statistic and merges by its type: integer
+    arrays and counts add, lists (per-sequence log-probabilities, per-call acceptance totals) extend in
+    order (log-probabilities up to ``logprob_max``), and any other object merges by its own ``merge``."""
 
     law: ExactLaw
     joint_tokens: int
     pit_bins: int
     pair_bins: int
     logprob_max: int
-    rng: np.random.Generator
+    rng: Optional[np.random.Generator]
     with_pit: bool = True
     pit_max_lag: int = 1  # PIT pairs at lags 1..pit_max_lag (k + 1 in verify: a round apart)
     n: int = 0
@@ -370,36 +401,23 @@ class Accumulator:
         self.chunks = []
 
     def add(self, tokens, stats_obj=None) -> None:
+        """Fold one sampler call's ``tokens`` (B, N) (and its SpecStats) into the statistics."""
         law = self.law
         sym = law.symbols(tokens)  # (B, N)
         B, N = sym.shape
-        W = law.n_symbols
         self.n += B
-        off = np.arange(N) * W
-        self.counts += np.bincount((sym + off).ravel(), minlength=N * W).reshape(N, W)
-        pair = sym[:, :-1] * W + sym[:, 1:]  # (B, N-1)
-        self.pairs += np.bincount((pair + np.arange(N - 1) * W * W).ravel(),
-                                  minlength=(N - 1) * W * W).reshape(N - 1, W * W)
-        J = self.joint_tokens
-        if J >= 2:
-            idx = np.zeros(B, np.int64)
-            for t in range(J):
-                idx = idx * W + sym[:, t]
-            self.joint += np.bincount(idx, minlength=W ** J)
-        st = law.states(sym)  # (B, N)
-        self.loglik.add(law.logprob(sym, st))
+        self._add_counts(sym)
+        idx = state_symbol_codes(law, sym)  # (B, N) state * W + symbol: one code per (prefix state, symbol)
+        lp_all = np.take(law.log_pmf.ravel(), idx).sum(1)  # (B,) the target's log-probability of each sequence
+        self.loglik.add(lp_all)
         if self.n_logprob < self.logprob_max:
             take = min(B, self.logprob_max - self.n_logprob)
-            lp = law.logprob(sym[:take], st[:take])
+            lp = lp_all[:take]  # (take,)
             self.logprob.append(np.where(np.isfinite(lp), lp, LOGPROB_FLOOR).astype(np.float64))
             self.n_logprob += take
         if self.with_pit:
-            u = law.pit(sym, st, self.rng.random(sym.shape, dtype=np.float32))  # (B, N) float64
-            b = np.minimum((u * self.pit_bins).astype(np.int64), self.pit_bins - 1)
-            self.pit_hist += np.bincount((b + np.arange(N) * self.pit_bins).ravel(),
-                                         minlength=N * self.pit_bins).reshape(N, self.pit_bins)
-            for start, table in enumerate(stats.pit_pair_tables(u, self.pair_bins)[1]):
-                self.pit_pairs[start] += table
+            u = pit_of_codes(law, idx, self.rng.random(sym.shape, dtype=np.float32))  # (B, N)
+            self._add_pit(u)
         self.lagged.add(sym, u if self.with_pit else None)
         if stats_obj is not None and getattr(stats_obj, "reached", None) is not None:
             self.chunks.append((B, np.asarray(stats_obj.reached, np.float64).copy(),
@@ -408,8 +426,79 @@ class Accumulator:
         else:
             self.calls_without_stats += 1
 
+    def _add_counts(self, sym: np.ndarray) -> None:
+        """Positions, consecutive pairs and the first-J joint of symbols (B, N) in one bincount."""
+        B, N = sym.shape
+        W, J = self.law.n_symbols, self.joint_tokens
+        n_pos, n_pair = N * W, (N - 1) * W * W
+        codes = np.empty((B, 2 * N - 1 + (J >= 2)), np.int64)  # (B, N + N-1 [+ 1]) cell of each statistic
+        np.add(sym, np.arange(N) * W, out=codes[:, :N])
+        pair = codes[:, N:2 * N - 1]
+        np.multiply(sym[:, :-1], W, out=pair)
+        pair += sym[:, 1:]
+        pair += n_pos + np.arange(N - 1) * W * W
+        if J >= 2:
+            j = codes[:, -1]
+            j[:] = sym[:, 0]
+            for t in range(1, J):
+                j *= W
+                j += sym[:, t]
+            j += n_pos + n_pair
+        tally = np.bincount(codes.ravel(), minlength=n_pos + n_pair + self.joint.size)
+        self.counts += tally[:n_pos].reshape(N, W)
+        self.pairs += tally[n_pos:n_pos + n_pair].reshape(N - 1, W * W)
+        if J >= 2:
+            self.joint += tally[n_pos + n_pair:]
+
+    def _add_pit(self, u: np.ndarray) -> None:
+        """PIT values u (B, N): the per-position histograms, and the non-overlapping pairs (U_t, U_t+1) on
+        the m x m grid, pairs at even t in one table and at odd t in the other (the cells of
+        :func:`harness.stats.pit_pair_tables`, one bincount for both tables)."""
+        N, m = u.shape[1], self.pair_bins
+        b = (u * self.pit_bins).astype(np.int64)  # (B, N) PIT bin
+        np.minimum(b, self.pit_bins - 1, out=b)
+        b += np.arange(N) * self.pit_bins
+        self.pit_hist += np.bincount(b.ravel(), minlength=N * self.pit_bins).reshape(N, self.pit_bins)
+        g = (u * m).astype(np.int64)  # (B, N) pair-grid cell
+        np.minimum(g, m - 1, out=g)
+        cell = g[:, :-1] * m + g[:, 1:]  # (B, N-1) cell of the pair (U_t, U_t+1)
+        cell[:, 1::2] += m * m  # odd t: the second table
+        self.pit_pairs += np.bincount(cell.ravel(), minlength=2 * m * m).reshape(2, m * m)
+
     def logprobs(self) -> np.ndarray:
         return np.concatenate(self.logprob) if self.logprob else np.zeros(0)
+
+    # -- merging ---------------------------------------------------------------------------------
+    def statistics(self) -> dict:
+        """The statistics (every attribute but the settings), by name: what a shard sends back and
+        what the resume state saves."""
+        return {k: v for k, v in vars(self).items() if k not in ACC_SETTINGS}
+
+    def merge(self, other) -> "Accumulator":
+        """Fold ``other`` (an Accumulator of the same run, or its :meth:`statistics`) into this one, as if
+        its calls had been added after this one's; returns self."""
+        theirs = other.statistics() if isinstance(other, Accumulator) else other
+        for name, mine in self.statistics().items():
+            value = theirs[name]
+            if name == "logprob":
+                room = self.logprob_max - sum(a.size for a in mine)
+                for a in value:
+                    if room > 0:
+                        mine.append(a[:room])
+                        room -= min(room, a.size)
+            elif name == "n_logprob":
+                self.n_logprob = min(self.logprob_max, mine + value)
+            elif isinstance(mine, np.ndarray):
+                mine += value
+            elif isinstance(mine, (int, np.integer)):
+                setattr(self, name, mine + value)
+            elif isinstance(mine, list):
+                mine.extend(value)
+            else:
+                merged = mine.merge(value)
+                if merged is not None:
+                    setattr(self, name, merged)
+        return self
 
 
 # -------------------------------------------------------------------------------------- the tests

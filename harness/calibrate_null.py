@@ -83,11 +83,11 @@ def _homog(kind, scenario, label, probs, n):
 def null_cases(scenarios, settings, draws: int | None = None) -> list[NullCase]:
     """Every count-based test of the battery on ``scenarios`` at the run's sizes (``draws`` sequences per
     scenario before its weight; default: default.toml's ``draws``)."""
-    from harness.verify.draw import _scenario_law
+    from harness.verify.draw import scenario_law
 
     cases = []
     for sc in scenarios:
-        law, _ = _scenario_law(sc)
+        law, _ = scenario_law(sc)
         n = max(2, round((draws or settings.draws) * sc.weight))
         N = law.N
         marg, pairm = law.marginals(), law.pair_marginals()

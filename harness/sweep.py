@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.backends import SerialBackend, TaskLost, add_backend_arguments, check_backend_options, make_backend
 from harness.config import RESULTS, SWEEP_DIR, derive_seed, overlay, read_toml
 from harness.atomic import staged_report
 from harness.fingerprint import code_fingerprint, fingerprint, short
@@ -252,17 +253,48 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--report", action="store_true", help="draw the figures and tables when done "
                         "(python -m harness report on the results)")
+    add_backend_arguments(parser, "processes computing cells (default 1: cells are timings, and cells measured side by side on one "
+                                  "machine contend for its cores; a cluster gives each its own)")
 
 
-def _run_cells(out: Path, cfg: dict, cells: list[Cell], todo: list[Cell], progress: bool, code: str) -> bool:
-    """Compute and store the cells ``todo`` (keyed on ``code``, the run's :func:`code_fingerprint`); False when
-    interrupted (the stored cells are kept)."""
-    from tqdm import tqdm
-    bar = tqdm(todo, desc="sweep", unit="cell", disable=not progress, file=sys.stderr)
-    try:
-        for cell in bar:
+def _cell_task(task: tuple) -> dict:
+    """One cell in a worker (:mod:`harness.backends`): its record, computed as :func:`run_cell` does."""
+    cell, cfg, code = task
+    if cfg["device"] == "cpu":
+        torch.set_num_threads(int(cfg["threads"]))
+    return run_cell(cell, cfg, code)
+
+
+def _needs_gpu(cell: Cell) -> bool:
+    return str(getattr(cell.params, "device", "cpu")).startswith("cuda")
+
+
+def _compute(out: Path, cfg: dict, todo: list[Cell], code: str, bar, backend) -> None:
+    """Compute and store ``todo``: here, one by one, or one cell per task on ``backend`` (cells that need a
+    GPU ask for one); each cell is stored by this process as it arrives."""
+    if backend is None or isinstance(backend, SerialBackend):
+        for cell in todo:
             bar.set_postfix_str(cell.id[:40])
             store_cell(out, cell, run_cell(cell, cfg, code))
+            bar.update()
+        return
+    for gpu in (False, True):
+        part = [c for c in todo if _needs_gpu(c) == gpu]
+        for i, rec in backend.map_unordered(_cell_task, [(c, cfg, code) for c in part], num_gpus=1 if gpu else 0):
+            if isinstance(rec, TaskLost):
+                raise RuntimeError(f"sweep cell {part[i].id}: {rec.reason} ({rec.attempts} attempts)")
+            store_cell(out, part[i], rec)
+            bar.update()
+
+
+def _run_cells(out: Path, cfg: dict, cells: list[Cell], todo: list[Cell], progress: bool, code: str,
+               backend=None) -> bool:
+    """Compute and store the cells ``todo`` (keyed on ``code``, the run's :func:`code_fingerprint`) here or on
+    ``backend``; False when interrupted (the stored cells are kept)."""
+    from tqdm import tqdm
+    bar = tqdm(total=len(todo), desc="sweep", unit="cell", disable=not progress, file=sys.stderr)
+    try:
+        _compute(out, cfg, todo, code, bar, backend)
     except KeyboardInterrupt:
         bar.close()
         done = sum(_cell_path(out, c).exists() for c in cells)
@@ -303,6 +335,7 @@ def _overrides(args) -> dict:
 
 def run(args) -> int:
     check_out(args.out)
+    check_backend_options(args.backend, args.workers, args.address)
     cfg = load_config(args.config, _overrides(args))
     try:
         cells = plan(cfg)  # the whole plan, before the first cell
@@ -327,8 +360,9 @@ def run(args) -> int:
         torch.set_num_threads(int(cfg["threads"]))
     print(f"sweep {cfg['name']!r}: {len(cells)} cells, {len(cells) - len(todo)} stored, {len(todo)} to run -> {out}",
           file=sys.stderr)
-    if not _run_cells(out, cfg, cells, todo, not args.no_progress, code):
-        return 130
+    with make_backend(args.backend, args.workers or 1, args.address) as backend:
+        if not _run_cells(out, cfg, cells, todo, not args.no_progress, code, backend):
+            return 130
     res = finalize(out, cfg, cells, current_only=not args.tables)
     _print_fidelity(res["meta"].get("fidelity", {}))
     for v in res["written"].values():

@@ -151,7 +151,7 @@ def test_warp_guard_refuses_a_support_flip_the_old_tv_guard_missed():
 
     from harness.exact import warp_mismatch, warp_support_mismatch
     from harness.scenarios import list_scenarios
-    from harness.verify.draw import _scenario_law
+    from harness.verify.draw import scenario_law
     from specimpl import SamplingConfig
     from specimpl.ngram import NGramModel
     cfg = SamplingConfig(top_k=2)
@@ -160,6 +160,6 @@ def test_warp_guard_refuses_a_support_flip_the_old_tv_guard_missed():
     sc = SimpleNamespace(exact=True, name="tie", build=lambda: (m, m), prompt=(0,), max_new_tokens=2, config=cfg,
                          eos_token_id=None)
     with pytest.raises(ValueError, match="float32 tie"):
-        _scenario_law(sc)
+        scenario_law(sc)
     for name in list_scenarios():
-        _scenario_law(load_scenario(name))  # no shipped scenario sits on a tie
+        scenario_law(load_scenario(name))  # no shipped scenario sits on a tie

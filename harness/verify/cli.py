@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from harness.algorithms import NAMES, Algorithm
+from harness.backends import Backend, add_backend_arguments, check_backend_options, make_backend
 from harness.config import RESULTS, overlay, read_toml
 from harness.errors import UsageError
 from harness.options import check_option, check_out, check_seed, check_threads, check_unique
@@ -28,7 +29,8 @@ from harness.verify.epsilon import parse_epsilon_option
 from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler, sampler_failure
 
-__all__ = ["add_arguments", "run", "fail_args", "with_threads", "with_epsilon", "check_common", "real_model_spec"]
+__all__ = ["add_arguments", "run", "fail_args", "with_threads", "with_epsilon", "check_common", "real_model_spec",
+           "backend_of"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -54,6 +56,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "[real_model] n_sequences)")
     ap.add_argument("--out", type=Path, help="report folder (default results/verify, or "
                                              "results/verify/custom/<sampler> with --sampler)")
+    add_backend_arguments(ap, "processes drawing the exact-law shards (default: every core; 1: in this process); "
+                              "the results do not depend on it")
     add_common_arguments(ap)
 
 
@@ -72,6 +76,11 @@ def add_common_arguments(ap: argparse.ArgumentParser) -> None:
                          "on a busy 2-core machine slows them down several times)")
 
 
+def backend_of(args) -> Backend:
+    """The backend of the options (checked: UsageError naming the option)."""
+    return make_backend(getattr(args, "backend", "local"), getattr(args, "workers", None), getattr(args, "address", None))
+
+
 def fail_args(command: str, msg: str) -> int:
     print(f"python -m harness {command}: error: {' '.join(str(msg).split())}", file=sys.stderr)
     return 2
@@ -80,6 +89,8 @@ def fail_args(command: str, msg: str) -> int:
 def check_common(args) -> None:
     """The options of :func:`add_common_arguments` (and ``--seed``, ``--out`` where present); UsageError."""
     check_threads(args.threads)
+    check_backend_options(getattr(args, "backend", "local"), getattr(args, "workers", None),
+                          getattr(args, "address", None))
     check_seed(getattr(args, "seed", None))
     check_out(getattr(args, "out", None))
     check_option(Path(args.scenario_dir).is_dir(), "--scenario-dir", str(args.scenario_dir), "an existing folder")
@@ -185,15 +196,20 @@ def run(args) -> int:
     else:
         out = RESULTS / "verify" / "custom" / _slug(args.sampler) if args.sampler else RESULTS / "verify"
     (Path(out) / "error.log").unlink(missing_ok=True)  # a failure log of an earlier run is not this run's
-    res = with_threads(args.threads, lambda: verify(
-        sampler=ch.sampler, sampler_label=args.sampler or "reference", scenarios=ch.scenarios, settings=ch.settings,
-        draws=args.draws, control_draws=args.control_draws, seed=args.seed, full=args.full,
-        controls=not args.sampler and not args.no_controls, out=out, fresh=args.fresh, figures=not args.no_figures,
-        progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
-        real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm))
+    with backend_of(args) as backend:
+        res = _verify(args, ch, out, backend)
     print(res.console, file=sys.stderr)
     failure = sampler_failure(res.verdicts, ch.sampler)
     if failure is not None:
         args.failure_dir = out
         raise failure
     return 0 if res.passed else 1
+
+
+def _verify(args, ch: _Choice, out: Path, backend: Backend):
+    return with_threads(args.threads, lambda: verify(
+        sampler=ch.sampler, sampler_label=args.sampler or "reference", scenarios=ch.scenarios, settings=ch.settings,
+        draws=args.draws, control_draws=args.control_draws, seed=args.seed, full=args.full,
+        controls=not args.sampler and not args.no_controls, out=out, fresh=args.fresh, figures=not args.no_figures,
+        progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
+        real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm, backend=backend))

@@ -1,15 +1,19 @@
 """Drawing the runs of a verification, with resume.
 
-Exact-law runs are drawn in sampler calls (:func:`harness.battery.plan_chunks`) and folded into an
-:class:`harness.battery.Accumulator`; real-model runs are drawn and scored by
-:func:`harness.realmodel.real_model_draw`; the von Neumann runs propose once.  Every random stream is
-seeded by :func:`harness.config.derive_seed` from the run seed and the run's names, so a run's draws do
-not depend on which other runs share the command.
+Exact-law runs are drawn as shards (:mod:`harness.verify.shards`: one per sampler call of
+:func:`harness.battery.plan_chunks`, each seeded from the run seed, scenario, sampler and shard index)
+on a backend (:mod:`harness.backends`: this process, a local process pool, Ray) and merged run by run
+in shard order into an :class:`harness.battery.Accumulator` (:class:`ShardedRun`), so the statistics
+do not depend on the backend or the number of workers.  Real-model runs are drawn in this process and
+scored by :func:`harness.realmodel.real_model_draw`; the von Neumann runs propose once.  Every random
+stream is seeded by :func:`harness.config.derive_seed` from the run seed and the run's names, so a
+run's draws do not depend on which other runs share the command.
 
-Resume: each finished run is pickled under ``<out>/_tmp_state/`` (:class:`RunState`) with the
-fingerprint of everything that determines its draws (:mod:`harness.fingerprint`: project code and
-sampler source by content, the scenario's resolved config, seed, draw counts); an interrupted command
-picks up the shards whose fingerprint matches, redraws the others, says which on stderr and in the
+Resume: each run's merged prefix of shards (every shard once the run is done) and each finished
+real-model run is pickled under ``<out>/_tmp_state/`` (:class:`RunState`) with the fingerprint of
+everything that determines its draws (:mod:`harness.fingerprint`: project code and sampler source by
+content, the scenario's resolved config, seed, draw counts, the shard scheme); an interrupted command
+picks up the saved shards whose fingerprint matches, draws the rest, says which on stderr and in the
 report, and the folder is removed once the report is written.
 """
 from __future__ import annotations
@@ -26,6 +30,7 @@ import numpy as np
 import torch
 
 from harness import stats
+from harness.backends import Backend, SerialBackend, TaskLost
 from harness.battery import Accumulator, plan_chunks
 from harness.config import derive_seed
 from harness.exact import ExactLaw, warp_mismatch, warp_support_mismatch
@@ -33,13 +38,9 @@ from harness.fingerprint import code_fingerprint, files_fingerprint, fingerprint
 from harness.provenance import atomic_write_bytes
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
-from harness.verify.sampler import check_output
-from specimpl.autoregressive import autoregressive_generate
+from harness.verify.shards import ShardTask, draw_shard, draw_shard_in_worker, sampler_recipe
 
-__all__ = ["RunState", "draw_all", "draw_exact", "draw_real", "draw_von_neumann"]
-
-_ACC_FIELDS = ("n", "counts", "pairs", "joint", "pit_hist", "pit_pairs", "logprob", "n_logprob", "chunks",
-               "calls_without_stats", "loglik", "lagged")
+__all__ = ["RunState", "ShardedRun", "draw_all", "draw_real", "draw_von_neumann", "scenario_law", "SHARD_SCHEME"]
 
 
 class RunState:
@@ -143,7 +144,7 @@ class RunState:
 WARP_SUPPORT_TOL = 1e-9  # mass on tokens the float32 and float64 warps disagree about keeping (a tie flip)
 WARP_TV_TOL = 1e-6       # TV between the float32 and float64 warped tables (float32 rounding alone: <= 6e-8 on
                          # every shipped scenario; the tightest certificate, 5e-4, is 500x above)
-def _scenario_law(sc) -> tuple[ExactLaw, tuple]:
+def scenario_law(sc) -> tuple[ExactLaw, tuple]:
     """The exact law of a scenario and its (target, draft) models; ValueError when there is none or the
     sampling controls sit on a float32 tie."""
     if not sc.exact:
@@ -160,71 +161,110 @@ def _scenario_law(sc) -> tuple[ExactLaw, tuple]:
     return law, models
 
 
-def draw_exact(run: RunSpec, law: ExactLaw, models, seed: int, settings, pair_bins: int, pbar, state: RunState,
-               is_baseline: bool = False) -> None:
-    """Draw run.draws sequences in calls and fold them into run.acc (resuming from ``state``)."""
-    sc = run.scenario
-    rng = np.random.default_rng(derive_seed(seed, run.label, sc.name, "pit"))
-    run.acc = Accumulator(law, sc.joint_tokens, settings.pit_bins, pair_bins, settings.logprob_max, rng,
-                          with_pit=not is_baseline, pit_max_lag=sc.k + 1)
-    slot = RunState.slot(run.label, run.role, sc.name, seed)
-    fp = state.fingerprint(run.sampler, sc, run.draws, seed, is_baseline, settings.min_chunks, settings.max_chunk,
-                           settings.pit_bins, settings.logprob_max, sc.joint_tokens, pair_bins)
-    saved = state.load(slot, fp)
-    if saved is not None:
-        for k in _ACC_FIELDS:
-            setattr(run.acc, k, saved["acc"][k])
-        run.error, run.wall_s, run.tokens, run.positions = (saved[k] for k in ("error", "wall_s", "tokens",
-                                                                                 "positions"))
-        if pbar is not None:
-            pbar.update(run.draws * sc.max_new_tokens)
-        return
-    tic = time.perf_counter()
-    _draw_calls(run, models, seed, settings, pbar, is_baseline)
-    run.wall_s = time.perf_counter() - tic
-    if run.error is None:
-        state.save(slot, fp, {"acc": {k: getattr(run.acc, k) for k in _ACC_FIELDS}, "error": run.error,
-                         "wall_s": run.wall_s, "tokens": run.tokens, "positions": run.positions})
+SHARD_SCHEME = "shards-v1"  # how a run is cut into shards and seeded (part of every state fingerprint)
+CHECKPOINT_S = 10.0  # a run's merged prefix of shards is saved at most this often while it is drawn
 
 
-def _draw_calls(run: RunSpec, models, seed: int, settings, pbar, is_baseline: bool) -> None:
-    sc = run.scenario
-    target, draft = models
-    chunks = plan_chunks(run.draws, 1 if is_baseline else settings.min_chunks, settings.max_chunk)
-    prompt = torch.tensor(list(sc.prompt), dtype=torch.long)
-    for c, B in enumerate(chunks):
-        g = torch.Generator().manual_seed(derive_seed(seed, run.label, sc.name, c))
-        prompts = prompt.unsqueeze(0).expand(B, -1).contiguous()  # (B, P)
-        try:
-            if is_baseline:
-                res = autoregressive_generate(target, prompts, max_new_tokens=sc.max_new_tokens, config=sc.config,
-                                              eos_token_id=sc.eos_token_id, generator=g)
-            else:
-                res = run.sampler(target, draft, prompts, k=sc.k, max_new_tokens=sc.max_new_tokens, config=sc.config,
-                                  eos_token_id=sc.eos_token_id, generator=g)
-            tok = check_output(res, B, sc.max_new_tokens, target.vocab_size)
-        except Exception as e:  # noqa: BLE001 - a sampler that crashes fails verification, with the reason
-            run.error = f"{type(e).__name__}: {e}"
-            break
-        run.acc.add(tok, getattr(res, "stats", None))
-        run.tokens += int((tok >= 0).sum())
-        run.positions += B * sc.max_new_tokens
-        if pbar is not None:
-            pbar.update(B * sc.max_new_tokens)
+class ShardedRun:
+    """One exact-law run (``run``, or with ``is_baseline`` its scenario's target-only baseline) drawn as
+    the shards of :mod:`harness.verify.shards`, merged into ``run.acc`` in shard order whatever order
+    they arrive in.  Resume: the merged prefix (shards 0..j-1) is saved under ``state`` now and then and
+    when the run ends; a matching saved prefix is picked up and only the shards after it are drawn."""
+
+    def __init__(self, index: int, run: RunSpec, law: ExactLaw, seed: int, settings, pair_bins: int,
+                 state: RunState, is_baseline: bool = False):
+        sc = run.scenario
+        self.run, self.state = run, state
+        run.acc = Accumulator(law, sc.joint_tokens, settings.pit_bins, pair_bins, settings.logprob_max, None,
+                              with_pit=not is_baseline, pit_max_lag=sc.k + 1)
+        run.error, run.wall_s, run.tokens, run.positions = None, 0.0, 0, 0
+        sizes = plan_chunks(run.draws, 1 if is_baseline else settings.min_chunks, settings.max_chunk)
+        self.n_shards, self.next, self.pending = len(sizes), 0, {}
+        self.slot = RunState.slot(run.label, run.role, sc.name, seed)
+        self.fp = state.fingerprint(run.sampler, SHARD_SCHEME, sc, run.draws, seed, is_baseline, settings.min_chunks,
+                                    settings.max_chunk, settings.pit_bins, settings.logprob_max, sc.joint_tokens,
+                                    pair_bins)
+        saved = state.load(self.slot, self.fp)
+        if saved is not None:
+            run.acc.merge(saved["acc"])
+            run.wall_s, run.tokens, run.positions, self.next = (saved[k] for k in ("wall_s", "tokens", "positions",
+                                                                                   "done"))
+        self.saved_at, self.saved_next = time.perf_counter(), self.next
+        recipe = ("baseline",) if is_baseline else sampler_recipe(run.sampler, run.label)
+        self.tasks = [ShardTask(index, c, B, run.label, sc, recipe, seed, is_baseline, settings.pit_bins, pair_bins,
+                                settings.logprob_max) for c, B in enumerate(sizes) if c >= self.next]
+
+    @property
+    def resumed_positions(self) -> int:
+        return self.run.positions
+
+    def take(self, shard: int, result) -> None:
+        """A shard's result (a :class:`ShardResult`, or :class:`harness.backends.TaskLost`): merged once
+        every shard before it is."""
+        self.pending[shard] = result
+        while self.next in self.pending:
+            self._fold(self.pending.pop(self.next))
+            self.next += 1
+        if self.next > self.saved_next and time.perf_counter() - self.saved_at > CHECKPOINT_S:
+            self.save()
+
+    def _fold(self, r) -> None:
+        run = self.run
+        if run.error is not None:  # the run ended at its first failed shard (the shards after it do not count)
+            return
+        if isinstance(r, TaskLost):
+            run.error = f"WorkerLost: the worker drawing shard {self.next} died {r.attempts} times ({r.reason})"
+            return
+        if r.error is not None:
+            run.error = r.error
+            failures = getattr(run.sampler, "failures", None)
+            if isinstance(failures, list) and r.details and all(d != r.details for _, d in failures):
+                failures.append((r.error, r.details))
+            return
+        run.acc.merge(r.statistics)
+        run.tokens += r.tokens
+        run.positions += r.positions
+        run.wall_s += r.wall_s
+
+    def save(self) -> None:
+        """Save the merged prefix (nothing once the run has failed: a failed run is drawn again)."""
+        run = self.run
+        if run.error is None:
+            self.state.save(self.slot, self.fp, {"acc": run.acc.statistics(), "done": self.next, "tokens": run.tokens,
+                                                 "positions": run.positions, "wall_s": run.wall_s})
+        self.saved_at, self.saved_next = time.perf_counter(), self.next
 
 
-def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar) -> None:
-    """Per scenario: its exact law, then its target-only baseline and every run on it."""
+def _sharded_runs(rs: RunSet, seed: int, settings, state: RunState) -> list[ShardedRun]:
+    """Per scenario (in order): its exact law, then its target-only baseline and every run on it."""
+    jobs = []
     for name, base in rs.baselines.items():
         runs = [r for r in rs.runs if r.scenario.name == name]
-        rs.laws[name], models = _scenario_law(base.scenario)
+        rs.laws[name], _ = scenario_law(base.scenario)
         n_max = max(r.draws for r in runs)  # grid of the PIT pair tables: n_max sequences of N // 2 pairs
         pair_bins = stats.pit_pair_bins(n_max * (base.scenario.max_new_tokens // 2))
-        pbar.set_description(f"verify: {name} target-only")
-        draw_exact(base, rs.laws[name], models, seed, settings, pair_bins, pbar, state, is_baseline=True)
+        jobs.append(ShardedRun(len(jobs), base, rs.laws[name], seed, settings, pair_bins, state, is_baseline=True))
         for r in runs:
-            pbar.set_description(f"verify: {name} {r.label}")
-            draw_exact(r, rs.laws[name], models, seed, settings, pair_bins, pbar, state)
+            jobs.append(ShardedRun(len(jobs), r, rs.laws[name], seed, settings, pair_bins, state))
+    return jobs
+
+
+def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, backend: Backend) -> None:
+    """Every shard of every exact-law run on ``backend`` (shards whose sampler cannot leave this process
+    are drawn here), merged run by run in shard order."""
+    jobs = _sharded_runs(rs, seed, settings, state)
+    pbar.update(sum(j.resumed_positions for j in jobs))
+    tasks = [t for j in jobs for t in j.tasks]
+    remote = [t for t in tasks if t.portable]
+    here = [t for t in tasks if not t.portable]
+    for part, where in ((remote, backend), (here, SerialBackend())):
+        fn = draw_shard if isinstance(where, SerialBackend) else draw_shard_in_worker
+        for i, result in where.map_unordered(fn, part):
+            t = part[i]
+            jobs[t.run].take(t.shard, result)
+            pbar.update(t.positions)
+    for j in jobs:
+        j.save()
 
 
 # -------------------------------------------------------------------------------------- real model
@@ -277,9 +317,10 @@ def draw_von_neumann(proposals: int, seed: int, controls: bool = True) -> list[V
 
 
 # ------------------------------------------------------------------------------------------- all
-def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool) -> None:
-    """Draw every exact-law run (with its scenario's baseline) and every real-model run of ``rs``, under
-    one progress bar counted in tokens."""
+def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
+             backend: Optional[Backend] = None) -> None:
+    """Draw every exact-law run (with its scenario's baseline) on ``backend`` (None: in this process), and
+    every real-model run of ``rs`` in this process, under one progress bar counted in tokens."""
     from tqdm import tqdm
     T_real = rs.real_model.max_new_tokens if rs.real_model is not None else 0
     total = sum(r.draws * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]) + \
@@ -289,7 +330,7 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool) -
     under_test = [r.sampler for r in [*rs.runs, *rs.real_runs] if r.role in UNDER_TEST]
     if state.run_fingerprint is None and state.dir is not None:
         state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
-    _draw_scenarios(rs, seed, settings, state, pbar)
+    _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend())
     for rr in rs.real_runs:
         pbar.set_description(f"verify: {REAL_MODEL_SCENARIO} {rr.label}")
         draw_real(rr, rs.real_model, progress, state)

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
+from harness.backends import Backend
 from harness.realmodel import RealModelSpec
 from harness.scenarios import SCENARIO_DIR
 from harness.verify import report
@@ -48,7 +49,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
            out: Optional[Path] = None, fresh: bool = False, figures: bool = True, progress: bool = True,
            scenario_dir: Path = SCENARIO_DIR, von_neumann: Optional[bool] = None,
            real_model: Optional[RealModelSpec] = None, real_model_sequences: Optional[int] = None,
-           real_model_controls: Optional[bool] = None, algorithm: Optional[str] = None) -> VerifyResult:
+           real_model_controls: Optional[bool] = None, algorithm: Optional[str] = None,
+           backend: Optional[Backend] = None) -> VerifyResult:
     """Run the battery; write the report to ``out`` (None: write nothing).  See :mod:`harness.verify`.
 
     ``sampler`` None: the reference sampler, and (with ``controls``) every control; ``von_neumann``
@@ -59,7 +61,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     verification algorithm (:class:`harness.algorithms.Algorithm` name) whose exact acceptance law the
     sampler is judged against (default: the sampler's ``algorithm`` attribute, else ``chain``); with the
     reference sampler, the block / tree reference runs and controls of default.toml's ``[algorithms]``
-    join the run."""
+    join the run.  ``backend``: where the exact-law shards are drawn (:mod:`harness.backends`; None: in
+    this process); the results do not depend on it."""
     t_start = time.perf_counter()
     seed = settings.seed if seed is None else seed
     sizes = run_sizes(settings, full, draws, control_draws)
@@ -75,7 +78,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
         rs.real_runs = real_runs_for(real_model, fn, sampler_label, role, n, seed,
                                      controls if real_model_controls is None else real_model_controls)
     state = RunState(out, fresh)
-    draw_all(rs, seed, settings, state, progress)
+    draw_all(rs, seed, settings, state, progress, backend)
     with_von_neumann = sampler is None if von_neumann is None else von_neumann
     if with_von_neumann:
         rs.vn = draw_von_neumann(sizes.von_neumann_proposals, seed, controls)

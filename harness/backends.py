@@ -1,0 +1,312 @@
+"""Where tasks run: in this process, on a local process pool (every core, the default), or on Ray.
+
+A backend maps a picklable function over a list of picklable tasks and yields ``(index, result)`` as
+results arrive, in any order; callers that need an order (the shard merge of
+:mod:`harness.verify.draw`) restore it themselves.  A task whose worker process dies (killed, out of
+memory) is run again, up to ``retries`` times: the pool restarts its workers and resubmits the tasks
+that were lost; Ray retries the task itself (``max_retries``).  A task lost more often than that
+yields a :class:`TaskLost` in place of its result.
+
+    ``serial``   in this process (``--workers 1``; also what library callers get by default)
+    ``local``    a ``concurrent.futures.ProcessPoolExecutor`` of ``workers`` processes (spawn context,
+                 one torch thread each; no server to start)
+    ``ray``      Ray tasks (``--backend ray``): a local Ray started for the run, or the cluster at
+                 ``--address auto|host:port``; ``num_gpus`` per task where a task needs a GPU
+
+:func:`make_backend` checks the options first (:class:`harness.errors.UsageError`, exit 2, naming the
+option): ``--workers`` >= 1, Ray installed for ``--backend ray``, a reachable ``--address``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from harness.errors import UsageError
+from harness.options import check_option
+
+__all__ = ["add_backend_arguments", "check_backend_options", "Backend", "SerialBackend", "LocalPool", "RayBackend", "TaskLost", "make_backend", "BACKENDS",
+           "default_workers"]
+
+BACKENDS = ("local", "ray")
+RETRIES = 3  # times a task whose worker died is run again
+
+
+@dataclass(frozen=True)
+class TaskLost:
+    """In place of a result: the task's worker died ``attempts`` times (``reason``: the last failure)."""
+
+    attempts: int
+    reason: str
+
+
+def default_workers() -> int:
+    """Every core this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class Backend:
+    """Runs ``fn`` over tasks: :meth:`map_unordered` yields (index, result) as results arrive."""
+
+    name = "serial"
+    workers = 1
+
+    def map_unordered(self, fn: Callable, tasks: list, num_gpus: float = 0) -> Iterator[tuple[int, object]]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.workers} worker{'s' * (self.workers != 1)})"
+
+    def close(self, abort: bool = False) -> None:
+        """Release the workers (``abort``: at once, without waiting for the tasks in flight)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        self.close(abort=kind is not None)
+
+
+class SerialBackend(Backend):
+    """Every task in this process, in order."""
+
+    def map_unordered(self, fn, tasks, num_gpus=0):
+        for i, t in enumerate(tasks):
+            yield i, fn(t)
+
+
+def _pool_init(initializer: Optional[Callable]) -> None:
+    import signal
+    import torch
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, _forward_sigint)  # Ctrl-C is the driver's: it stops the pool
+    if initializer is not None:
+        initializer()
+
+
+def _forward_sigint(signum, frame) -> None:
+    """A SIGINT that reaches a worker is passed to the driver (a Ctrl-C in the terminal reaches both; one
+    a sampler sends itself reaches only its worker) and otherwise ignored: the driver stops the pool."""
+    import signal
+    parent = os.getppid()
+    if parent > 1 and not _FORWARDED:
+        _FORWARDED.append(signum)
+        os.kill(parent, signal.SIGINT)
+
+
+_FORWARDED: list = []  # a worker passes on its first SIGINT only
+
+
+class LocalPool(Backend):
+    """A process pool of ``workers`` spawned processes; at most ``window`` tasks in flight (their results
+    wait in memory until taken).  A worker that dies breaks the pool: it is restarted and the lost
+    tasks are resubmitted (each up to ``retries`` times)."""
+
+    name = "local"
+
+    def __init__(self, workers: int, retries: int = RETRIES, initializer: Optional[Callable] = None):
+        import multiprocessing
+        self.workers, self.retries, self.initializer = int(workers), int(retries), initializer
+        self._ctx = multiprocessing.get_context("spawn")
+        self._pool: Optional[ProcessPoolExecutor] = None
+        self.restarts = 0  # times the pool was restarted after a worker died
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_pool_init,
+                                             initargs=(self.initializer,))
+        return self._pool
+
+    def map_unordered(self, fn, tasks, num_gpus=0):
+        todo = list(range(len(tasks)))[::-1]  # a stack: pop() gives the lowest index first
+        lost = [0] * len(tasks)
+        running: dict = {}
+        window = 2 * self.workers + 2
+        while todo or running:
+            while todo and len(running) < window:
+                i = todo.pop()
+                running[self._submit(fn, tasks[i])] = i
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            broken = []
+            for fut in done:
+                i = running.pop(fut)
+                try:
+                    yield i, fut.result()
+                except BrokenProcessPool as e:
+                    broken.append((i, e))
+            if broken:
+                yield from self._recover(broken, running, todo, lost)
+
+    def _submit(self, fn, task):
+        try:
+            return self._executor().submit(fn, task)
+        except BrokenProcessPool:
+            self._restart()
+            return self._executor().submit(fn, task)
+
+    def _recover(self, broken, running, todo, lost):
+        """A worker died: every task in flight is lost; restart the pool and queue them again (or give
+        up on a task lost ``retries`` times)."""
+        for fut, i in list(running.items()):
+            if fut.done() and not fut.exception():
+                yield i, fut.result()
+            else:
+                broken.append((i, fut.exception() if fut.done() else None))
+            running.pop(fut)
+        self._restart()
+        for i, e in sorted(broken, reverse=True):
+            lost[i] += 1
+            if lost[i] > self.retries:
+                yield i, TaskLost(lost[i], f"worker process died ({e or 'pool restarted'})")
+            else:
+                todo.append(i)
+        todo.sort(reverse=True)
+
+    def _restart(self) -> None:
+        self.restarts += 1
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = None
+
+    def close(self, abort: bool = False) -> None:
+        if self._pool is None:
+            return
+        if abort:  # interrupted: stop the workers this pool started, now
+            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
+
+
+class RayBackend(Backend):
+    """Ray tasks on a local Ray started here (``address`` None: ``workers`` CPUs) or on the cluster at
+    ``address`` ("auto" or host:port).  Each task is retried ``retries`` times when its worker dies."""
+
+    name = "ray"
+
+    def __init__(self, address: Optional[str], workers: Optional[int] = None, retries: int = RETRIES,
+                 object_store_memory: Optional[int] = None):
+        import ray
+        self.ray, self.address, self.retries = ray, address, int(retries)
+        self._started = not ray.is_initialized()
+        if self._started:
+            kw = dict(address=address, runtime_env={"env_vars": {"PYTHONPATH": _python_path()}},
+                      logging_level="WARNING", log_to_driver=False)
+            if address is None:
+                kw.update(num_cpus=workers or default_workers(), include_dashboard=False,
+                          object_store_memory=object_store_memory)
+            else:
+                _token_auth_like_ray_start()
+                if _loopback(address):  # a head on this machine's loopback: this driver's node is there too
+                    kw.update(_node_ip_address=address.rpartition(":")[0])
+            ray.init(**kw)
+        self.workers = int(ray.cluster_resources().get("CPU", 1))
+
+    def map_unordered(self, fn, tasks, num_gpus=0):
+        remote = self.ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=self.retries)(fn)
+        todo = list(range(len(tasks)))[::-1]
+        running: dict = {}
+        window = 2 * self.workers + 2
+        while todo or running:
+            while todo and len(running) < window:
+                i = todo.pop()
+                running[remote.remote(tasks[i])] = i
+            (ref,), _ = self.ray.wait(list(running), num_returns=1)
+            i = running.pop(ref)
+            try:
+                yield i, self.ray.get(ref)
+            except (self.ray.exceptions.WorkerCrashedError, self.ray.exceptions.NodeDiedError) as e:
+                yield i, TaskLost(self.retries + 1, f"Ray worker died ({type(e).__name__})")
+
+    def close(self, abort: bool = False) -> None:
+        if self._started and self.ray.is_initialized():
+            self.ray.shutdown()
+
+
+def _token_auth_like_ray_start() -> None:
+    """Use Ray's token authentication when a token exists and RAY_AUTH_MODE is unset, as `ray start` does
+    (Ray >= 2.5x): a driver joining such a head by address otherwise connects unauthenticated."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available)
+    except ImportError:  # older Ray: no token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def _loopback(address: str) -> bool:
+    import ipaddress
+    try:
+        return ipaddress.ip_address(address.rpartition(":")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _python_path() -> str:
+    """This process's import path (the project first), for Ray workers started from another folder."""
+    root = str(Path(__file__).resolve().parents[1])
+    parts = [root, *(p for p in sys.path if p and Path(p).is_dir())]
+    return os.pathsep.join(dict.fromkeys(parts))
+
+
+# ------------------------------------------------------------------------------------------ options
+def add_backend_arguments(ap, workers_help: str) -> None:
+    """``--workers``, ``--backend``, ``--address``: where the work runs."""
+    ap.add_argument("--workers", type=int, metavar="N", help=workers_help)
+    ap.add_argument("--backend", default="local", metavar="NAME",
+                    help="local (processes on this machine, the default) or ray (Ray tasks; pip install "
+                         "'specverify[ray]')")
+    ap.add_argument("--address", metavar="auto|HOST:PORT",
+                    help="with --backend ray: the Ray cluster to join (default: start a local Ray with --workers CPUs)")
+
+
+def check_backend_options(backend: str, workers: Optional[int], address: Optional[str]) -> None:
+    """The backend options, before any work; UsageError naming the option."""
+    check_option(backend in BACKENDS, "--backend", backend, f"one of {list(BACKENDS)}")
+    check_option(workers is None or (isinstance(workers, int) and workers >= 1), "--workers", workers,
+                 "an integer >= 1")
+    if address is not None and backend != "ray":
+        raise UsageError(f"`--address` needs `--backend ray`; got --address {address!r} with --backend {backend!r}")
+    if backend != "ray":
+        return
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UsageError("`--backend` 'ray' needs Ray, which is not installed (pip install 'specverify[ray]'); "
+                         "got --backend 'ray'") from None
+    if address is not None and address != "auto":
+        _check_address(address)
+
+
+def _check_address(address: str, timeout: float = 5.0) -> None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(f"`--address` must be 'auto' or host:port; got {address!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as e:
+        raise UsageError(f"`--address` must be a reachable Ray head node (host:port); got {address!r} "
+                         f"({type(e).__name__}: {e})") from None
+
+
+def make_backend(backend: str = "local", workers: Optional[int] = None, address: Optional[str] = None) -> Backend:
+    """The backend the options ask for (checked first: UsageError naming the option).  ``local`` with one
+    worker runs in this process."""
+    check_backend_options(backend, workers, address)
+    if backend == "ray":
+        try:
+            return RayBackend(address, workers)
+        except ConnectionError as e:
+            raise UsageError(f"`--address` must name a running Ray cluster; got {address!r} "
+                             f"({' '.join(str(e).split())[:200]})") from None
+    n = default_workers() if workers is None else workers
+    return SerialBackend() if n == 1 else LocalPool(n)

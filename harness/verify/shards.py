@@ -1,0 +1,229 @@
+"""Shards: the units of work of a verification, drawn anywhere and merged exactly.
+
+An exact-law run (one sampler on one scenario, or a scenario's target-only baseline) is a fixed list of
+shards, one per sampler call of :func:`harness.battery.plan_chunks`.  Shard ``c`` of run ``label`` on
+scenario ``sc`` draws its ``B`` sequences with the generator seeded ``derive_seed(seed, label, sc.name,
+c)`` and its PIT uniforms from ``derive_seed(seed, label, sc.name, c, "pit")``, and returns the
+statistics of an :class:`harness.battery.Accumulator` fed that one call (:class:`ShardResult`).  Every
+random stream is fixed by (run seed, scenario, sampler, shard index) alone, and the driver merges the
+shards of a run in shard order (:meth:`harness.battery.Accumulator.merge`), so every statistic and
+p-value is the same whichever process, machine or backend drew which shard.
+
+A :class:`ShardTask` travels to a worker without models or functions: the worker rebuilds the
+scenario's models and exact law (cached per process) and resolves the sampler from a *recipe*
+(:func:`sampler_recipe`: an importable function, a control of :mod:`harness.bugs` /
+:mod:`harness.bugs_tree` by name, a block / tree algorithm by name, a ``--sampler`` file).  A sampler
+no recipe reproduces is drawn in the driver (:attr:`ShardTask.portable` False).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pickle
+import sys
+import time
+import traceback
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from harness.battery import Accumulator
+from harness.config import derive_seed
+
+__all__ = ["ShardTask", "ShardResult", "draw_shard", "draw_shard_in_worker", "sampler_recipe", "resolve_sampler"]
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard of one run: ``run`` (the driver's index of the run), ``shard`` (its index in the run),
+    ``B`` sequences, drawn by ``sampler`` (a recipe, :func:`sampler_recipe`) on ``scenario``;
+    ``is_baseline``: target-only sampling (no PIT).  The remaining fields are the run's settings."""
+
+    run: int
+    shard: int
+    B: int
+    label: str
+    scenario: object
+    sampler: tuple
+    seed: int
+    is_baseline: bool
+    pit_bins: int
+    pair_bins: int
+    logprob_max: int
+
+    @property
+    def portable(self) -> bool:
+        """Whether the task can leave the driver (its sampler travels as a recipe, not as an object)."""
+        return self.sampler[0] != "object"
+
+    @property
+    def positions(self) -> int:
+        return self.B * self.scenario.max_new_tokens
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What a shard sends back: the Accumulator's statistics (None when the call failed), the tokens
+    and positions drawn, the seconds the call and its statistics took, and the error with its details
+    (a traceback) when the sampler failed."""
+
+    run: int
+    shard: int
+    statistics: Optional[dict]
+    tokens: int
+    positions: int
+    wall_s: float
+    error: Optional[str] = None
+    details: str = ""
+
+
+# ------------------------------------------------------------------------------------ sampler recipes
+def sampler_recipe(fn: Callable, label: str) -> tuple:
+    """How a worker gets ``fn`` (the sampler of run ``label``) back: ``("import", module, name, guarded)``,
+    ``("control", module, name)``, ``("algorithm", name)``, ``("file", path, name)``, ``("pickle", bytes)``,
+    or ``("object", fn)`` when none reproduces it (the run is then drawn in the driver)."""
+    for recipe in _candidate_recipes(fn, label):
+        try:
+            if _same_function(resolve_sampler(recipe), fn):
+                return recipe
+        except Exception:  # noqa: BLE001 - a recipe that does not resolve is simply not used
+            continue
+    return ("object", fn)
+
+
+def _candidate_recipes(fn: Callable, label: str):
+    inner = getattr(fn, "__wrapped__", fn)
+    guarded = inner is not fn
+    yield ("control", "harness.bugs", label)
+    yield ("control", "harness.bugs_tree", label)
+    yield ("algorithm", label)
+    module, name = getattr(inner, "__module__", None), getattr(inner, "__qualname__", "")
+    if module and module in sys.modules and _importable(module):
+        yield ("import", module, name, guarded)
+    path = getattr(inner, "__globals__", {}).get("__file__")
+    if path and guarded and module not in sys.modules:
+        yield ("file", path, getattr(inner, "__name__", name))
+    try:
+        yield ("pickle", pickle.dumps(fn))
+    except Exception:  # noqa: BLE001 - closures and the like do not pickle
+        pass
+
+
+def _importable(module: str) -> bool:
+    try:
+        return module != "__main__" and importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _same_function(a: Callable, b: Callable) -> bool:
+    """The same function: the same object, or the same code with equal closed-over values (a control's
+    or algorithm's sampler is a new closure on each access), looking through :func:`guard_sampler`."""
+    if a is b:
+        return True
+    a, b = getattr(a, "__wrapped__", a), getattr(b, "__wrapped__", b)
+    if a is b:
+        return True
+    ca, cb = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    if ca is None or ca != cb:  # equal code: the same source (a --sampler file imported again)
+        return False
+    cells = lambda f: [c.cell_contents for c in (f.__closure__ or ())]  # noqa: E731
+    return cells(a) == cells(b)
+
+
+_SAMPLERS: dict = {}
+
+
+def resolve_sampler(recipe: tuple) -> Callable:
+    """The sampler a recipe names (cached per process)."""
+    kind = recipe[0]
+    if kind == "object":
+        return recipe[1]
+    key = recipe if kind != "pickle" else ("pickle", hash(recipe[1]))
+    if key not in _SAMPLERS:
+        _SAMPLERS[key] = _resolve(recipe)
+    return _SAMPLERS[key]
+
+
+def _resolve(recipe: tuple) -> Callable:
+    from harness.verify.sampler import guard_sampler, load_sampler
+    kind = recipe[0]
+    if kind == "control":
+        return importlib.import_module(recipe[1]).get_control(recipe[2]).sampler
+    if kind == "algorithm":
+        from harness.algorithms import Algorithm
+        return Algorithm.parse(recipe[1], "algorithm").sampler()
+    if kind == "import":
+        obj = importlib.import_module(recipe[1])
+        for part in recipe[2].split("."):
+            obj = getattr(obj, part)
+        return guard_sampler(obj) if recipe[3] else obj
+    if kind == "file":
+        return load_sampler(f"{recipe[1]}:{recipe[2]}")
+    if kind == "pickle":
+        return pickle.loads(recipe[1])
+    raise ValueError(f"`recipe` must be a sampler recipe of harness.verify.shards; got kind {kind!r}")
+
+
+# ------------------------------------------------------------------------------------------- workers
+_LAWS: "OrderedDict[str, tuple]" = OrderedDict()
+_LAWS_KEPT = 16  # scenarios whose models a worker keeps (the default battery has 10; small n-gram tables)
+
+
+def _law_and_models(scenario):
+    """The scenario's exact law and (target, draft), built once per process (the last few kept)."""
+    key = repr(scenario)
+    if key in _LAWS:
+        _LAWS.move_to_end(key)
+    else:
+        from harness.verify.draw import scenario_law
+        _LAWS[key] = scenario_law(scenario)
+        while len(_LAWS) > _LAWS_KEPT:
+            _LAWS.popitem(last=False)
+    return _LAWS[key]
+
+
+def draw_shard_in_worker(task: ShardTask) -> ShardResult:
+    """:func:`draw_shard` in a worker process, where no Ctrl-C of the user arrives (a SIGINT is passed
+    to the driver, :mod:`harness.backends`): a ``KeyboardInterrupt`` or ``SystemExit`` inside the call
+    is the sampler's failure."""
+    return draw_shard(task, in_worker=True)
+
+
+def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
+    """Draw one shard and return its statistics (a failing sampler gives a result with ``error``)."""
+    from harness.verify.sampler import check_output
+    from specimpl.autoregressive import autoregressive_generate
+    sc = task.scenario
+    law, (target, draft) = _law_and_models(sc)
+    tic = time.perf_counter()
+    g = torch.Generator().manual_seed(derive_seed(task.seed, task.label, sc.name, task.shard))
+    prompts = torch.tensor(list(sc.prompt), dtype=torch.long).unsqueeze(0).expand(task.B, -1).contiguous()  # (B, P)
+    try:
+        if task.is_baseline:
+            res = autoregressive_generate(target, prompts, max_new_tokens=sc.max_new_tokens, config=sc.config,
+                                          eos_token_id=sc.eos_token_id, generator=g)
+        else:
+            res = resolve_sampler(task.sampler)(target, draft, prompts, k=sc.k, max_new_tokens=sc.max_new_tokens,
+                                                config=sc.config, eos_token_id=sc.eos_token_id, generator=g)
+        tok = check_output(res, task.B, sc.max_new_tokens, target.vocab_size)  # (B, N)
+    except (KeyboardInterrupt, SystemExit) as e:
+        if not in_worker:
+            raise
+        what = "KeyboardInterrupt (not a Ctrl-C of the user)" if isinstance(e, KeyboardInterrupt) else \
+            f"sys.exit({e.code!r})"
+        return ShardResult(task.run, task.shard, None, 0, 0, time.perf_counter() - tic,
+                           f"SamplerCallError: the sampler raised {what}", traceback.format_exc())
+    except Exception as e:  # noqa: BLE001 - a sampler that crashes fails verification, with the reason
+        return ShardResult(task.run, task.shard, None, 0, 0, time.perf_counter() - tic, f"{type(e).__name__}: {e}",
+                           traceback.format_exc())
+    rng = np.random.default_rng(derive_seed(task.seed, task.label, sc.name, task.shard, "pit"))
+    acc = Accumulator(law, sc.joint_tokens, task.pit_bins, task.pair_bins, task.logprob_max, rng,
+                      with_pit=not task.is_baseline, pit_max_lag=sc.k + 1)
+    acc.add(tok, getattr(res, "stats", None))
+    return ShardResult(task.run, task.shard, acc.statistics(), int((tok >= 0).sum()), task.positions,
+                       time.perf_counter() - tic)
+

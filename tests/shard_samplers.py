@@ -1,0 +1,33 @@
+"""Samplers for tests/test_shards.py that worker processes import by name (not a test module)."""
+import os
+import signal
+from pathlib import Path
+
+from specimpl.speculative import speculative_generate
+
+KILL_MARKER = "SPECVERIFY_TEST_KILL_MARKER"  # env: a file path; the first call that creates it kills its process
+
+
+def kill_once_generate(target, draft, prompts, **kw):
+    """The reference sampler, except that the first call anywhere (the one that creates the marker file
+    named by $SPECVERIFY_TEST_KILL_MARKER) SIGKILLs its own process mid-run, as a lost worker."""
+    marker = os.environ.get(KILL_MARKER)
+    if marker:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            fd = None
+        if fd is not None:
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
+    return speculative_generate(target, draft, prompts, **kw)
+
+
+def marker_pid(marker) -> int:
+    return int(Path(marker).read_text())
+
+
+def die(_task):
+    """A task that always kills its own process."""
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,203 @@
+"""Sharded verification (issue 11): shard statistics merge exactly, and a verification gives the same
+statistics and p-values in this process, on a local pool of 2 workers, after a worker is SIGKILLed,
+and on Ray (tests/test_shards_ray.py); bad backend options exit 2 naming the option."""
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from harness import stats
+from harness.backends import LocalPool, SerialBackend, TaskLost, check_backend_options, make_backend
+from harness.battery import Accumulator, pit_of_codes, state_symbol_codes
+from harness.cli import main
+from harness.errors import UsageError
+from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.verify import pipeline
+from harness.verify.draw import scenario_law
+from harness.verify.shards import resolve_sampler, sampler_recipe
+from specimpl.speculative import speculative_generate
+
+SETTINGS = load_settings(SCENARIO_DIR)
+
+
+def _calls(name, sizes, seed=0):
+    sc = load_scenario(name, SCENARIO_DIR)
+    law, (t, d) = scenario_law(sc)
+    out = []
+    for i, B in enumerate(sizes):
+        g = torch.Generator().manual_seed(seed + i)
+        res = speculative_generate(t, d, torch.tensor([list(sc.prompt)] * B), k=sc.k, max_new_tokens=sc.max_new_tokens,
+                                   config=sc.config, eos_token_id=sc.eos_token_id, generator=g)
+        out.append(res)
+    return sc, law, out
+
+
+def _acc(sc, law, rng, logprob_max=2500):
+    return Accumulator(law, sc.joint_tokens, 512, 6, logprob_max, rng)
+
+
+@pytest.mark.parametrize("name", ["base", "eos_order3"])
+def test_shards_merged_in_order_equal_one_accumulator_fed_the_same_calls(name):
+    sc, law, calls = _calls(name, [700, 1100, 900])
+    whole = _acc(sc, law, None)
+    parts = []
+    for i, res in enumerate(calls):
+        whole.rng = np.random.default_rng(i)  # the PIT stream of call i, as a shard seeds it
+        whole.add(res.tokens, res.stats)
+        part = _acc(sc, law, np.random.default_rng(i))
+        part.add(res.tokens, res.stats)
+        parts.append(part)
+    merged = _acc(sc, law, None)
+    for p in parts:
+        merged.merge(p)
+    a, b = whole.statistics(), merged.statistics()
+    assert a.keys() == b.keys()
+    for k in ("n", "counts", "pairs", "joint", "pit_hist", "pit_pairs", "n_logprob", "calls_without_stats"):
+        assert np.array_equal(a[k], b[k]), k
+    assert merged.n_logprob == 2500 and merged.logprobs().size == 2500  # truncated inside the second shard
+    assert np.array_equal(whole.logprobs(), merged.logprobs())
+    assert len(merged.chunks) == 3 and all(np.array_equal(x[1], y[1]) for x, y in zip(whole.chunks, merged.chunks))
+    assert merged.pit_hist.sum() == 2700 * sc.max_new_tokens
+
+
+def test_merge_is_generic_over_added_statistics():
+    class Sums:  # a statistic another part of the harness may add: merges by its own .merge
+        def __init__(self, x):
+            self.x = x
+
+        def merge(self, other):
+            return Sums(self.x + other.x)
+
+    sc, law, (res,) = _calls("base", [600])
+    a, b = _acc(sc, law, np.random.default_rng(0)), _acc(sc, law, np.random.default_rng(1))
+    a.add(res.tokens, res.stats)
+    b.add(res.tokens, res.stats)
+    a.extra, b.extra = Sums(2), Sums(5)
+    a.merge(b)
+    assert a.extra.x == 7 and a.n == 1200 and a.counts.sum() == 1200 * sc.max_new_tokens
+
+
+def test_codes_and_pit_pairs_match_the_exact_law_and_stats():
+    sc, law, (res,) = _calls("eos_order3", [800])
+    sym = law.symbols(res.tokens)
+    idx = state_symbol_codes(law, sym)
+    assert np.array_equal(idx, law.states(sym) * law.n_symbols + sym)
+    v = np.random.default_rng(3).random(sym.shape, dtype=np.float32)
+    u = pit_of_codes(law, idx, v)
+    assert np.array_equal(u, law.pit(sym, law.states(sym), v))
+    acc = Accumulator(law, sc.joint_tokens, 256, 7, 0, None)
+    acc._add_pit(u)
+    _, tables = stats.pit_pair_tables(u, 7)
+    for start, table in enumerate(tables):
+        assert np.array_equal(acc.pit_pairs[start], table)
+
+
+def test_sampler_recipes_resolve_to_the_same_function():
+    from harness.bugs import CATALOGUE
+    from harness.bugs_tree import CATALOGUE as TREE
+    from harness.algorithms import Algorithm
+    assert sampler_recipe(speculative_generate, "reference")[0] == "import"
+    for c in (CATALOGUE[0], TREE[0]):
+        r = sampler_recipe(c.sampler, c.name)
+        assert r[0] == "control" and resolve_sampler(r).__code__ is c.sampler.__code__
+    assert sampler_recipe(Algorithm.parse("tree2", "a").sampler(), "tree2") == ("algorithm", "tree2")
+    local = lambda *a, **k: None  # noqa: E731 - a closure no recipe reproduces: drawn in the driver
+    assert sampler_recipe(local, "x")[0] == "object"
+
+
+# --------------------------------------------------------------------------- whole verifications
+def _verify(backend, sampler=None, label="reference", draws=3000):
+    res = pipeline.verify(sampler=sampler, sampler_label=label, scenarios=[load_scenario("base", SCENARIO_DIR)],
+                          settings=SETTINGS, draws=draws, controls=False, out=None, figures=False, progress=False,
+                          von_neumann=False, backend=backend)
+    return res.table, res.runs
+
+
+def _same_tables(a: pd.DataFrame, b: pd.DataFrame):
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_exact=True)
+
+
+@pytest.fixture(scope="module")
+def serial_reference():
+    return _verify(SerialBackend())
+
+
+def test_two_local_workers_give_identical_statistics_and_pvalues(serial_reference):
+    with LocalPool(2) as pool:
+        table, runs = _verify(pool)
+    _same_tables(serial_reference[0], table)
+    for a, b in zip(serial_reference[1], runs):
+        assert a.tokens == b.tokens and a.acc.n == b.acc.n and np.array_equal(a.acc.pit_hist, b.acc.pit_hist)
+
+
+def test_a_sigkilled_worker_does_not_change_the_result(tmp_path, monkeypatch):
+    from shard_samplers import KILL_MARKER, kill_once_generate, marker_pid
+    table_serial, _ = _verify(SerialBackend(), kill_once_generate, "kill_once")  # no marker: never kills
+    marker = tmp_path / "killed"
+    monkeypatch.setenv(KILL_MARKER, str(marker))
+    with LocalPool(2) as pool:
+        table, runs = _verify(pool, kill_once_generate, "kill_once")
+        assert pool.restarts >= 1
+    assert marker_pid(marker) != os.getpid()  # a worker died, not this process
+    assert all(r.error is None for r in runs)
+    _same_tables(table_serial, table)
+
+
+def test_a_task_lost_too_often_is_reported_not_retried_forever():
+    from shard_samplers import die
+    with LocalPool(2, retries=1) as pool:
+        out = dict(pool.map_unordered(die, [None]))  # every attempt kills its worker
+    assert isinstance(out[0], TaskLost) and out[0].attempts == 2
+
+
+# ------------------------------------------------------------------------------------ bad input: 2
+def test_bad_backend_options_name_the_option():
+    with pytest.raises(UsageError, match="`--workers` must be an integer >= 1; got 0"):
+        check_backend_options("local", 0, None)
+    with pytest.raises(UsageError, match="`--backend` must be one of"):
+        check_backend_options("dask", None, None)
+    with pytest.raises(UsageError, match="`--address` needs `--backend ray`"):
+        check_backend_options("local", None, "auto")
+    with pytest.raises(UsageError, match="`--address` must be 'auto' or host:port"):
+        check_backend_options("ray", None, "nowhere")
+
+
+def test_backend_ray_without_ray_installed_exits_2(monkeypatch, capsys):
+    import sys
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    rc = main(["verify", "--scenario", "base", "--draws", "100", "--no-real-model", "--backend", "ray"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "`--backend` 'ray' needs Ray, which is not installed" in err[0]
+
+
+@pytest.mark.parametrize("argv, says", [(["--workers", "0"], "`--workers` must be an integer >= 1; got 0"),
+                                        (["--backend", "ray", "--address", "127.0.0.1:1"],
+                                         "`--address` must be a reachable Ray head node")])
+def test_bad_backend_options_exit_2_with_one_line(argv, says, capsys):
+    if "ray" in argv:
+        pytest.importorskip("ray")
+    rc = main(["verify", "--scenario", "base", "--draws", "100", "--no-real-model", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and says in err[0]
+
+
+def test_one_worker_runs_in_this_process():
+    assert isinstance(make_backend("local", 1), SerialBackend)
+
+
+# ------------------------------------------------------------------------------------------- sweeps
+def test_a_sweep_on_two_workers_stores_every_cell_as_one_worker_does(tmp_path):
+    import json
+
+    from harness import sweep
+    from test_sweep import TINY, _args
+    (tmp_path / "tiny.toml").write_text(TINY)
+    stored = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        assert sweep.run(_args(tmp_path / "tiny.toml", out, workers=workers)) == 0
+        recs = [json.loads(p.read_text()) for p in sorted((out / "cells").rglob("*.json"))]
+        stored[workers] = {r["id"]: (r["key"], r["params"]) for r in recs}
+    assert stored[1] and stored[1] == stored[2]
