@@ -56,6 +56,17 @@ DEFAULTS = dict(
 )
 SETTINGS = SimpleNamespace(family_alpha=1e-4, power=0.99, tv_confidence=0.999, raw={"source": "experiments/llama_cpp_check.py"})
 EOS, BOS, V = 257, 256, 259
+CONTROL = "api_llama_cpp_defaults"  # the lossy control: must be caught
+PLAIN_LAW = {k: L._controls(1, None)[k] for k in ("temperature", "top_k", "top_p", "min_p")}
+
+
+def check_plain(recs, name: str) -> None:
+    """The scorer scores plain sampling; a run whose records say other controls were applied is refused
+    (except the control, which is scored as plain on purpose: the misconfiguration a verifier must catch)."""
+    bad = next((r for r in recs if {k: r["controls"][k] for k in PLAIN_LAW} != PLAIN_LAW), None)
+    if bad is not None and name != CONTROL:
+        raise SystemExit(f"{name}: request {bad['request_id']} applied controls {bad['controls']}, not plain "
+                         f"sampling {PLAIN_LAW}; this scorer does not warp")
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -94,14 +105,14 @@ def laws_table(gguf: Path, target: HFModel, n: int, seed: int) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------- producing
-def api_run(gguf: Path, prompts, a, *, draft_k, seed: int, out: Path, name: str) -> dict:
+def api_run(gguf: Path, prompts, a, *, draft_k, seed: int, out: Path, name: str, sampler=None) -> dict:
     """One Python-API run: records written to ``out/name.jsonl``; its wall time and draft counts."""
     llm = L.load_llama(gguf, kv="float32", draft_k=draft_k, n_ctx=256)
     engine = L.engine_block(llm, kv="float32", gguf_path=gguf, interface="python api (Llama.generate, token ids)",
-                            extra={"eos": "ignored: generation continues past EOS"})
+                            extra={"eos": "ignored: generation continues past EOS"}, sampler=sampler)
     tic = time.perf_counter()
     recs = list(L.api_records(llm, prompts, per_prompt=a.per_prompt, max_new_tokens=a.tokens, seed=seed,
-                              engine=engine, progress=True))
+                              engine=engine, progress=True, sampler=sampler))
     wall = time.perf_counter() - tic
     L.write_jsonl(out / f"{name}.jsonl", recs)
     return dict(name=name, records=recs, wall_s=wall, **_draft_totals(recs))
@@ -235,8 +246,10 @@ def run_verdicts(table: pd.DataFrame, runs: dict) -> pd.DataFrame:
         info = runs.get(name, {})
         pooled = sub[sub.test == "pooled"]
         rej = sub[sub.reject]
-        rows.append(dict(run=name, tests=len(sub), rejected=len(rej),
-                         verdict="lossy" if len(rej) else "no loss detected",
+        control = name == CONTROL
+        rows.append(dict(run=name, role="lossy control" if control else "under test", tests=len(sub),
+                         rejected=len(rej), verdict="lossy" if len(rej) else "no loss detected",
+                         passed=bool(len(rej)) if control else not len(rej),
                          caught_by=", ".join(f"{r.test}@{r.position}" for r in rej.itertuples())[:200],
                          min_p_adjusted=sub.p_adjusted.min(),
                          pit_ks=float(pooled.statistic.iloc[0]) if len(pooled) else np.nan,
@@ -269,6 +282,9 @@ def produce(gguf, a, out) -> dict:
     runs = {"api_plain": api_run(gguf, prompts, a, draft_k=None, seed=a.seed + 1, out=out, name="api_plain"),
             "api_spec": api_run(gguf, prompts, a, draft_k=a.k, seed=a.seed + 2, out=out, name="api_spec"),
             "api_spec_coupled": api_run(gguf, prompts, a, draft_k=a.k, seed=a.seed + 1, out=out, name="api_spec_coupled")}
+    if a.control:  # llama-cpp-python's default sampler (min_p 0.05, top_k 40, top_p 0.95, temp 0.8), scored as plain
+        runs[CONTROL] = api_run(gguf, prompts, a, draft_k=None, seed=a.seed + 5, out=out, name=CONTROL,
+                                sampler=L.LLAMA_CPP_DEFAULTS)
     if a.server:
         sp = ascii_prompts(a.server_prompts, a.seed + 7)
         runs["server_plain"] = server_run(gguf, sp, a, draft_k=None, seed=a.seed + 3, out=out, name="server_plain")
@@ -281,12 +297,14 @@ def verify(runs: dict, target, a) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     plan, info, extra = [], {}, {}
     for name in [n for n in runs if n != "api_spec_coupled"]:
         r = runs[name]
+        check_plain(r["records"], name)
         tic = time.perf_counter()
         u, lp = score(target, r["records"], a.seed + 7919)
         info[name] = dict(tokens=int((~np.isnan(u)).sum()), completions=len(r["records"]), wall_s=r["wall_s"],
                           acceptance=r.get("acceptance", np.nan), score_s=time.perf_counter() - tic)
         scen = "llama.cpp " + name.split("_")[0]
-        plan += [PlannedTest(name, "under test", scen, s) for s in pit_specs(u)]
+        role = "lossy control" if name == CONTROL else "under test"
+        plan += [PlannedTest(name, role, scen, s) for s in pit_specs(u)]
         if name.startswith("server"):
             extra[f"{name}_logprob_gap"] = logprob_gap(r["records"], lp)
             extra[f"{name}_truncated"] = sum("x_truncated_at" in x for x in r["records"])
@@ -307,6 +325,7 @@ def main(argv=None) -> int:
     for key, v in DEFAULTS.items():
         ap.add_argument(f"--{key.replace('_', '-')}", type=int, default=v)
     ap.add_argument("--no-server", dest="server", action="store_false")
+    ap.add_argument("--no-control", dest="control", action="store_false", help="skip the lossy control run")
     ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "specverify_llama_cpp")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
@@ -328,7 +347,7 @@ def main(argv=None) -> int:
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(verdicts.to_string(index=False))
     print(json.dumps({k: v for k, v in extra.items() if k != "runs"}, indent=1, default=str))
-    return 1 if (verdicts.rejected > 0).any() else 0
+    return 0 if verdicts.passed.all() else 1
 
 
 if __name__ == "__main__":

@@ -47,12 +47,15 @@ from specimpl.errors import check_arg
 
 __all__ = ["PLAIN", "KV_TYPES", "FORMAT", "load_llama", "api_logits", "CountingPromptLookup", "count_accepted",
            "request_seed", "api_records", "engine_block", "serve", "http_completion", "http_record", "prompt_text", "write_jsonl",
-           "ServerError", "free_port"]
+           "ServerError", "free_port", "LLAMA_CPP_DEFAULTS"]
 
 FORMAT = "specverify.samples/1"
 # every stage of llama-cpp-python's sampler chain set to the identity: plain sampling from the model
 PLAIN = dict(temp=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0,
              presence_penalty=0.0, mirostat_mode=0)
+# llama-cpp-python's own defaults (Llama.generate / create_completion): NOT plain sampling; the lossy control
+LLAMA_CPP_DEFAULTS = dict(temp=0.8, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, repeat_penalty=1.0,
+                          frequency_penalty=0.0, presence_penalty=0.0, mirostat_mode=0)
 KV_TYPES = {"float32": 0, "float16": 1}  # ggml_type of the KV cache (GGML_TYPE_F32, GGML_TYPE_F16)
 
 
@@ -126,7 +129,8 @@ def api_logits(llm, ids: list[int], step: Optional[int] = None) -> np.ndarray:
     return np.array(llm.scores[:len(ids)], dtype=np.float64)
 
 
-def engine_block(llm, *, kv: str, gguf_path, interface: str, extra: Optional[dict] = None) -> dict:
+def engine_block(llm, *, kv: str, gguf_path, interface: str, extra: Optional[dict] = None,
+                 sampler: Optional[dict] = None) -> dict:
     """The ``engine`` object of the records: name, version, speculation, KV dtype, the sampler chain applied."""
     import llama_cpp
     draft = getattr(llm, "draft_model", None)
@@ -134,19 +138,21 @@ def engine_block(llm, *, kv: str, gguf_path, interface: str, extra: Optional[dic
             if draft is not None else None)
     return {"name": "llama.cpp", "package": "llama-cpp-python", "version": llama_cpp.__version__,
             "interface": interface, "speculative": spec, "dtype": "float32", "kv_dtype": kv, "flash_attn": False,
-            "model": os.path.basename(str(gguf_path)), "sampler": dict(PLAIN), **(extra or {})}
+            "model": os.path.basename(str(gguf_path)), "sampler": dict(sampler or PLAIN), **(extra or {})}
 
 
-def _controls(max_new_tokens: int, seed: Optional[int]) -> dict:
-    return {"temperature": PLAIN["temp"], "top_k": PLAIN["top_k"], "top_p": PLAIN["top_p"], "min_p": PLAIN["min_p"],
+def _controls(max_new_tokens: int, seed: Optional[int], sampler: Optional[dict] = None) -> dict:
+    c = sampler or PLAIN
+    return {"temperature": c["temp"], "top_k": c["top_k"], "top_p": c["top_p"], "min_p": c["min_p"],
             "seed": seed, "max_new_tokens": max_new_tokens, "greedy": False, "stop": []}
 
 
-def _generate(llm, prompt: list[int], max_new_tokens: int, seed: int) -> list[int]:
-    """``max_new_tokens`` tokens after ``prompt`` (past EOS), from a fresh context, seeded."""
+def _generate(llm, prompt: list[int], max_new_tokens: int, seed: int, sampler: Optional[dict] = None) -> list[int]:
+    """``max_new_tokens`` tokens after ``prompt`` (past EOS), from a fresh context, seeded; ``sampler``: the
+    sampler-chain settings (default :data:`PLAIN`)."""
     llm.reset()  # no prefix reuse across requests: a request's tokens depend on its seed only
     llm.set_seed(seed)
-    out, gen = [], llm.generate(prompt, reset=True, **PLAIN)
+    out, gen = [], llm.generate(prompt, reset=True, **(sampler or PLAIN))
     try:
         for tok in gen:
             out.append(int(tok))
@@ -164,8 +170,9 @@ def request_seed(seed: int, prompt: int, sample: int) -> int:
 
 
 def api_records(llm, prompts: list[list[int]], *, per_prompt: int, max_new_tokens: int, seed: int, engine: dict,
-                progress: bool = False) -> Iterator[dict]:
-    """Records (sample format) of ``per_prompt`` completions of each prompt through ``Llama.generate``."""
+                progress: bool = False, sampler: Optional[dict] = None) -> Iterator[dict]:
+    """Records (sample format) of ``per_prompt`` completions of each prompt through ``Llama.generate``
+    (``sampler``: default :data:`PLAIN`; the records' controls say what was applied)."""
     from tqdm import tqdm
     draft = getattr(llm, "draft_model", None)
     bar = tqdm(total=len(prompts) * per_prompt, desc="llama.cpp api", disable=not progress, file=sys.stderr)
@@ -175,9 +182,9 @@ def api_records(llm, prompts: list[list[int]], *, per_prompt: int, max_new_token
             if draft is not None:
                 draft.proposals.clear()
             tic = time.perf_counter()
-            out = _generate(llm, prompt, max_new_tokens, s)
+            out = _generate(llm, prompt, max_new_tokens, s, sampler)
             rec = {"format": FORMAT, "request_id": f"p{i}-s{j}", "prompt_id": f"p{i}", "prompt_ids": list(prompt),
-                   "output_ids": out, "finish_reason": "length", "controls": _controls(max_new_tokens, s),
+                   "output_ids": out, "finish_reason": "length", "controls": _controls(max_new_tokens, s, sampler),
                    "logprobs": None, "engine": engine, "x_wall_s": time.perf_counter() - tic}
             if draft is not None:
                 acc, drafted = draft.accepted(list(prompt) + out)
