@@ -20,7 +20,7 @@ VENV_FLAGS :=
 TORCH_INSTALL := $(PY) -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 endif
 
-.PHONY: setup test install-check verify calibrate bench sweep report clean-venv
+.PHONY: setup test install-check engine-check verify calibrate bench sweep report clean-venv
 
 setup: $(VENV)/.installed
 
@@ -36,6 +36,12 @@ test: setup
 # pip install . (not editable) into a fresh venv, then `python -m harness` from an empty directory
 install-check: setup
 	$(PY) -m pytest -m slow -p no:cacheprovider tests/test_install.py $(ARGS)
+
+# llama.cpp end to end (the `llama` extra: llama-cpp-python builds llama.cpp from source, ~10 min on 2 cores the
+# first time; pip keeps the wheel): GGUF export, laws vs the float64 target, API and server samples
+engine-check: setup
+	$(PY) -m pip install -q -e ".[dev,llama]"
+	$(PY) -m pytest -p no:cacheprovider tests/test_gguf_export.py tests/test_llama_cpp.py $(ARGS)
 
 verify: setup
 	$(PY) -m harness verify $(if $(filter 1,$(FULL)),--full,) $(ARGS)
