@@ -7,7 +7,7 @@
 # provenance names this commit with dirty = false); at the end STAGE's folders replace results/verify,
 # results/calibrate, results/hf/{alpha.csv,pit/}, results/sweep/default and results/numerics.  Commit them, then run
 # `python experiments/gate_probes.py` from that (clean) commit for results/gate/.
-# Wall time on 2 cores: about 25 minutes.  PY overrides the interpreter (default .venv/bin/python).
+# Wall time on 2 cores: about 45 minutes.  PY overrides the interpreter (default .venv/bin/python).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 PY=${PY:-.venv/bin/python}
@@ -24,7 +24,11 @@ export SOURCE_DATE_EPOCH=0 PYTHONHASHSEED=0
 
 step() { echo "== $(date -u +%H:%M:%S) $*"; "$@"; }
 step "$PY" -m harness verify --no-progress --out "$STAGE/verify"
-step "$PY" -m harness calibrate --no-progress --out "$STAGE/calibrate"
+# end to end: 1000 seeds of a small base scenario with the real-model tests (16 sequences), 2 processes (~17 min)
+step "$PY" -m harness calibrate --seeds 1000 --scenario base --draws 2000 --real-model-sequences 16 --jobs 2 \
+  --no-progress --out "$STAGE/calibrate"
+# the statistics alone, from the exact law's count vectors (and the exact gate-level tails), into calibrate/null
+step "$PY" -m harness calibrate --null --scenario base --replicates 1000000 --no-progress --out "$STAGE/calibrate"
 step "$PY" -m harness alpha --no-progress --out "$STAGE/hf/alpha.csv"
 step "$PY" -m harness pit --out "$STAGE/hf/pit"
 step "$PY" -m harness sweep --redo --out "$STAGE/sweep/default"

@@ -71,6 +71,7 @@ RUN_SCHEMA = {
                        "a list of scenario names"),
     "seed": SEED, "min_chunks": integer(1), "max_chunk": integer(1), "pit_bins": integer(2), "logprob_max": integer(1),
     "von_neumann_proposals": integer(1), "full_von_neumann_proposals": integer(1),
+    "control_epsilon_scale": number(1),  # control-sized runs are certified at this multiple of the tolerances
     **{f"epsilon_{k}": number(0, 1, lo_open=True) for k in ("position", "pair", "joint", "real")},  # the certificate's
 }
 ALGORITHMS_SCHEMA = {  # [algorithms]: block / tree reference runs and controls (harness.verify.runs.AlgorithmRuns)
@@ -106,6 +107,7 @@ class RunSettings:
     raw: dict = field(default_factory=dict, compare=False)
     epsilon: dict = field(default_factory=dict)           # certificate tolerances: position, pair, joint, real
     epsilon_override: dict = field(default_factory=dict)  # the command line's (--epsilon), over everything
+    control_epsilon_scale: float = 1.0  # lossless controls and block / tree reference runs: ε x this
 
 
 def read_defaults(directory: Optional[Path] = None) -> dict:
@@ -139,7 +141,8 @@ def load_settings(directory: Optional[Path] = None) -> RunSettings:
         max_chunk=int(run["max_chunk"]), pit_bins=int(run["pit_bins"]), logprob_max=int(run["logprob_max"]),
         von_neumann_proposals=int(run["von_neumann_proposals"]),
         full_von_neumann_proposals=int(run["full_von_neumann_proposals"]), raw=run,
-        epsilon={k: float(run[f"epsilon_{k}"]) for k in ("position", "pair", "joint", "real")})
+        epsilon={k: float(run[f"epsilon_{k}"]) for k in ("position", "pair", "joint", "real")},
+        control_epsilon_scale=float(run.get("control_epsilon_scale", 1.0)))
 
 
 @dataclass(frozen=True)

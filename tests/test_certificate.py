@@ -163,3 +163,22 @@ def test_warp_guard_refuses_a_support_flip_the_old_tv_guard_missed():
         scenario_law(sc)
     for name in list_scenarios():
         scenario_law(load_scenario(name))  # no shipped scenario sits on a tie
+
+
+def test_control_sized_runs_are_certified_at_the_scaled_tolerances():
+    """Lossless controls and block / tree reference runs (drawn at control size) are judged at
+    control_epsilon_scale x ε, and say so; the sampler under test and the chain reference are not."""
+    from types import SimpleNamespace
+
+    from harness.verify.epsilon import Epsilons
+    from harness.verify.verdicts import Certifier, control_sized
+    eps = Epsilons(position=5e-3, pair=1e-2, joint=0.02, real=0.03)
+    c = Certifier({"base": eps}, eps, 1e-6, 0.999, control_scale=6.0)
+    run = lambda role, label: SimpleNamespace(role=role, label=label)  # noqa: E731
+    assert not control_sized(run("reference", "reference")) and not control_sized(run("sampler", "mine"))
+    assert control_sized(run("lossless", "never_accept")) and control_sized(run("reference", "tree2"))
+    assert not control_sized(run("lossy", "accept_everything"))
+    scaled = c.of("base", control_sized=True)
+    assert (scaled.position, scaled.pair, scaled.joint, scaled.real) == (0.03, 0.06, 0.12, 0.03)
+    assert c.of("base") == eps
+    assert Epsilons(0.5, 0.5, 0.5, 0.1).scaled(6.0).joint == 1.0  # a TV tolerance never exceeds 1

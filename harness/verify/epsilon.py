@@ -34,6 +34,10 @@ class Epsilons:
     joint: float
     real: float
 
+    def scaled(self, factor: float) -> "Epsilons":
+        """These tolerances times ``factor`` (at most 1); the real-model one is left as it is."""
+        return Epsilons(*(min(1.0, x * factor) for x in (self.position, self.pair, self.joint)), self.real)
+
     def for_test(self, test: str) -> float:
         """ε of a gof test named ``test`` (position, pair, joint[0:J])."""
         return self.joint if test.startswith("joint") else getattr(self, test)

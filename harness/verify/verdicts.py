@@ -180,6 +180,7 @@ class Certifier:
     default: Epsilons
     delta: float
     confidence: float
+    control_scale: float = 1.0  # control-sized runs (:func:`control_sized`) are certified at ε x this
     planned: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε) -> draws, a cache
 
     def draws_for(self, scenario: str, test: str, position: int, eps: float, probs) -> int:
@@ -190,8 +191,16 @@ class Certifier:
             self.planned[key] = tv_interval_n_for(probs(), eps, self.delta)
         return self.planned[key]
 
-    def of(self, scenario: str) -> Epsilons:
-        return self.epsilons.get(scenario, self.default)
+    def of(self, scenario: str, control_sized: bool = False) -> Epsilons:
+        eps = self.epsilons.get(scenario, self.default)
+        return eps.scaled(self.control_scale) if control_sized else eps
+
+
+def control_sized(r: RunSpec) -> bool:
+    """Runs drawn at the controls' size (``control_draws`` / the [algorithms] sizes), not at the sampler
+    under test's: the lossless controls and the block / tree reference runs.  Their certificates are
+    stated at ``control_epsilon_scale`` x the tolerances (default.toml), and say so."""
+    return r.role == "lossless" or (r.role == "reference" and r.label != "reference")
 
 
 def _outcome(lossy: bool, certified: bool) -> str:
@@ -209,7 +218,7 @@ def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier)
     gof = sub[sub.family == "gof"]
     if not len(gof):
         return {}
-    eps = c.of(r.scenario.name)
+    eps = c.of(r.scenario.name, control_sized(r))
     e = np.array([eps.for_test(t) for t in gof.test])
     ratio = gof.tv_upper.to_numpy(np.float64) / e
     i = int(np.argmax(ratio))
@@ -323,4 +332,5 @@ def certifier_for(rs: RunSet, settings, delta: float) -> Certifier:
     """The :class:`Certifier` of a run set: each scenario's tolerances (:func:`harness.verify.epsilon.epsilons_for`),
     the bounds' miss probability ``delta`` each, and ``settings.tv_confidence``."""
     eps = {r.scenario.name: epsilons_for(settings, r.scenario) for r in rs.runs}
-    return Certifier(eps, epsilons_for(settings), float(delta), float(settings.tv_confidence))
+    return Certifier(eps, epsilons_for(settings), float(delta), float(settings.tv_confidence),
+                     float(getattr(settings, "control_epsilon_scale", 1.0)))
