@@ -171,3 +171,26 @@ def test_two_sample_logprobs_ks_ad(tmp_path):
     code, meta = _verify(tmp_path, a, b)
     assert meta["verdict"] == "lossy" and "logprobs/mean_logprob" in meta["headline"]
     assert "tokens/" not in meta["headline"]
+
+
+def test_scored_loglik_terms_equal_the_real_model_martingale():
+    """verify-samples' martingale terms (from the scorer's arrays, NaN after a row's end) are the ones
+    harness.loglik.martingale_terms computes from the laws, so scored mode runs the same test."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from harness.loglik import martingale_terms
+    from harness.samples.plan import loglik_terms
+    g = torch.Generator().manual_seed(0)
+    P = torch.softmax(torch.randn(5, 6, 11, generator=g, dtype=torch.float64), -1)  # (N, T, V)
+    X = torch.multinomial(P.view(-1, 11), 1, generator=g).view(5, 6)  # (N, T)
+    logp = P.gather(-1, X.unsqueeze(-1)).squeeze(-1).log().numpy()
+    H = -(P * P.log()).sum(-1).numpy()
+    var = (P * (P.log() + torch.as_tensor(H).unsqueeze(-1)) ** 2).sum(-1).numpy()
+    logp[1, 4:], H[1, 4:], var[1, 4:] = np.nan, np.nan, np.nan  # row 1 ended after 4 tokens
+    mask = np.zeros((5, 6), bool)
+    mask[1, 4:] = True
+    got = loglik_terms(SimpleNamespace(logp=logp, entropy=H, var_logp=var))
+    for a, b in zip(got, martingale_terms(P, X, pad_mask=mask)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)

@@ -15,7 +15,7 @@ Scored mode (the target's scores, :mod:`harness.samples.scoring`):
                    controls apply no stop string (truncation the controls do not explain: p = 0)
     numerics       engine-reported logprobs against the scorer's (not a loss test: |Δ| > tol means the
                    scorer is not scoring the engine's law; blocks a certificate)
-    loglik         the log-likelihood martingale (harness/loglik.py, when present; a hook otherwise)
+    loglik         the log-likelihood martingale (harness/loglik.py: M, V, Q per completion from the scores)
 Two-sample mode (no model; both files' tokens):
     tokens         per position, homogeneity of the token law (an "ended" cell for completions already
                    over; cells pooled from the pooled sample only: :func:`harness.stats.chi2_homogeneity`)
@@ -41,11 +41,9 @@ from harness.battery import TestRow, TestSpec, plan_pit_value_tests
 from harness.samples.format import SampleRecord
 
 __all__ = ["plan_scored", "plan_two_sample", "prompt_groups", "completion_pairs", "position_cells", "check_row",
-           "LOGLIK_NOTE"]
+           "loglik_terms"]
 
 NAN = float("nan")
-LOGLIK_NOTE = ("log-likelihood martingale: not run (harness/loglik.py is not on this branch; "
-               "harness.samples.plan._loglik_specs is the hook that adds it)")
 
 
 def check_row(statistic: float, method: str, **extra):
@@ -145,23 +143,19 @@ def _logprob_agreement(records, scores, tol: float):
                      expected=tol, observed=float(d.max()), n=float(d.size)), summary
 
 
-def _loglik_specs(records, scores) -> tuple[list[TestSpec], list[str]]:
-    """The log-likelihood martingale tests, from harness/loglik.py when it is present (it receives the
-    scorer's log p_t(x_t), H(p_t) and Var(log p_t), (N, T) each, NaN after a row's end)."""
-    try:
-        from harness import loglik  # noqa: F401  (built in parallel; not on this branch yet)
-    except ImportError:
-        return [], [LOGLIK_NOTE]
-    plan = getattr(loglik, "plan_loglik_tests", None)
-    if plan is None:
-        return [], [LOGLIK_NOTE.replace("is not on this branch", "has no plan_loglik_tests")]
-    return list(plan(scores.logp, scores.entropy, scores.var_logp)), []
+def loglik_terms(scores) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per completion, the log-likelihood martingale's M = Σ_t [log p_t(x_t) + H(p_t)], its conditional
+    variance V = Σ_t Var_{p_t}(log p_t) and Q = Σ_t (increment)² (:func:`harness.loglik.martingale_test`),
+    from the scorer's (N, T) arrays (NaN after a row's end: those terms are absent)."""
+    inc = scores.logp + scores.entropy  # (N, T) martingale increments (-inf: a token the law cannot draw)
+    sq = np.where(np.isfinite(inc), inc * inc, 0.0)  # (N, T) as harness.loglik.martingale_terms
+    return np.nansum(inc, axis=1), np.nansum(scores.var_logp, axis=1), sq.sum(axis=1)
 
 
 def plan_scored(records: list[SampleRecord], scores, eos_token_id: Optional[int],
                 logprob_tol: float) -> tuple[list[TestSpec], list[str], Optional[dict]]:
     """(tests, notes, engine-logprob agreement summary) of scored mode, independence included."""
-    specs = plan_pit_value_tests(scores.u) if scores.u.shape[1] >= 2 else []
+    specs = plan_pit_value_tests(scores.u, loglik=loglik_terms(scores)) if scores.u.shape[1] >= 2 else []
     notes = [] if specs else ["pit: outputs shorter than 2 tokens, no PIT tests"]
     specs.append(TestSpec("support", "impossible_tokens", None, True,
                           check_row(float(scores.impossible.sum()), "tokens of probability 0 under the warped "
@@ -183,8 +177,7 @@ def plan_scored(records: list[SampleRecord], scores, eos_token_id: Optional[int]
         specs.append(TestSpec("independence", "paired_completions_pit", None, True, cross))
     else:
         notes.append("independence: fewer than 2 completions per prompt; no paired-completion PIT test")
-    ll, ll_notes = _loglik_specs(records, scores)
-    return specs + ll, notes + ll_notes, summary
+    return specs, notes, summary
 
 
 # -------------------------------------------------------------------------------------- two-sample
