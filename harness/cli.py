@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import tempfile
 import traceback
@@ -67,6 +68,7 @@ def main(argv=None) -> int:
     except SystemExit as e:  # --help (0) or a usage error (2), already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     prog = f"python -m harness {args.command}"
+    quiet_libraries(args)
     with sigint_flag():
         try:
             return int(mods[args.command].run(args) or 0)
@@ -86,6 +88,15 @@ def main(argv=None) -> int:
             first = " ".join(str(e).split())[:300]
             print(f"{prog}: failed: {type(e).__name__}: {first}; full traceback in {log}", file=sys.stderr)
             return EXIT_FAILED
+
+
+def quiet_libraries(args) -> None:
+    """``--no-progress`` also silences transformers' "Loading weights" bars: huggingface_hub's switch,
+    which transformers reads when it is imported (here and in worker processes, which inherit it)."""
+    if getattr(args, "no_progress", False):
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 def _out_dir(args) -> Optional[Path]:

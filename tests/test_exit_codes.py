@@ -1,6 +1,7 @@
 """The exit-code contract of `python -m harness` (harness.errors): 0 ok, 1 lossy, 2 usage or configuration
 error (one line), 3 the sampler or a model failed (summary on stderr, traceback in <out>/error.log), 130
 interrupted.  The CLI runs in-process through harness.cli.main."""
+import os
 import textwrap
 import threading
 
@@ -194,3 +195,22 @@ def test_help_documents_the_contract(capsys):
         assert f"  {code} " in out
     assert main(["verify", "--help"]) == 0
     assert "130" in capsys.readouterr().out
+
+
+def test_no_progress_silences_transformers_bars(monkeypatch):
+    """--no-progress turns transformers' weight-loading bars off too (they printed before)."""
+    import argparse
+
+    import transformers
+
+    from harness.cli import quiet_libraries
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    transformers.utils.logging.enable_progress_bar()
+    try:
+        quiet_libraries(argparse.Namespace(no_progress=False))
+        assert transformers.utils.logging.is_progress_bar_enabled()
+        quiet_libraries(argparse.Namespace(no_progress=True))
+        assert not transformers.utils.logging.is_progress_bar_enabled()
+        assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    finally:
+        transformers.utils.logging.enable_progress_bar()
