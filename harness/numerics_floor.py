@@ -226,8 +226,8 @@ def run(args) -> int:
     table = floor_table(rows)
     meta = metadata({**cfg, "steps": STEPS}, cfg["seed"])
     with staged_report(args.out, "numerics") as st:
-        atomic_write_csv(st.dir / "rows.csv", rows)
-        atomic_write_csv(st.dir / "numerics.csv", table)
+        atomic_write_csv(st.dir / "rows.csv", rows, meta)
+        atomic_write_csv(st.dir / "numerics.csv", table, meta)
         atomic_write_text(st.dir / "table.md", table_md(table, meta))
         atomic_write_json(st.dir / "meta.json", meta)
         if not args.no_figures:
