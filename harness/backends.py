@@ -59,7 +59,10 @@ class Backend:
     name = "serial"
     workers = 1
 
-    def map_unordered(self, fn: Callable, tasks: list, num_gpus: float = 0) -> Iterator[tuple[int, object]]:
+    def map_unordered(self, fn: Callable, tasks: list, num_gpus: float = 0,
+                      skip: Optional[Callable[[int], bool]] = None) -> Iterator[tuple[int, object]]:
+        """(index, fn(task)) for each task, in any order; a task for which ``skip(index)`` is true when its
+        turn to start comes is never started (and not yielded)."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -78,9 +81,10 @@ class Backend:
 class SerialBackend(Backend):
     """Every task in this process, in order."""
 
-    def map_unordered(self, fn, tasks, num_gpus=0):
+    def map_unordered(self, fn, tasks, num_gpus=0, skip=None):
         for i, t in enumerate(tasks):
-            yield i, fn(t)
+            if skip is None or not skip(i):
+                yield i, fn(t)
 
 
 def _pool_init(initializer: Optional[Callable]) -> None:
@@ -125,7 +129,7 @@ class LocalPool(Backend):
                                              initargs=(self.initializer,))
         return self._pool
 
-    def map_unordered(self, fn, tasks, num_gpus=0):
+    def map_unordered(self, fn, tasks, num_gpus=0, skip=None):
         todo = list(range(len(tasks)))[::-1]  # a stack: pop() gives the lowest index first
         lost = [0] * len(tasks)
         running: dict = {}
@@ -133,7 +137,10 @@ class LocalPool(Backend):
         while todo or running:
             while todo and len(running) < window:
                 i = todo.pop()
-                running[self._submit(fn, tasks[i])] = i
+                if skip is None or not skip(i):
+                    running[self._submit(fn, tasks[i])] = i
+            if not running:
+                break
             done, _ = wait(list(running), return_when=FIRST_COMPLETED)
             broken = []
             for fut in done:
@@ -210,7 +217,7 @@ class RayBackend(Backend):
             ray.init(**kw)
         self.workers = int(ray.cluster_resources().get("CPU", 1))
 
-    def map_unordered(self, fn, tasks, num_gpus=0):
+    def map_unordered(self, fn, tasks, num_gpus=0, skip=None):
         remote = self.ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=self.retries)(fn)
         todo = list(range(len(tasks)))[::-1]
         running: dict = {}
@@ -218,7 +225,10 @@ class RayBackend(Backend):
         while todo or running:
             while todo and len(running) < window:
                 i = todo.pop()
-                running[remote.remote(tasks[i])] = i
+                if skip is None or not skip(i):
+                    running[remote.remote(tasks[i])] = i
+            if not running:
+                break
             (ref,), _ = self.ray.wait(list(running), num_returns=1)
             i = running.pop(ref)
             try:

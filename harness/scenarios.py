@@ -72,8 +72,11 @@ RUN_SCHEMA = {
     "seed": SEED, "min_chunks": integer(1), "max_chunk": integer(1), "pit_bins": integer(2), "logprob_max": integer(1),
     "von_neumann_proposals": integer(1), "full_von_neumann_proposals": integer(1),
     "control_epsilon_scale": number(1),  # control-sized runs are certified at this multiple of the tolerances
+    # sequential stopping's share of family_alpha (harness.verify.sequential; 0: off); optional
+    "sequential_alpha": number(0, 1e-4, allowed="a share of family_alpha in [0, family_alpha) (0: off)"),
     **{f"epsilon_{k}": number(0, 1, lo_open=True) for k in ("position", "pair", "joint", "real")},  # the certificate's
 }
+OPTIONAL_RUN_KEYS = ("sequential_alpha",)  # [run] keys a default.toml may leave out (0 then)
 ALGORITHMS_SCHEMA = {  # [algorithms]: block / tree reference runs and controls (harness.verify.runs.AlgorithmRuns)
     **{key: integer(2) for key in ("draws", "full_draws", "control_draws", "full_control_draws")},
     "runs": Field(lambda v: isinstance(v, dict) and all(isinstance(x, list) and all(isinstance(n, str) and n for n in x)
@@ -108,6 +111,7 @@ class RunSettings:
     epsilon: dict = field(default_factory=dict)           # certificate tolerances: position, pair, joint, real
     epsilon_override: dict = field(default_factory=dict)  # the command line's (--epsilon), over everything
     control_epsilon_scale: float = 1.0  # lossless controls and block / tree reference runs: ε x this
+    sequential_alpha: float = 0.0  # share of family_alpha spent on sequential stopping (0: none)
 
 
 def read_defaults(directory: Optional[Path] = None) -> dict:
@@ -130,7 +134,7 @@ def load_settings(directory: Optional[Path] = None) -> RunSettings:
     d = Path(directory) if directory is not None else SCENARIO_DIR
     path = d / DEFAULT_FILE
     run = read_defaults(d).get("run", {})
-    missing = [key for key in RUN_SCHEMA if key not in run]
+    missing = [key for key in RUN_SCHEMA if key not in run and key not in OPTIONAL_RUN_KEYS]
     if missing:
         raise UsageError(f"{path}: [run] lacks the key(s) {missing}")
     return RunSettings(
@@ -142,7 +146,16 @@ def load_settings(directory: Optional[Path] = None) -> RunSettings:
         von_neumann_proposals=int(run["von_neumann_proposals"]),
         full_von_neumann_proposals=int(run["full_von_neumann_proposals"]), raw=run,
         epsilon={k: float(run[f"epsilon_{k}"]) for k in ("position", "pair", "joint", "real")},
-        control_epsilon_scale=float(run.get("control_epsilon_scale", 1.0)))
+        control_epsilon_scale=float(run.get("control_epsilon_scale", 1.0)),
+        sequential_alpha=_sequential_alpha(path, run))
+
+
+def _sequential_alpha(path: Path, run: dict) -> float:
+    a = float(run.get("sequential_alpha", 0.0))
+    if a >= float(run["family_alpha"]):
+        raise UsageError(f"{path}: [run] sequential_alpha = {a!r} must be below family_alpha = {run['family_alpha']!r} "
+                         "(it is a share of it; 0: no sequential stopping)")
+    return a
 
 
 @dataclass(frozen=True)

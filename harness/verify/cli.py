@@ -49,6 +49,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, help="base seed (default: default.toml's)")
     ap.add_argument("--full", action="store_true", help="the large run (>= 100 M tokens)")
     ap.add_argument("--no-controls", action="store_true", help="skip the negative / lossless controls")
+    ap.add_argument("--no-sequential", action="store_true",
+                    help="draw every run to its full size (no sequential stopping of clearly lossy runs; the "
+                         "Holm family then gets all of family_alpha)")
     ap.add_argument("--no-real-model", action="store_true",
                     help="skip the real-model scenario (shipped tiny transformers pair, sequential PIT)")
     ap.add_argument("--real-model-sequences", type=int, metavar="N",
@@ -131,6 +134,8 @@ def _choose(args) -> _Choice:
                     ("--real-model-sequences", args.real_model_sequences)):
         check_option(v is None or v >= 2, name, v, "an integer >= 2")
     settings = with_epsilon(load_settings(args.scenario_dir), args)
+    if args.no_sequential:
+        settings = replace(settings, sequential_alpha=0.0)
     sampler = load_sampler(args.sampler) if args.sampler else None
     algorithm = _algorithm(getattr(args, "algorithm", None), sampler)
     names = args.scenario or list(settings.scenarios)

@@ -38,6 +38,7 @@ from harness.fingerprint import code_fingerprint, files_fingerprint, fingerprint
 from harness.provenance import atomic_write_bytes
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
+from harness.verify.sequential import RunEProcess, sequential_level
 from harness.verify.shards import ShardTask, draw_shard, draw_shard_in_worker, sampler_recipe
 
 __all__ = ["RunState", "ShardedRun", "draw_all", "draw_real", "draw_von_neumann", "scenario_law", "SHARD_SCHEME"]
@@ -162,6 +163,7 @@ def scenario_law(sc) -> tuple[ExactLaw, tuple]:
 
 
 SHARD_SCHEME = "shards-v1"  # how a run is cut into shards and seeded (part of every state fingerprint)
+SEQUENTIAL_SCHEME = "eprocess-v1"  # how a run is looked at and stopped (harness.verify.sequential)
 CHECKPOINT_S = 10.0  # a run's merged prefix of shards is saved at most this often while it is drawn
 
 
@@ -172,21 +174,25 @@ class ShardedRun:
     when the run ends; a matching saved prefix is picked up and only the shards after it are drawn."""
 
     def __init__(self, index: int, run: RunSpec, law: ExactLaw, seed: int, settings, pair_bins: int,
-                 state: RunState, is_baseline: bool = False):
+                 state: RunState, is_baseline: bool = False, seq_level: float = 0.0):
         sc = run.scenario
         self.run, self.state = run, state
         run.acc = Accumulator(law, sc.joint_tokens, settings.pit_bins, pair_bins, settings.logprob_max, None,
                               with_pit=not is_baseline, pit_max_lag=sc.k + 1)
+        # sequential stopping (harness.verify.sequential): every run but a baseline, when the level is > 0
+        run.sequential = None if is_baseline or seq_level <= 0 else RunEProcess.for_accumulator(run.acc, seq_level)
         run.error, run.wall_s, run.tokens, run.positions = None, 0.0, 0, 0
         sizes = plan_chunks(run.draws, 1 if is_baseline else settings.min_chunks, settings.max_chunk)
         self.n_shards, self.next, self.pending = len(sizes), 0, {}
         self.slot = RunState.slot(run.label, run.role, sc.name, seed)
         self.fp = state.fingerprint(run.sampler, SHARD_SCHEME, sc, run.draws, seed, is_baseline, settings.min_chunks,
                                     settings.max_chunk, settings.pit_bins, settings.logprob_max, sc.joint_tokens,
-                                    pair_bins)
+                                    pair_bins, SEQUENTIAL_SCHEME, seq_level if run.sequential else 0.0)
         saved = state.load(self.slot, self.fp)
         if saved is not None:
             run.acc.merge(saved["acc"])
+            if run.sequential is not None:
+                run.sequential.restore(saved.get("sequential"))
             run.wall_s, run.tokens, run.positions, self.next = (saved[k] for k in ("wall_s", "tokens", "positions",
                                                                                    "done"))
         self.saved_at, self.saved_next = time.perf_counter(), self.next
@@ -198,13 +204,20 @@ class ShardedRun:
     def resumed_positions(self) -> int:
         return self.run.positions
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the run stopped early (lossy by its e-process): its later shards are not drawn."""
+        return self.run.sequential is not None and self.run.sequential.stopped_at is not None
+
     def take(self, shard: int, result) -> None:
         """A shard's result (a :class:`ShardResult`, or :class:`harness.backends.TaskLost`): merged once
         every shard before it is."""
         self.pending[shard] = result
-        while self.next in self.pending:
+        while self.next in self.pending and not self.stopped:
             self._fold(self.pending.pop(self.next))
             self.next += 1
+        if self.stopped:
+            self.pending.clear()  # shards drawn after the stop (in flight when it came) do not count
         if self.next > self.saved_next and time.perf_counter() - self.saved_at > CHECKPOINT_S:
             self.save()
 
@@ -225,19 +238,23 @@ class ShardedRun:
         run.tokens += r.tokens
         run.positions += r.positions
         run.wall_s += r.wall_s
+        if run.sequential is not None:
+            run.sequential.look(run.acc)
 
     def save(self) -> None:
         """Save the merged prefix (nothing once the run has failed: a failed run is drawn again)."""
         run = self.run
         if run.error is None:
             self.state.save(self.slot, self.fp, {"acc": run.acc.statistics(), "done": self.next, "tokens": run.tokens,
-                                                 "positions": run.positions, "wall_s": run.wall_s})
+                                                 "positions": run.positions, "wall_s": run.wall_s,
+                                                 "sequential": run.sequential.state() if run.sequential else None})
         self.saved_at, self.saved_next = time.perf_counter(), self.next
 
 
 def _sharded_runs(rs: RunSet, seed: int, settings, state: RunState) -> list[ShardedRun]:
     """Per scenario (in order): its exact law, then its target-only baseline and every run on it."""
     jobs = []
+    level = sequential_level(settings, sum(1 for r in rs.runs if r.scenario.name in rs.baselines))
     for name, base in rs.baselines.items():
         runs = [r for r in rs.runs if r.scenario.name == name]
         rs.laws[name], _ = scenario_law(base.scenario)
@@ -245,7 +262,7 @@ def _sharded_runs(rs: RunSet, seed: int, settings, state: RunState) -> list[Shar
         pair_bins = stats.pit_pair_bins(n_max * (base.scenario.max_new_tokens // 2))
         jobs.append(ShardedRun(len(jobs), base, rs.laws[name], seed, settings, pair_bins, state, is_baseline=True))
         for r in runs:
-            jobs.append(ShardedRun(len(jobs), r, rs.laws[name], seed, settings, pair_bins, state))
+            jobs.append(ShardedRun(len(jobs), r, rs.laws[name], seed, settings, pair_bins, state, seq_level=level))
     return jobs
 
 
@@ -259,7 +276,7 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
     here = [t for t in tasks if not t.portable]
     for part, where in ((remote, backend), (here, SerialBackend())):
         fn = draw_shard if isinstance(where, SerialBackend) else draw_shard_in_worker
-        for i, result in where.map_unordered(fn, part):
+        for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: jobs[part[i].run].stopped):
             t = part[i]
             jobs[t.run].take(t.shard, result)
             pbar.update(t.positions)

@@ -11,6 +11,7 @@ p-values are adjusted by Holm, which keeps the family-wise false-alarm rate at `
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -23,6 +24,7 @@ from harness.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, 
                              plan_von_neumann_tests)
 from harness.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import RunSet
+from harness.verify.sequential import sequential_spec
 
 __all__ = ["PlannedTest", "FamilyPlan", "FamilyLevels", "plan_family", "run_acceptance", "family_levels",
            "evaluate_family", "holm_adjust",
@@ -37,6 +39,8 @@ class PlannedTest:
     role: str
     scenario: str
     spec: TestSpec
+    seq_level: float = 0.0  # a sequential row (harness.verify.sequential): the level it is judged at, apart from Holm
+    stopped: bool = False  # a fixed-n row of a run that stopped early: shown, not judged (left out of Holm)
 
 
 class FamilyPlan(list):
@@ -69,8 +73,12 @@ def plan_family(rs: RunSet) -> FamilyPlan:
         if r.error is None:
             base = rs.baselines[r.scenario.name]
             acceptance = run_acceptance(r, r.acc.law, laws, notes)
-            plan += [PlannedTest(r.label, r.role, r.scenario.name, ts)
+            seq = r.sequential
+            stopped = seq is not None and seq.stopped_at is not None
+            plan += [PlannedTest(r.label, r.role, r.scenario.name, ts, stopped=stopped)
                      for ts in plan_tests(r.acc, base.acc if base.error is None else None, r.scenario.k, acceptance)]
+            if seq is not None:
+                plan.append(PlannedTest(r.label, r.role, r.scenario.name, sequential_spec(seq), seq_level=seq.level))
             if r.scenario.exact:
                 notes += [f"{r.label} on {r.scenario.name}: {n}"
                           for n in acceptance_notes(r.scenario.k, r.scenario.max_new_tokens)]
@@ -108,10 +116,16 @@ def run_acceptance(r, law, cache: Optional[dict] = None, notes: Optional[list] =
     return cache[key]
 
 
+def holm_alpha(plan: list[PlannedTest], settings) -> float:
+    """The Holm family's budget: ``family_alpha``, less ``sequential_alpha`` when the plan has sequential rows."""
+    sequential = any(p.seq_level > 0 for p in plan)
+    return settings.family_alpha - (float(getattr(settings, "sequential_alpha", 0.0)) if sequential else 0.0)
+
+
 def family_levels(plan: list[PlannedTest], settings) -> FamilyLevels:
-    m = len(plan)
+    m = sum(1 for p in plan if p.seq_level <= 0)  # the fixed-n tests (a sequential row is judged apart)
     n_bounds = sum(1 for p in plan if p.spec.wants_tv_bound)
-    return FamilyLevels(m, n_bounds, settings.family_alpha / max(m, 1),
+    return FamilyLevels(m, n_bounds, holm_alpha(plan, settings) / max(m, 1),
                         (1 - settings.tv_confidence) / max(n_bounds, 1), tuple(getattr(plan, "notes", ())))
 
 
@@ -120,7 +134,18 @@ def _evaluate(p: PlannedTest, levels: FamilyLevels, power: float) -> TestRow:
     row = ts.evaluate(levels.alpha_each, power, levels.delta_each)
     return replace(row, scenario=p.scenario, run=p.run, role=p.role, family=ts.family, test=ts.test,
                    position=-1 if ts.position is None else ts.position, loss_test=ts.loss,
-                   alpha_bonferroni=levels.alpha_each)
+                   alpha_bonferroni=p.seq_level if p.seq_level > 0 else levels.alpha_each)
+
+
+def _judge_apart(row: TestRow, p: PlannedTest, family_alpha: float) -> TestRow:
+    """A row outside Holm.  A sequential row rejects at its own level; its ``p_adjusted`` is put on the scale
+    the table is read at (p x family_alpha / level, so it rejects when ``p_adjusted <= family_alpha``, as a
+    Holm row does).  A fixed-n row of a run that stopped early is shown but not judged."""
+    if p.stopped:
+        return replace(row, p_adjusted=math.nan, reject=False, verdict="not judged (run stopped early)")
+    reject = bool(row.pvalue <= p.seq_level)
+    return replace(row, p_adjusted=float(min(1.0, row.pvalue * family_alpha / p.seq_level)), reject=reject,
+                   verdict="REJECT (lossy, sequential)" if reject else "pass")
 
 
 def holm_adjust(rows: list[TestRow], family_alpha: float) -> list[TestRow]:
@@ -148,11 +173,15 @@ def evaluate_family(plan: list[PlannedTest], settings) -> tuple[pd.DataFrame, Fa
     """Evaluate every planned test at the family's levels and adjust by Holm; the table of tests."""
     levels = family_levels(plan, settings)
     rows = [_evaluate(p, levels, settings.power) for p in plan]
-    return rows_table(holm_adjust(rows, settings.family_alpha)), levels
+    holm = [i for i, p in enumerate(plan) if p.seq_level <= 0 and not p.stopped]
+    judged = dict(zip(holm, holm_adjust([rows[i] for i in holm], holm_alpha(plan, settings))))
+    out = [judged[i] if i in judged else _judge_apart(r, p, settings.family_alpha) for i, (r, p) in enumerate(zip(rows, plan))]
+    return rows_table(out), levels
 
 
 def family_config(settings, levels: FamilyLevels) -> dict:
     """The family's settings, as recorded in a report's provenance."""
     return {"family_alpha": settings.family_alpha, "power": settings.power, "tv_confidence": settings.tv_confidence,
             "n_tests": levels.n_tests, "alpha_bonferroni": levels.alpha_each, "tv_delta_each": levels.delta_each,
+            "sequential_alpha": float(getattr(settings, "sequential_alpha", 0.0)),
             "settings": settings.raw, **({"plan_notes": list(levels.notes)} if levels.notes else {})}

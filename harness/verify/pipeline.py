@@ -155,4 +155,15 @@ def _timing(rs: RunSet, t_start: float, t_drawn: float, t_tested: float) -> dict
     }
     timing["tokens_total"] = timing["tokens_sampler"] + timing["tokens_controls"] + timing["tokens_target_only"] + \
         timing["tokens_real_model"]
+    timing["sequential"] = sequential_summary(rs)
     return timing
+
+
+def sequential_summary(rs: RunSet) -> dict:
+    """The runs looked at sequentially, how many stopped early, and the sequences they drew of those planned."""
+    seq = [r for r in rs.runs if r.sequential is not None]
+    stopped = [r for r in seq if r.sequential.stopped_at is not None]
+    return {"runs": len(seq), "level": seq[0].sequential.level if seq else 0.0, "stopped": len(stopped),
+            "stopped_sequences": int(sum(r.acc.n for r in stopped)), "stopped_planned": int(sum(r.draws for r in stopped)),
+            "stopped_tokens": int(sum(r.tokens for r in stopped)),
+            "stopped_runs": [f"{r.label}@{r.scenario.name}:{r.acc.n}/{r.draws}" for r in stopped]}

@@ -209,8 +209,9 @@ def _budget(config, timing) -> list[str]:
     return ["## Error budget and effort",
             f"- One family: **{m} tests** (every scenario, control and the von Neumann sampler). Family-wise "
             f"false-alarm budget **{config['family_alpha']:g}**, split by Holm; the planners use the Bonferroni "
-            f"level {config['family_alpha']:g}/{m} = **{config['alpha_bonferroni']:.3g}** per test and power "
+            f"level {config['alpha_bonferroni'] * m:.3g}/{m} = **{config['alpha_bonferroni']:.3g}** per test and power "
             f"**{config['power']:g}**.",
+            *_sequential_line(config, timing),
             f"- TV upper bounds hold simultaneously with confidence {config['tv_confidence']:g} "
             f"(δ = {config['tv_delta_each']:.2g} per bound).",
             f"- Drew **{tot:,} tokens** ({timing['tokens_sampler']:,} from the sampler under test, "
@@ -221,6 +222,19 @@ def _budget(config, timing) -> list[str]:
             f"(drawing {timing['wall_draw_s']:.0f} s = {tot / max(timing['wall_draw_s'], 1e-9) / 1e6:.2f} M "
             f"tokens/s incl. statistics; tests {timing['wall_tests_s']:.0f} s).",
             *(f"- Plan: {n}" for n in config.get("plan_notes", ())), ""]
+
+
+def _sequential_line(config, timing) -> list[str]:
+    """The budget line of sequential stopping (none when it was off)."""
+    sq = timing.get("sequential") or {}
+    if not sq.get("runs"):
+        return []
+    share = (f"{sq['stopped_sequences']:,} of their {sq['stopped_planned']:,} planned sequences "
+             f"({sq['stopped_tokens']:,} tokens)" if sq["stopped"] else "none")
+    return [f"- Sequential stopping (anytime-valid e-process, `harness.verify.sequential`): **{sq['runs']} runs** "
+            f"looked at after every shard, each stopping lossy once E ≥ 1/{sq['level']:.3g} (budget "
+            f"{config.get('sequential_alpha', 0):g}, Bonferroni over the runs; Holm gets the rest). "
+            f"**{sq['stopped']} stopped early**, drawing {share}; a stopped run's fixed-n rows are shown, not judged."]
 
 
 def _scenarios(main, table, runs, laws) -> list[str]:

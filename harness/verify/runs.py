@@ -55,6 +55,7 @@ class RunSpec:
     wall_s: float = 0.0
     tokens: int = 0
     positions: int = 0
+    sequential: Optional[object] = None  # its e-process (harness.verify.sequential.RunEProcess); None: not sequential
 
 
 @dataclass
