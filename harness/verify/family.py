@@ -64,6 +64,7 @@ class FamilyLevels:
     alpha_each: float
     delta_each: float
     notes: tuple = ()
+    n_sequential: int = 0  # sequential rows (harness.verify.sequential), judged apart from the n_tests of Holm
 
 
 def plan_family(rs: RunSet) -> FamilyPlan:
@@ -126,7 +127,8 @@ def family_levels(plan: list[PlannedTest], settings) -> FamilyLevels:
     m = sum(1 for p in plan if p.seq_level <= 0)  # the fixed-n tests (a sequential row is judged apart)
     n_bounds = sum(1 for p in plan if p.spec.wants_tv_bound)
     return FamilyLevels(m, n_bounds, holm_alpha(plan, settings) / max(m, 1),
-                        (1 - settings.tv_confidence) / max(n_bounds, 1), tuple(getattr(plan, "notes", ())))
+                        (1 - settings.tv_confidence) / max(n_bounds, 1), tuple(getattr(plan, "notes", ())),
+                        len(plan) - m)
 
 
 def _evaluate(p: PlannedTest, levels: FamilyLevels, power: float) -> TestRow:
@@ -183,5 +185,5 @@ def family_config(settings, levels: FamilyLevels) -> dict:
     """The family's settings, as recorded in a report's provenance."""
     return {"family_alpha": settings.family_alpha, "power": settings.power, "tv_confidence": settings.tv_confidence,
             "n_tests": levels.n_tests, "alpha_bonferroni": levels.alpha_each, "tv_delta_each": levels.delta_each,
-            "sequential_alpha": float(getattr(settings, "sequential_alpha", 0.0)),
+            "sequential_alpha": float(getattr(settings, "sequential_alpha", 0.0)), "n_sequential": levels.n_sequential,
             "settings": settings.raw, **({"plan_notes": list(levels.notes)} if levels.notes else {})}
