@@ -77,7 +77,8 @@ class _CallCounter:
         self.handle.remove()
 
 
-def _run(target, prompts, max_new_tokens, config, eos_token_id, generator, draft=None, k=None) -> GenerationResult:
+def _run(target, prompts, max_new_tokens, config, eos_token_id, generator, draft=None, k=None,
+         lookup: bool = False) -> GenerationResult:
     tm = _hf_model(target)
     V = tm.get_output_embeddings().weight.shape[0]
     k, max_new_tokens, eos_token_id = check_generate_args(k, max_new_tokens, config, eos_token_id, V)
@@ -85,6 +86,8 @@ def _run(target, prompts, max_new_tokens, config, eos_token_id, generator, draft
     plist = as_prompt_list(prompts, V)
     dev = next(tm.parameters()).device
     gc = _generation_config(tm, config, max_new_tokens, eos_token_id)
+    if lookup:
+        gc.prompt_lookup_num_tokens = int(k)  # k tokens looked up in the prompt, verified as drafts
     kwargs = {"generation_config": gc}
     dm, saved = None, {}
     if draft is not None:
@@ -126,6 +129,13 @@ def hf_assisted_generate(target, draft, prompts: Prompts, *, k: int, max_new_tok
                          generator: Optional[torch.Generator] = None) -> GenerationResult:
     """transformers' assisted generation (speculative sampling when not greedy), k drafts a round."""
     return _run(target, prompts, max_new_tokens, config, eos_token_id, generator, draft=draft, k=k)
+
+
+def hf_prompt_lookup_generate(target, draft, prompts: Prompts, *, k: int, max_new_tokens: int,
+                              config: SamplingConfig = SamplingConfig(), eos_token_id: Optional[int] = None,
+                              generator: Optional[torch.Generator] = None) -> GenerationResult:
+    """transformers' ``generate(prompt_lookup_num_tokens=k)``: drafts looked up in the prompt (``draft`` unused)."""
+    return _run(target, prompts, max_new_tokens, config, eos_token_id, generator, k=k, lookup=True)
 
 
 def hf_generate(target, prompts: Prompts, *, max_new_tokens: int, config: SamplingConfig = SamplingConfig(),

@@ -5,9 +5,13 @@ run is reproducible and no seed is ever picked by looking at a result.  ``HYPOTH
 explores with fresh random examples and more of them.
 """
 import os
+import shutil
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+from harness.scenarios import SCENARIO_DIR
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -17,3 +21,24 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # The test machines have 2 shared cores.  Intra-op threads on a loaded box make small tensor ops
 # wait for a descheduled sibling thread (measured: 10-50x slower); tests use one thread.
 torch.set_num_threads(1)
+
+
+TINY = """description = "V=4 bigram, k=2, 4 tokens (tests)"
+k = 2
+max_new_tokens = 4
+joint_tokens = 2
+[target]
+vocab_size = 4
+seed = 7
+[draft]
+eps = 0.4
+"""
+
+
+@pytest.fixture(scope="module")
+def scen_dir(tmp_path_factory):
+    """A scenario folder: the shipped default.toml and ``tiny.toml`` (:data:`TINY`), for fast verifications."""
+    d = tmp_path_factory.mktemp("scenarios")
+    shutil.copy(SCENARIO_DIR / "default.toml", d / "default.toml")
+    (d / "tiny.toml").write_text(TINY)
+    return d

@@ -1,13 +1,13 @@
 """The certificate of `verify` (issue 10): tolerances ε (default.toml, scenario files, --epsilon), the TV and
 Kolmogorov bound planners checked against the bounds themselves, and the three-valued verdict end to end."""
 import math
-import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from conftest import TINY  # the shared tiny scenario (tests/conftest.py, with the scen_dir fixture)
 from harness import stats as S
 from harness.battery import tv_interval, tv_interval_expected_upper, tv_interval_n_for
 from harness.cli import main
@@ -15,24 +15,6 @@ from harness.errors import UsageError
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import epsilons_for, parse_epsilon_option
 
-TINY = """description = "V=4 bigram, k=2, 4 tokens (tests)"
-k = 2
-max_new_tokens = 4
-joint_tokens = 2
-[target]
-vocab_size = 4
-seed = 7
-[draft]
-eps = 0.4
-"""
-
-
-@pytest.fixture(scope="module")
-def scen_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("scenarios_cert")
-    shutil.copy(SCENARIO_DIR / "default.toml", d / "default.toml")
-    (d / "tiny.toml").write_text(TINY)
-    return d
 
 
 # ------------------------------------------------------------------------------------ tolerances

@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy import stats as sps
 
+from conftest import TINY  # the shared tiny scenario (tests/conftest.py, with the scen_dir fixture)
 from harness.battery import (TEST_COLUMNS, chunk_t_min_detectable, chunk_t_n_for_deviation, chunk_t_test,
                              clopper_pearson, hotelling_test, ks_uniform_binned, plan_chunks, tv_interval)
 from harness.bugs import AcceptEverything, as_sampler_function
@@ -41,24 +42,6 @@ def plain_function_generate(target, draft, prompts, *, k, max_new_tokens, config
                                    eos_token_id=eos_token_id, generator=generator)
 
 
-TINY = """description = "V=4 bigram, k=2, 4 tokens (tests)"
-k = 2
-max_new_tokens = 4
-joint_tokens = 2
-[target]
-vocab_size = 4
-seed = 7
-[draft]
-eps = 0.4
-"""
-
-
-@pytest.fixture(scope="module")
-def scen_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("scenarios")
-    shutil.copy(SCENARIO_DIR / "default.toml", d / "default.toml")
-    (d / "tiny.toml").write_text(TINY)
-    return d
 
 
 # tolerances a 3000-sequence run of the tiny scenario certifies (its bounds: ~0.07 per position, ~0.1 on pairs)

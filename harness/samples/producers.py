@@ -140,26 +140,10 @@ def hf_prompt_lookup_generate(target, draft, prompts, *, k, max_new_tokens, conf
     """transformers' ``generate(prompt_lookup_num_tokens=k, do_sample=True)``, one prompt at a time (its
     prompt-lookup drafting supports batch 1; ``draft`` unused), each prompt seeded from ``generator`` as in
     :mod:`specimpl.hf_assisted`."""
-    from specimpl.hf_assisted import _generation_config, _hf_model
-    tm = _hf_model(target)
-    dev = next(tm.parameters()).device
-    gc = _generation_config(tm, config, max_new_tokens, eos_token_id)
-    gc.prompt_lookup_num_tokens = int(k)
-    out = torch.full((len(prompts), max_new_tokens), PAD, dtype=torch.long)
-    seeds = torch.randint(0, 2 ** 62, (len(prompts),), generator=generator).tolist()
-    for b, p in enumerate(prompts):
-        ids = torch.tensor([p], dtype=torch.long, device=dev)  # (1, P)
-        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-            torch.manual_seed(seeds[b])
-            seq = tm.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gc)  # (1, P + m)
-        new = seq[0, len(p):].cpu()
-        if eos_token_id is not None:
-            hit = (new == eos_token_id).nonzero()
-            if len(hit):
-                new = new[:int(hit[0]) + 1]
-        new = new[:max_new_tokens]
-        out[b, :len(new)] = new
-    return GenerationResult(tokens=out, lengths=(out != PAD).sum(1), stats=None, timings={})
+    from specimpl.hf_assisted import hf_prompt_lookup_generate as run
+    res = run(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config, eos_token_id=eos_token_id,
+              generator=generator)
+    return GenerationResult(tokens=res.tokens.cpu(), lengths=res.lengths.cpu(), stats=None, timings={})
 
 
 def hf_sampler(mode: str) -> Callable:
