@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ __all__ = ["add_backend_arguments", "check_backend_options", "Backend", "SerialB
 
 BACKENDS = ("local", "ray")
 RETRIES = 3  # times a task whose worker died is run again
+ABORT_GRACE_S = 30.0  # an interrupted pool waits this long for the tasks in flight before it kills their workers
 
 
 @dataclass(frozen=True)
@@ -184,13 +186,24 @@ class LocalPool(Backend):
         self._pool = None
 
     def close(self, abort: bool = False) -> None:
-        if self._pool is None:
+        """Shut the pool down.  ``abort`` (interrupted): queued tasks are cancelled and the tasks in flight get
+        ``ABORT_GRACE_S`` to finish before their workers are killed.  Not at once: a worker killed while it
+        sends a result leaves half a message in the pipe, and the executor's reader thread then blocks for
+        ever (and with it the interpreter's exit, which joins that thread)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
             return
-        if abort:  # interrupted: stop the workers this pool started, now
-            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
-                proc.terminate()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._pool = None
+        if not abort:
+            pool.shutdown(wait=True, cancel_futures=True)
+            return
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + ABORT_GRACE_S
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in procs:
+            if proc.is_alive():  # a task that does not end (a hung sampler): killed after all
+                proc.kill()
 
 
 class RayBackend(Backend):
