@@ -34,7 +34,7 @@ def test_epsilon_sources_layer(scen_dir):
     settings = load_settings(SCENARIO_DIR)
     base, power = load_scenario("base"), load_scenario("power")
     assert epsilons_for(settings, base).position == settings.epsilon["position"] == 5e-3
-    assert epsilons_for(settings, power).position == 1.5e-3  # power.toml's own
+    assert epsilons_for(settings, power).position == 1e-3  # power.toml's own
     assert epsilons_for(settings, power).joint == settings.epsilon["joint"]
     from dataclasses import replace
     cli = replace(settings, epsilon_override={"position": 0.01})
