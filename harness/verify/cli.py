@@ -28,6 +28,7 @@ from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import parse_epsilon_option
 from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler, sampler_failure
+from harness.verify.until import until_certified
 
 __all__ = ["add_arguments", "run", "fail_args", "with_threads", "with_epsilon", "check_common", "real_model_spec",
            "backend_of"]
@@ -49,6 +50,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, help="base seed (default: default.toml's)")
     ap.add_argument("--full", action="store_true", help="the large run (>= 100 M tokens)")
     ap.add_argument("--no-controls", action="store_true", help="skip the negative / lossless controls")
+    ap.add_argument("--until-certified", type=int, metavar="BUDGET",
+                    help="draw in rounds of doubling size (from --draws or default.toml's) until the run is certified "
+                         "or lossy, up to BUDGET sequences per scenario (x its weight); each round gets half the "
+                         "remaining false-alarm and confidence budget (harness/verify/until.py)")
     ap.add_argument("--no-sequential", action="store_true",
                     help="draw every run to its full size (no sequential stopping of clearly lossy runs; the "
                          "Holm family then gets all of family_alpha)")
@@ -201,8 +206,16 @@ def run(args) -> int:
     else:
         out = RESULTS / "verify" / "custom" / _slug(args.sampler) if args.sampler else RESULTS / "verify"
     (Path(out) / "error.log").unlink(missing_ok=True)  # a failure log of an earlier run is not this run's
+    first = args.draws or (ch.settings.full_draws if args.full else ch.settings.draws)
+    check_option(args.until_certified is None or args.until_certified >= first, "--until-certified",
+                 args.until_certified, f"an integer >= the first round's {first} sequences (--draws)")
     with backend_of(args) as backend:
-        res = _verify(args, ch, out, backend)
+        if args.until_certified is not None:
+            res = until_certified(lambda s, d, seed, controls, note: _verify(
+                args, replace(ch, settings=s), out, backend, draws=d, seed=seed, controls=controls, note=note),
+                ch.settings, first, args.until_certified, args.seed if args.seed is not None else ch.settings.seed)
+        else:
+            res = _verify(args, ch, out, backend)
     print(res.console, file=sys.stderr)
     failure = sampler_failure(res.verdicts, ch.sampler)
     if failure is not None:
@@ -211,10 +224,13 @@ def run(args) -> int:
     return 0 if res.passed else 1
 
 
-def _verify(args, ch: _Choice, out: Path, backend: Backend):
+def _verify(args, ch: _Choice, out: Path, backend: Backend, *, draws: Optional[int] = None,
+            seed: Optional[int] = None, controls: bool = True, note: Optional[dict] = None):
     return with_threads(args.threads, lambda: verify(
         sampler=ch.sampler, sampler_label=args.sampler or "reference", scenarios=ch.scenarios, settings=ch.settings,
-        draws=args.draws, control_draws=args.control_draws, seed=args.seed, full=args.full,
-        controls=not args.sampler and not args.no_controls, out=out, fresh=args.fresh, figures=not args.no_figures,
+        draws=args.draws if draws is None else draws, control_draws=args.control_draws,
+        seed=args.seed if seed is None else seed, full=args.full, note=note,
+        controls=controls and not args.sampler and not args.no_controls, out=out, fresh=args.fresh,
+        figures=not args.no_figures,
         progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
         real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm, backend=backend))

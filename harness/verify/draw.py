@@ -4,7 +4,8 @@ Exact-law runs are drawn as shards (:mod:`harness.verify.shards`: one per sample
 :func:`harness.battery.plan_chunks`, each seeded from the run seed, scenario, sampler and shard index)
 on a backend (:mod:`harness.backends`: this process, a local process pool, Ray) and merged run by run
 in shard order into an :class:`harness.battery.Accumulator` (:class:`ShardedRun`), so the statistics
-do not depend on the backend or the number of workers.  Real-model runs are drawn in this process and
+do not depend on the backend or the number of workers.  Real-model runs are drawn in a thread of this
+process, beside the shards (:class:`_Background`), and
 scored by :func:`harness.realmodel.real_model_draw`; the von Neumann runs propose once.  Every random
 stream is seeded by :func:`harness.config.derive_seed` from the run seed and the run's names, so a
 run's draws do not depend on which other runs share the command.
@@ -22,6 +23,7 @@ import hashlib
 import json
 import pickle
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -285,6 +287,36 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
 
 
 # -------------------------------------------------------------------------------------- real model
+class _Background:
+    """``fn(*args)`` in a daemon thread (torch releases the GIL, so the real-model runs use the core the shard
+    workers leave to the driver); :meth:`join` waits and re-raises what it raised.  A daemon: an interrupted
+    command does not wait for it at exit."""
+
+    def __init__(self, fn, *args):
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True, name="verify-real-model")
+        self.thread.start()
+
+    def _run(self, fn, *args):
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the driver by join()
+            self.error = e
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _draw_real_runs(rs: RunSet, state: RunState, pbar) -> None:
+    """Every real-model run, one after another (each seeded by its own generators: the draws do not depend on
+    what runs beside them); no bar of their own beside the shards'."""
+    for rr in rs.real_runs:
+        draw_real(rr, rs.real_model, False, state)
+        pbar.update(rr.n_sequences * rs.real_model.max_new_tokens)
+
+
 def draw_real(rr: RealRun, spec: RealModelSpec, progress: bool, state: RunState) -> None:
     """Draw rr.n_sequences on the tiny pair and score them (resuming from ``state``)."""
     from harness.realmodel import RealModelDraw, real_model_draw
@@ -347,11 +379,10 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
     under_test = [r.sampler for r in [*rs.runs, *rs.real_runs] if r.role in UNDER_TEST]
     if state.run_fingerprint is None and state.dir is not None:
         state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
+    real = _Background(_draw_real_runs, rs, state, pbar) if rs.real_runs else None
     _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend())
-    for rr in rs.real_runs:
-        pbar.set_description(f"verify: {REAL_MODEL_SCENARIO} {rr.label}")
-        draw_real(rr, rs.real_model, progress, state)
-        pbar.update(rr.n_sequences * T_real)
+    if real is not None:
+        real.join()
     pbar.close()
     for line in state.announcement():
         print(f"verify: {line}", file=sys.stderr)

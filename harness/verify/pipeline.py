@@ -50,7 +50,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
            scenario_dir: Path = SCENARIO_DIR, von_neumann: Optional[bool] = None,
            real_model: Optional[RealModelSpec] = None, real_model_sequences: Optional[int] = None,
            real_model_controls: Optional[bool] = None, algorithm: Optional[str] = None,
-           backend: Optional[Backend] = None) -> VerifyResult:
+           backend: Optional[Backend] = None, note: Optional[dict] = None) -> VerifyResult:
     """Run the battery; write the report to ``out`` (None: write nothing).  See :mod:`harness.verify`.
 
     ``sampler`` None: the reference sampler, and (with ``controls``) every control; ``von_neumann``
@@ -62,7 +62,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     sampler is judged against (default: the sampler's ``algorithm`` attribute, else ``chain``); with the
     reference sampler, the block / tree reference runs and controls of default.toml's ``[algorithms]``
     join the run.  ``backend``: where the exact-law shards are drawn (:mod:`harness.backends`; None: in
-    this process); the results do not depend on it."""
+    this process); the results do not depend on it.  ``note``: recorded in the config (a round of
+    :mod:`harness.verify.until`)."""
     t_start = time.perf_counter()
     seed = settings.seed if seed is None else seed
     sizes = run_sizes(settings, full, draws, control_draws)
@@ -86,7 +87,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     def config(levels: FamilyLevels) -> dict:
         return {"sampler": sampler_label, "scenarios": [s.name for s in scenarios], "draws": sizes.draws,
                 "control_draws": sizes.control_draws if controls else 0, "full": full, "algorithm": algorithm,
-                "algorithms": _algorithms_config(rs, algos),
+                "algorithms": _algorithms_config(rs, algos), **({"until_certified": note} if note else {}),
                 **family_config(settings, levels), **_sources_config(rs, sizes)}
 
     return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
