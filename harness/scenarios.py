@@ -112,6 +112,7 @@ class RunSettings:
     epsilon_override: dict = field(default_factory=dict)  # the command line's (--epsilon), over everything
     control_epsilon_scale: float = 1.0  # lossless controls and block / tree reference runs: ε x this
     sequential_alpha: float = 0.0  # share of family_alpha spent on sequential stopping (0: none)
+    stated_confidence: Optional[float] = None  # a round of --until-certified: the command's confidence through it
 
 
 def read_defaults(directory: Optional[Path] = None) -> dict:

@@ -44,6 +44,11 @@ def test_an_inconclusive_start_ends_certified_in_a_later_round(scen_dir, tmp_pat
     note = meta["config"]["until_certified"]
     assert note["round"] >= 1 and meta["config"]["draws"] == 30 * 2 ** note["round"]
     assert meta["config"]["family_alpha"] == pytest.approx(1e-4 / 2 ** (note["round"] + 1))
+    stated = 1 - 1e-3 * (1 - 0.5 ** (note["round"] + 1))  # the union over rounds 0..i, not the round's own 1 - δ_i
+    assert meta["config"]["tv_confidence"] == pytest.approx(stated) and stated > 0.999
+    import pandas as pd
+    runs = pd.read_csv(tmp_path / "u" / "runs.csv", comment="#")
+    assert runs.cert_confidence.iloc[0] == pytest.approx(stated)
 
 
 def test_a_lossy_sampler_ends_at_the_first_round(scen_dir, tmp_path, capsys):

@@ -183,7 +183,10 @@ def evaluate_family(plan: list[PlannedTest], settings) -> tuple[pd.DataFrame, Fa
 
 def family_config(settings, levels: FamilyLevels) -> dict:
     """The family's settings, as recorded in a report's provenance."""
-    return {"family_alpha": settings.family_alpha, "power": settings.power, "tv_confidence": settings.tv_confidence,
+    stated = getattr(settings, "stated_confidence", None)  # a round of --until-certified: the command's confidence
+    return {"family_alpha": settings.family_alpha, "power": settings.power,
+            "tv_confidence": stated or settings.tv_confidence,
+            **({"tv_confidence_this_round": settings.tv_confidence} if stated else {}),
             "n_tests": levels.n_tests, "alpha_bonferroni": levels.alpha_each, "tv_delta_each": levels.delta_each,
             "sequential_alpha": float(getattr(settings, "sequential_alpha", 0.0)), "n_sequential": levels.n_sequential,
             "settings": settings.raw, **({"plan_notes": list(levels.notes)} if levels.notes else {})}

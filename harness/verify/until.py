@@ -23,11 +23,14 @@ __all__ = ["round_settings", "round_draws", "round_seed", "until_certified"]
 
 
 def round_settings(settings, i: int):
-    """``settings`` with round i's share of the budgets: α, α_seq and δ each times 2^-(i+1)."""
+    """``settings`` with round i's share of the budgets: α, α_seq and δ each times 2^-(i+1); the certificate it
+    states is at the command's confidence through round i, 1 - δ (1 - 2^-(i+1)) (a union bound over the rounds
+    looked at: the round that certifies was chosen by looking)."""
     share = 0.5 ** (i + 1)
+    delta = 1.0 - settings.tv_confidence
     return replace(settings, family_alpha=settings.family_alpha * share,
-                   sequential_alpha=settings.sequential_alpha * share,
-                   tv_confidence=1.0 - (1.0 - settings.tv_confidence) * share)
+                   sequential_alpha=settings.sequential_alpha * share, tv_confidence=1.0 - delta * share,
+                   stated_confidence=1.0 - delta * (1.0 - share))  # rounds 0..i together: δ (1/2 + ... + 2^-(i+1))
 
 
 def round_draws(first: int, budget: int) -> list[int]:
@@ -59,7 +62,8 @@ def until_certified(run_round: Callable, settings, first: int, budget: int, seed
                 "method": "doubling rounds, alpha and delta split 2^-(i+1) (union bound)"}
         s = round_settings(settings, i)
         print(f"until-certified: round {i + 1} of at most {len(sizes)}: {draws:,} sequences per scenario, "
-              f"alpha {s.family_alpha:.3g}, confidence {s.tv_confidence:.8g}", file=sys.stderr)
+              f"alpha {s.family_alpha:.3g}, bounds at confidence {s.tv_confidence:.8g} each round "
+              f"(certificate through this round: {s.stated_confidence:.6g})", file=sys.stderr)
         res = run_round(s, draws, round_seed(seed, i), i == 0, note)
         if _settled(res):
             return res

@@ -332,5 +332,6 @@ def certifier_for(rs: RunSet, settings, delta: float) -> Certifier:
     """The :class:`Certifier` of a run set: each scenario's tolerances (:func:`harness.verify.epsilon.epsilons_for`),
     the bounds' miss probability ``delta`` each, and ``settings.tv_confidence``."""
     eps = {r.scenario.name: epsilons_for(settings, r.scenario) for r in rs.runs}
-    return Certifier(eps, epsilons_for(settings), float(delta), float(settings.tv_confidence),
+    stated = getattr(settings, "stated_confidence", None)  # a round of --until-certified (harness.verify.until)
+    return Certifier(eps, epsilons_for(settings), float(delta), float(stated or settings.tv_confidence),
                      float(getattr(settings, "control_epsilon_scale", 1.0)))
