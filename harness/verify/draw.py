@@ -276,14 +276,29 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
     tasks = [t for j in jobs for t in j.tasks]
     remote = [t for t in tasks if t.portable]
     here = [t for t in tasks if not t.portable]
+    arrived: set = set()
+    for j in jobs:
+        if j.stopped:  # stopped in an earlier, interrupted command: its remaining shards are never drawn
+            _drop_from_bar(pbar, j, arrived)
     for part, where in ((remote, backend), (here, SerialBackend())):
         fn = draw_shard if isinstance(where, SerialBackend) else draw_shard_in_worker
         for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: jobs[part[i].run].stopped):
-            t = part[i]
-            jobs[t.run].take(t.shard, result)
-            pbar.update(t.positions)
+            t, job = part[i], jobs[part[i].run]
+            was_stopped = job.stopped
+            if not was_stopped:  # a shard that was in flight when its run stopped is not counted
+                pbar.update(t.positions)
+                arrived.add((t.run, t.shard))
+            job.take(t.shard, result)
+            if job.stopped and not was_stopped:
+                _drop_from_bar(pbar, job, arrived)
     for j in jobs:
         j.save()
+
+
+def _drop_from_bar(pbar, job: ShardedRun, arrived: set) -> None:
+    """A run stopped early: the positions of its shards that will not be counted leave the bar's total."""
+    pbar.total -= sum(t.positions for t in job.tasks if (t.run, t.shard) not in arrived)
+    pbar.refresh()
 
 
 # -------------------------------------------------------------------------------------- real model
