@@ -50,7 +50,8 @@ SCENARIO_SCHEMA = {
         "a non-empty list of token ids (integers >= 0)"),
     "eos_token_id": integer(-1, allowed="a token id (an integer >= 0), or -1 for no EOS"),
     "weight": number(0, lo_open=True), "full_weight": number(0, lo_open=True),
-    **{f"epsilon_{k}": number(0, 1, lo_open=True) for k in ("position", "pair", "joint")},  # certificate ε overrides
+    **{f"{full}epsilon_{k}": number(0, 1, lo_open=True)  # certificate ε overrides (full_: with --full)
+       for k in ("position", "pair", "joint") for full in ("", "full_")},
     "sampling": {"temperature": number(0, allowed="a finite number >= 0 (0 means greedy)"),
                  "top_k": integer(0, allowed="an integer >= 0 (0: no top-k)"),
                  "top_p": number(0, 1, lo_open=True), "greedy": boolean()},
@@ -113,6 +114,7 @@ class RunSettings:
     control_epsilon_scale: float = 1.0  # lossless controls and block / tree reference runs: ε x this
     sequential_alpha: float = 0.0  # share of family_alpha spent on sequential stopping (0: none)
     stated_confidence: Optional[float] = None  # a round of --until-certified: the command's confidence through it
+    full: bool = False  # the --full run: scenario files' full_epsilon_* apply
 
 
 def read_defaults(directory: Optional[Path] = None) -> dict:

@@ -35,6 +35,9 @@ def test_epsilon_sources_layer(scen_dir):
     base, power = load_scenario("base"), load_scenario("power")
     assert epsilons_for(settings, base).position == settings.epsilon["position"] == 5e-3
     assert epsilons_for(settings, power).position == 1e-3  # power.toml's own
+    from dataclasses import replace
+    assert epsilons_for(replace(settings, full=True), power).position == 5e-4  # its full_epsilon_position (--full)
+    assert epsilons_for(replace(settings, full=True), base).position == 5e-3  # base has none: its epsilon stays
     assert epsilons_for(settings, power).joint == settings.epsilon["joint"]
     from dataclasses import replace
     cli = replace(settings, epsilon_override={"position": 0.01})

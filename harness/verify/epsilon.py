@@ -80,11 +80,13 @@ def run_epsilons(settings) -> dict:
 
 
 def epsilons_for(settings, scenario=None) -> Epsilons:
-    """The :class:`Epsilons` of ``scenario`` (None: the run's): [run], then the scenario file, then the
-    command line."""
+    """The :class:`Epsilons` of ``scenario`` (None: the run's): [run], then the scenario file (with ``settings.full``
+    its ``full_epsilon_*`` over its ``epsilon_*``), then the command line."""
     eps = dict(getattr(settings, "epsilon", {}) or {})
     raw = getattr(scenario, "raw", None) or {}
     eps.update({k: float(raw[f"epsilon_{k}"]) for k in SCENARIO_KEYS if f"epsilon_{k}" in raw})
+    if getattr(settings, "full", False):  # the --full run: the scenario's full_epsilon_* over its epsilon_*
+        eps.update({k: float(raw[f"full_epsilon_{k}"]) for k in SCENARIO_KEYS if f"full_epsilon_{k}" in raw})
     eps.update(getattr(settings, "epsilon_override", {}) or {})
     missing = [k for k in EPSILON_KEYS if k not in eps]
     if missing:

@@ -7,7 +7,7 @@ harness pit``: evaluate the family, judge every run, write the report, drop the 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -65,6 +65,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     this process); the results do not depend on it.  ``note``: recorded in the config (a round of
     :mod:`harness.verify.until`)."""
     t_start = time.perf_counter()
+    if full and not getattr(settings, "full", False):
+        settings = replace(settings, full=True)  # the scenario files' full_epsilon_* apply
     seed = settings.seed if seed is None else seed
     sizes = run_sizes(settings, full, draws, control_draws)
     fn, role = (speculative_generate, "reference") if sampler is None else (sampler, "sampler")
