@@ -72,12 +72,17 @@ def test_prompt_text_only_for_bos_plus_ascii():
     assert L.prompt_text([256, 0xC3, 0xA9], 256) is None and L.prompt_text(list(b"ab"), 256) is None
 
 
-def test_write_jsonl_replaces_the_file_whole(tmp_path):
+def test_write_jsonl_replaces_the_file_whole_and_writes_only_valid_records(tmp_path):
     path = tmp_path / "s.jsonl"
-    assert L.write_jsonl(path, [{"a": 1}, {"a": 2}]) == 2
+    recs = [_record(_answer(["a", "b"], finish="length"), max_new=2) for _ in range(2)]
+    recs[1] = {**recs[1], "request_id": "p0-s1"}
+    assert L.write_jsonl(path, recs) == 2
     with pytest.raises(ZeroDivisionError):
-        L.write_jsonl(path, ({"a": 1 / x} for x in (1, 0)))
-    assert [json.loads(x) for x in path.read_text().splitlines()] == [{"a": 1}, {"a": 2}]
+        L.write_jsonl(path, ({**recs[0], "x_v": 1 / x} for x in (1, 0)))
+    bad = {**recs[0], "output_ids": "ab"}
+    with pytest.raises(ValueError, match="output_ids"):
+        L.write_jsonl(path, [recs[0], bad])
+    assert [json.loads(x) for x in path.read_text().splitlines()] == recs  # untouched by both failed writes
     assert list(tmp_path.iterdir()) == [path]
 
 

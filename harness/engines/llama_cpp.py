@@ -43,13 +43,13 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from harness.samples.format import FORMAT, parse_record
 from specimpl.errors import check_arg
 
 __all__ = ["PLAIN", "KV_TYPES", "FORMAT", "load_llama", "api_logits", "CountingPromptLookup", "count_accepted",
            "request_seed", "api_records", "engine_block", "serve", "http_completion", "http_record", "prompt_text", "write_jsonl",
            "ServerError", "free_port", "LLAMA_CPP_DEFAULTS"]
 
-FORMAT = "specverify.samples/1"
 # every stage of llama-cpp-python's sampler chain set to the identity: plain sampling from the model
 PLAIN = dict(temp=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0,
              presence_penalty=0.0, mirostat_mode=0)
@@ -195,14 +195,17 @@ def api_records(llm, prompts: list[list[int]], *, per_prompt: int, max_new_token
 
 
 def write_jsonl(path, records) -> int:
-    """Write ``records`` to ``path`` (replacing it; a temporary file renamed into place); the count.
-    (Plain json; to be switched to the shared sample writer, harness.samples.)"""
+    """Write ``records`` (sample-format dicts, each checked by :func:`harness.samples.format.parse_record`, ``x_``
+    extensions kept) to ``path``, replacing it whole (a temporary file renamed into place: a run's file is
+    never mixed with an earlier run's, which the append-only :class:`harness.samples.format.SampleWriter`
+    would resume from); the count."""
     path = os.fspath(path)
     tmp = f"{path}.tmp-{os.getpid()}"
     n = 0
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             for r in records:
+                parse_record(r)  # a record the readers would refuse is never written
                 f.write(json.dumps(r, separators=(",", ":")) + "\n")
                 n += 1
         os.replace(tmp, path)

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 import torch
 
 from harness.samples.format import Controls, SampleRecord, SampleWriter
+from specimpl.hf_assisted import hf_prompt_lookup_generate  # transformers imported lazily, inside
 from specimpl.result import PAD, GenerationResult
 from specimpl.sampling import SamplingConfig
 
@@ -134,16 +135,6 @@ def autoregressive_sampler(target, draft, prompts, *, k, max_new_tokens, config,
     from specimpl.autoregressive import autoregressive_generate
     return autoregressive_generate(target, prompts, max_new_tokens=max_new_tokens, config=config,
                                    eos_token_id=eos_token_id, generator=generator)
-
-
-def hf_prompt_lookup_generate(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
-    """transformers' ``generate(prompt_lookup_num_tokens=k, do_sample=True)``, one prompt at a time (its
-    prompt-lookup drafting supports batch 1; ``draft`` unused), each prompt seeded from ``generator`` as in
-    :mod:`specimpl.hf_assisted`."""
-    from specimpl.hf_assisted import hf_prompt_lookup_generate as run
-    res = run(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config, eos_token_id=eos_token_id,
-              generator=generator)
-    return GenerationResult(tokens=res.tokens.cpu(), lengths=res.lengths.cpu(), stats=None, timings={})
 
 
 def hf_sampler(mode: str) -> Callable:

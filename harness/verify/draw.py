@@ -256,7 +256,7 @@ class ShardedRun:
 def _sharded_runs(rs: RunSet, seed: int, settings, state: RunState) -> list[ShardedRun]:
     """Per scenario (in order): its exact law, then its target-only baseline and every run on it."""
     jobs = []
-    level = sequential_level(settings, sum(1 for r in rs.runs if r.scenario.name in rs.baselines))
+    level = sequential_level(settings, len(rs.runs))  # every run has its scenario's baseline
     for name, base in rs.baselines.items():
         runs = [r for r in rs.runs if r.scenario.name == name]
         rs.laws[name], _ = scenario_law(base.scenario)

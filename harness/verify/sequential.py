@@ -25,7 +25,7 @@ same for any number of workers or backend.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -56,7 +56,6 @@ class RunEProcess:
     looks: int = 0
     n: int = 0
     stopped_at: Optional[int] = None  # sequences drawn when the run stopped (None: it did not)
-    log_p: list = field(default_factory=list, repr=False)  # log of each law (cached)
 
     @classmethod
     def for_accumulator(cls, acc, level: float) -> "RunEProcess":
