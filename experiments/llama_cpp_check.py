@@ -7,9 +7,9 @@ the OpenAI-compatible server), and their verification in one Holm family.
 
 Needs the ``llama`` extra (``pip install -e '.[llama]'``: llama-cpp-python, gguf).  Writes into ``--out``:
 target.gguf, laws.csv (TV per KV dtype and evaluation mode), the sample files (``specverify.samples/1``,
-plain json until the shared writer lands), tests.csv (every test of the family, Holm-adjusted), runs.csv
-(one verdict per run) and summary.json (provenance included).  Until ``python -m harness verify-samples``
-is wired to these files, this script is the verifier:
+each record checked by the format's reader before it is written; ``python -m harness verify-samples`` reads
+them too), tests.csv (every test of the family, Holm-adjusted), runs.csv (one verdict per run) and
+summary.json (provenance included).  This script verifies them in one family:
 
 * scored: every output token's randomized PIT under the float64 HF target (plain sampling: the law is the
   softmax of the logits), tested by :func:`harness.battery.plan_pit_value_tests` (pooled KS with a DKW
