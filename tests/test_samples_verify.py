@@ -1,12 +1,13 @@
 """verify-samples on synthetic sample files (no model): two-sample mode, independence, refusals, planners."""
 import json
+import math
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.samples.certificate import scored_bounds, two_sample_bounds, two_sample_n_for_tv
+from harness.samples.certificate import scored_bounds, scored_n_for_distance, two_sample_bounds, two_sample_n_for_tv
 from harness.samples.format import FORMAT
 from harness.samples.plan import poisson_binomial_sf
 from harness.stats import dkw_n_for_distance
@@ -138,6 +139,22 @@ def test_planners_agree_with_bounds():
     assert tb.needed == m and tb.max_upper <= eps
     tb4 = two_sample_bounds(cells[:m // 4], cells[m:m + m // 4], k, eps, conf, power)
     assert tb4.max_upper > eps
+
+
+def test_scored_planner_divides_by_the_reach():
+    """Completions that end early leave later positions fewer PIT values: the planner asks for n / reach, and
+    at that size the bounds of a half-reached position fall below epsilon under H0 (a quarter does not)."""
+    eps, conf, power, T = 0.05, 0.999, 0.99, 2
+    per_pos = dkw_n_for_distance(eps, alpha=(1 - conf) / T, power=power)
+    n = scored_n_for_distance(eps, (1 - conf) / T, power, reach=0.5)
+    assert n == math.ceil(per_pos / 0.5)
+    rng = np.random.default_rng(1)
+    present = np.ones((n, T), bool)
+    present[::2, 1] = False  # every other completion ends after its first token
+    b = scored_bounds(rng.random((n, T)), present, eps, conf, power)
+    assert b.needed == n and b.max_upper <= eps
+    q = n // 4
+    assert scored_bounds(rng.random((q, T)), present[:q], eps, conf, power).max_upper > eps
 
 
 @pytest.mark.parametrize("args, needle", [

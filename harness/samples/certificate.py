@@ -31,7 +31,7 @@ import numpy as np
 
 from harness import stats
 
-__all__ = ["PositionBounds", "Certificate", "scored_bounds", "two_sample_bounds", "two_sample_n_for_tv",
+__all__ = ["PositionBounds", "Certificate", "scored_bounds", "scored_n_for_distance", "two_sample_bounds", "two_sample_n_for_tv",
            "judge"]
 
 
@@ -53,6 +53,14 @@ class PositionBounds:
         return max(self.upper) if self.upper else math.inf
 
 
+def scored_n_for_distance(epsilon: float, delta: float, power: float, reach: float = 1.0) -> int:
+    """Completions for every position's DKW bound to fall below ``epsilon`` with probability ``power`` when
+    the engine samples the target's law: :func:`harness.stats.dkw_n_for_distance` PIT values per position
+    (each bound at miss probability ``delta``), divided by ``reach``, the smallest share of completions that
+    reach a position (1 when every completion has all T tokens)."""
+    return math.ceil(stats.dkw_n_for_distance(epsilon, alpha=delta, power=power) / reach)
+
+
 def scored_bounds(u: np.ndarray, present: np.ndarray, epsilon: float, tv_confidence: float,
                   power: float) -> PositionBounds:
     """DKW bounds on the Kolmogorov distance of each position's PIT law (only completions that reach t)."""
@@ -66,9 +74,8 @@ def scored_bounds(u: np.ndarray, present: np.ndarray, epsilon: float, tv_confide
             continue
         b = stats.kolmogorov_upper_bound(x, delta=delta)
         n.append(int(x.size)), hat.append(b.ks_hat), up.append(b.upper)
-    per_pos = stats.dkw_n_for_distance(epsilon, alpha=delta, power=power)
-    reach = present.mean(0)
-    needed = math.ceil(per_pos / max(float(reach.min()), 1.0 / (10 * u.shape[0]))) if T else 0
+    reach = float(present.mean(0).min()) if T else 1.0
+    needed = scored_n_for_distance(epsilon, delta, power, max(reach, 1.0 / (10 * u.shape[0]))) if T else 0
     return PositionBounds("Kolmogorov distance of the position's randomized-PIT law from U(0, 1) (DKW); "
                           "<= the prefix-averaged token TV, not a bound on it",
                           tuple(n), tuple(hat), tuple(up), delta, needed)
