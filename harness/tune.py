@@ -55,6 +55,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--repeats", type=int, default=5, help="profiler passes (local)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--prepack", choices=("none", "mkldnn"), default="none",
+                    help="mkldnn: the target's linear layers pre-packed for oneDNN (harness.widen.prepack_mkldnn; "
+                         "CPU, float32), as the sweep's membound suite runs the memory-bound pair")
     ap.add_argument("--out", type=Path, default=None)
 
 
@@ -119,9 +122,16 @@ def _models(args):
     from harness.errors import UsageError
     from specimpl.hf import load_pair
     try:
-        return load_pair(args.target, args.draft, local_files_only=True)
+        target, draft = load_pair(args.target, args.draft, local_files_only=True)
     except (OSError, ValueError) as e:
         raise UsageError(f"`--target` / `--draft`: cannot load the pair: {' '.join(str(e).split())[:300]}") from None
+    if args.prepack == "mkldnn":
+        from harness.widen import prepack_mkldnn
+        try:
+            prepack_mkldnn(target)
+        except ValueError as e:
+            raise UsageError(f"`--prepack mkldnn`: {e}") from None
+    return target, draft
 
 
 def _prompts(args, target) -> list[list[int]]:
