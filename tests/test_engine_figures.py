@@ -1,0 +1,55 @@
+"""experiments/engine_figures.py without its runs: the registry matches the engine-level controls, the
+planner rows come from the certificate's planners, and the table says every verdict it was given."""
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+
+from harness.samples.certificate import scored_n_for_distance, two_sample_n_for_tv
+from harness.samples.controls import CONTROLS
+
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "engine_figures.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("engine_figures", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["engine_figures"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_registry_names_every_lossy_control_and_nothing_else():
+    E = _module()
+    lossy = {n for n, (role, *_rest) in E.RUNS.items() if role == "lossy control"}
+    assert lossy == {n for n, c in CONTROLS.items() if c.role == "lossy"}
+    for name in lossy:  # each runs through `sample --control NAME`
+        assert E.RUNS[name][1][E.RUNS[name][1].index("--control") + 1] == name
+
+
+def _row(mode, verdict="certified", first_rejections=""):
+    return dict(engine="ours_speculative", role="lossless", mode=mode, verdict=verdict, completions=100, tokens=3200,
+                bound=0.04, completions_needed=6336, first_rejections=first_rejections, sample_wall_s=1.0,
+                verify_wall_s=2.0, delta_each=3.1e-5, reach=0.9, headline="", report="x")
+
+
+def test_planner_rows_are_the_certificates_planners():
+    E = _module()
+    a = SimpleNamespace(planner_epsilon=0.01, tokens=32, epsilon=0.05)
+    rows = E.planner_rows(a, [_row("scored"), _row("two-sample")])
+    got = {r["mode"]: r["completions_needed"] for r in rows}
+    assert got["scored"] == scored_n_for_distance(0.01, 3.1e-5, 0.99, 0.9)
+    assert got["two-sample"] == two_sample_n_for_tv(0.01, E.VOCAB + 1, 3.1e-5, 0.99)
+    assert got["two-sample"] > got["scored"]  # 260 cells per position cost far more than one PIT law
+
+
+def test_table_shows_each_verdict():
+    E = _module()
+    a = SimpleNamespace(planner_epsilon=0.01, tokens=32, epsilon=0.05)
+    rows = [_row("scored"), _row("two-sample", verdict="lossy", first_rejections="ending/x p_adj 0")]
+    df = pd.DataFrame(rows + E.planner_rows(a, rows))
+    text = E.table_md(df, a, {"commit": "0" * 40, "dirty": False, "command": "python experiments/engine_figures.py"})
+    assert "**certified**" in text and "**lossy**" in text and "ending/x p_adj 0" in text
+    assert "completions certify 0.01" in text
