@@ -142,7 +142,7 @@ def llama_files(a, work: Path) -> dict:
     files = {}
     for name, k, seed in (("llama_cpp_plain", None, a.seed + 1), ("llama_cpp_prompt_lookup", a.k, a.seed + 2)):
         llm = L.load_llama(gguf, kv="float32", draft_k=k, n_ctx=256)
-        engine = L.engine_block(llm, kv="float32", gguf_path=gguf, interface="python api (Llama.generate, token ids)")
+        engine = L.api_engine_block(llm, kv="float32", gguf_path=gguf)
         tic = time.perf_counter()
         recs = list(L.api_records(llm, prompts, per_prompt=a.llama_per_prompt, max_new_tokens=a.tokens, seed=seed,
                                   engine=engine))

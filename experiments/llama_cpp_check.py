@@ -117,8 +117,7 @@ def laws_table(gguf: Path, target: HFModel, n: int, seed: int) -> pd.DataFrame:
 def api_run(gguf: Path, prompts, a, *, draft_k, seed: int, out: Path, name: str, sampler=None) -> dict:
     """One Python-API run: records written to ``out/name.jsonl``; its wall time and draft counts."""
     llm = L.load_llama(gguf, kv="float32", draft_k=draft_k, n_ctx=256)
-    engine = L.engine_block(llm, kv="float32", gguf_path=gguf, interface="python api (Llama.generate, token ids)",
-                            extra={"eos": "ignored: generation continues past EOS"}, sampler=sampler)
+    engine = L.api_engine_block(llm, kv="float32", gguf_path=gguf, sampler=sampler)
     tic = time.perf_counter()
     recs = list(L.api_records(llm, prompts, per_prompt=a.per_prompt, max_new_tokens=a.tokens, seed=seed,
                               engine=engine, progress=True, sampler=sampler))

@@ -47,7 +47,7 @@ from harness.samples.format import FORMAT, parse_record
 from specimpl.errors import check_arg
 
 __all__ = ["PLAIN", "KV_TYPES", "FORMAT", "load_llama", "api_logits", "CountingPromptLookup", "count_accepted",
-           "request_seed", "api_records", "engine_block", "serve", "http_completion", "http_record", "prompt_text", "write_jsonl",
+           "request_seed", "api_records", "engine_block", "api_engine_block", "serve", "http_completion", "http_record", "prompt_text", "write_jsonl",
            "ServerError", "free_port", "LLAMA_CPP_DEFAULTS"]
 
 # every stage of llama-cpp-python's sampler chain set to the identity: plain sampling from the model
@@ -139,6 +139,13 @@ def engine_block(llm, *, kv: str, gguf_path, interface: str, extra: Optional[dic
     return {"name": "llama.cpp", "package": "llama-cpp-python", "version": llama_cpp.__version__,
             "interface": interface, "speculative": spec, "dtype": "float32", "kv_dtype": kv, "flash_attn": False,
             "model": os.path.basename(str(gguf_path)), "sampler": dict(sampler or PLAIN), **(extra or {})}
+
+
+def api_engine_block(llm, *, kv: str, gguf_path, sampler: Optional[dict] = None) -> dict:
+    """:func:`engine_block` of the Python-API records (:func:`api_records`: token ids in and out, generation
+    past EOS)."""
+    return engine_block(llm, kv=kv, gguf_path=gguf_path, interface="python api (Llama.generate, token ids)",
+                        extra={"eos": "ignored: generation continues past EOS"}, sampler=sampler)
 
 
 def _controls(max_new_tokens: int, seed: Optional[int], sampler: Optional[dict] = None) -> dict:
