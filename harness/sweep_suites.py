@@ -29,6 +29,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.widen import PREPACKS
+
 from harness import costmodel as cm
 from harness.profiler import profile_in_situ, profile_model, profile_pair, summarise
 from harness.synthetic import CallCost, HybridClock, VirtualClock, WallClock, synthetic_pair
@@ -271,7 +273,7 @@ def _check_membound(table: dict) -> None:
     check_arg(isinstance(w, int) and w >= 1 and w & (w - 1) == 0, "membound.width", w, "a power of two >= 1")
     x = table["extra_layers"]
     check_arg(isinstance(x, int) and x >= 0, "membound.extra_layers", x, "an integer >= 0")
-    check_arg(table["prepack"] in ("none", "mkldnn"), "membound.prepack", table["prepack"], "'none' or 'mkldnn'")
+    check_arg(table["prepack"] in PREPACKS, "membound.prepack", table["prepack"], f"one of {list(PREPACKS)}")
 
 
 # -- models -----------------------------------------------------------------------------------------
@@ -303,15 +305,15 @@ _WIDE: dict = {}
 
 def _widened(width: int, extra_layers: int, device: str, dtype: str, prepack: str = "none"):
     """The widened target of :mod:`harness.widen` (built on first use, cached on disk by content; one in
-    memory), its linear layers pre-packed for oneDNN when ``prepack`` is 'mkldnn'."""
-    from harness.widen import build_widened, prepack_mkldnn
+    memory), its linear layers converted as ``prepack`` says (:func:`harness.widen.apply_prepack`)."""
+    from harness.widen import apply_prepack, build_widened
     from specimpl.hf import HFModel
     key = (width, extra_layers, str(device), dtype, prepack)
     if key not in _WIDE:
         _WIDE.clear()
         path = build_widened(width, extra_layers)
         model = HFModel.from_pretrained(path, dtype=_dtype(dtype), device=device, local_files_only=True)
-        _WIDE[key] = prepack_mkldnn(model) if prepack == "mkldnn" else model
+        _WIDE[key] = apply_prepack(model, prepack)
     return _WIDE[key]
 
 

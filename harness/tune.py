@@ -55,9 +55,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--repeats", type=int, default=5, help="profiler passes (local)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--prepack", choices=("none", "mkldnn"), default="none",
-                    help="mkldnn: the target's linear layers pre-packed for oneDNN (harness.widen.prepack_mkldnn; "
-                         "CPU, float32), as the sweep's membound suite runs the memory-bound pair")
+    ap.add_argument("--prepack", choices=("none", "mkldnn", "skinny"), default="none",
+                    help="how the target's linear layers run (CPU, float32; harness.widen.apply_prepack): mkldnn, "
+                         "oneDNN's pre-packed layout; skinny, the weight-streaming kernel the sweep's membound suite "
+                         "runs the memory-bound pair with")
     ap.add_argument("--out", type=Path, default=None)
 
 
@@ -125,12 +126,12 @@ def _models(args):
         target, draft = load_pair(args.target, args.draft, local_files_only=True)
     except (OSError, ValueError) as e:
         raise UsageError(f"`--target` / `--draft`: cannot load the pair: {' '.join(str(e).split())[:300]}") from None
-    if args.prepack == "mkldnn":
-        from harness.widen import prepack_mkldnn
+    if args.prepack != "none":
+        from harness.widen import apply_prepack
         try:
-            prepack_mkldnn(target)
-        except ValueError as e:
-            raise UsageError(f"`--prepack mkldnn`: {e}") from None
+            apply_prepack(target, args.prepack)
+        except (ValueError, RuntimeError) as e:
+            raise UsageError(f"`--prepack {args.prepack}`: {e}") from None
     return target, draft
 
 

@@ -51,7 +51,7 @@ import torch
 
 from specimpl.errors import check_arg
 
-__all__ = ["prepack_mkldnn", "widen_state_dict", "widened_config", "build_widened", "membound_dir", "BUILD_DIR", "DEFAULT_WIDTH",
+__all__ = ["apply_prepack", "PREPACKS", "prepack_mkldnn", "widen_state_dict", "widened_config", "build_widened", "membound_dir", "BUILD_DIR", "DEFAULT_WIDTH",
            "DEFAULT_EXTRA_LAYERS", "parameter_count"]
 
 BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "membound_pair"
@@ -190,6 +190,22 @@ def build_widened(width: int = DEFAULT_WIDTH, extra_layers: int = DEFAULT_EXTRA_
         print(f"membound: built the widened target ({parameter_count(wide) / 1e6:.0f}M parameters) in {out}",
               file=sys.stderr)
     return out
+
+
+PREPACKS = ("none", "mkldnn", "skinny")  # how a target's linear layers run (see apply_prepack)
+
+
+def apply_prepack(model, kind: str):
+    """``model`` with its linear layers as ``kind`` says: 'none' (PyTorch's default), 'mkldnn' (oneDNN's
+    pre-packed layout, :func:`prepack_mkldnn`) or 'skinny' (the weight-streaming kernel of
+    :mod:`harness.skinny_linear`); returns ``model``."""
+    check_arg(kind in PREPACKS, "prepack", kind, f"one of {list(PREPACKS)}")
+    if kind == "mkldnn":
+        return prepack_mkldnn(model)
+    if kind == "skinny":
+        from harness.skinny_linear import use_skinny_linear
+        return use_skinny_linear(model)
+    return model
 
 
 def prepack_mkldnn(model):

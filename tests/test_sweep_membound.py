@@ -21,7 +21,7 @@ def test_experiment_file_plans_every_k_and_batch_of_the_issue():
     assert all(c.params.group == "membound/cpu" for c in cells)
 
 
-@pytest.mark.parametrize("key,bad", [("width", 3), ("extra_layers", -1), ("k", [0])])
+@pytest.mark.parametrize("key,bad", [("width", 3), ("extra_layers", -1), ("k", [0]), ("prepack", "gpu")])
 def test_bad_settings_are_one_clear_error(key, bad):
     with pytest.raises(UsageError, match=f"membound.{key}"):
         sweep.load_config(MEMBOUND, {"membound": {key: bad}})

@@ -89,10 +89,11 @@ def test_tune_local_profiles_this_machine(tmp_path):
     assert len(pd.read_csv(out / "recommendation.csv", comment="#")) == 1
 
 
-def test_tune_local_with_a_prepacked_target(tmp_path):
-    """--prepack mkldnn profiles the target in oneDNN's layout (as the membound sweep runs it)."""
+@pytest.mark.parametrize("kind", ["mkldnn", "skinny"])
+def test_tune_local_with_a_prepacked_target(tmp_path, kind):
+    """--prepack profiles the target with its linear layers as the membound sweep runs them."""
     out = tmp_path / "o"
     assert _tune("--hardware", "local", "--batch", "1", "--context", "16", "--repeats", "1", "--out", str(out),
                  "--n-sequences", "4", "--max-new-tokens", "8", "--k", "1", "--algorithms", "chain",
-                 "--prepack", "mkldnn") == 0
-    assert json.loads((out / "meta.json").read_text())["config"]["prepack"] == "mkldnn"
+                 "--prepack", kind) == 0
+    assert json.loads((out / "meta.json").read_text())["config"]["prepack"] == kind
