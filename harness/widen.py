@@ -25,8 +25,10 @@ On this project's CPU, PyTorch's default float32 linear layers take a matrix-vec
 a repacking GEMM for two or more, so that scoring 2 tokens cost about 1.8 times scoring one even at 337M
 parameters.  :func:`prepack_mkldnn` converts the linear layers to oneDNN's pre-packed layout (as CPU
 inference engines do): the weights are reordered once, and scoring k + 1 tokens then costs far less than
-k + 1 single-token calls.  Same weights, same outputs to float round-off; the target-only baseline uses
-the same converted model.
+k + 1 single-token calls, yet still 2.5x one call at batch 1.  :mod:`harness.skinny_linear` (the membound
+suite's default, ``prepack = "skinny"``) goes further: a weight-streaming kernel under which 3 tokens cost
+1.2x one.  Same weights, same outputs to float round-off; the target-only baseline uses the same converted
+model.
 
 r is a power of two, so the divisions are exact; the sums run in another order than the tiny model's, so
 logits agree to float round-off (tests/test_widen.py checks it at r = 2).
