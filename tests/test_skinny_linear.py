@@ -73,3 +73,20 @@ def test_library_is_cached_by_content():
     lib = load_kernel()
     built = list(__import__("harness.skinny_linear", fromlist=["BUILD_DIR"]).BUILD_DIR.glob("*/libskinny_gemm.so"))
     assert built and lib is load_kernel()
+
+
+def test_bench_script_writes_its_table(tmp_path):
+    """experiments/skinny_gemm_bench.py at a toy size: both kernels timed at every row count, with provenance."""
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+    path = Path(__file__).resolve().parent.parent / "experiments" / "skinny_gemm_bench.py"
+    spec = importlib.util.spec_from_file_location("skinny_gemm_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--out", str(tmp_path), "--repeats", "1", "--n-out", "24", "--n-in", "16"]) == 0
+    df = pd.read_csv(tmp_path / "bench.csv", comment="#")
+    assert list(df.rows) == list(mod.ROWS) and (df[["torch_ms", "skinny_ms"]] > 0).all().all()
+    assert (tmp_path / "bench.csv").read_text().startswith("# provenance:")
+    assert (tmp_path / "bench.md").read_text().count("\n") == len(mod.ROWS) + 2
