@@ -2,11 +2,11 @@
 
 Why: on this project's CPU (AVX2, no AVX-512) PyTorch's float32 ``linear`` runs a matrix-vector product
 for one token row but a general matrix product for two or more, which re-reads and repacks the weights:
-scoring 2 rows of a 64 MB layer costs about 2x one, 5 rows about 6x (measured: 4.0 / 7.9 / 23.5 ms).
+scoring 2 rows of a 64 MB layer costs about 2x one, 5 rows about 5x (results/skinny_gemm/bench.md).
 Decoding engines use kernels built for this shape (few rows of activations against a large weight).
 :file:`harness/csrc/skinny_gemm.c` is one: each panel of weight rows is read from memory once and dotted
-with every activation row while in cache, so 2 rows cost about 1.2x one and 5 rows about 2x (3.7 / 4.5 /
-7.6 ms), and it is no slower than PyTorch's at any row count measured (up to 512).  It runs on one
+with every activation row while in cache, so 2 rows cost about 1.15x one and 5 rows about 1.8x; it is
+faster than PyTorch's up to 144 rows and 3 % slower at 512 (experiments/skinny_gemm_bench.py).  It runs on one
 thread (the sweeps run ``threads = 1``).
 
 Every output element is summed in one fixed order whatever the number of rows, so a token's logits do not
@@ -106,14 +106,6 @@ def use_skinny_linear(model):
     """Replace every ``torch.nn.Linear`` of ``model`` (an :class:`specimpl.hf.HFModel`, float32, on the CPU)
     by :class:`SkinnyLinear` (the same weights); returns ``model``."""
     check_arg(str(model.device) == "cpu", "model.device", str(model.device), "'cpu' (the skinny kernel is for CPUs)")
+    from harness.widen import replace_linears
     load_kernel()
-
-    def convert(mod):
-        for name, child in list(mod.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(mod, name, SkinnyLinear(child))
-            else:
-                convert(child)
-    with torch.no_grad():
-        convert(model.model)
-    return model
+    return replace_linears(model, SkinnyLinear)

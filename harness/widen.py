@@ -53,7 +53,7 @@ import torch
 
 from specimpl.errors import check_arg
 
-__all__ = ["apply_prepack", "PREPACKS", "prepack_mkldnn", "widen_state_dict", "widened_config", "build_widened", "membound_dir", "BUILD_DIR", "DEFAULT_WIDTH",
+__all__ = ["apply_prepack", "PREPACKS", "prepack_mkldnn", "replace_linears", "widen_state_dict", "widened_config", "build_widened", "membound_dir", "BUILD_DIR", "DEFAULT_WIDTH",
            "DEFAULT_EXTRA_LAYERS", "parameter_count"]
 
 BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "membound_pair"
@@ -217,11 +217,18 @@ def prepack_mkldnn(model):
     check_arg(torch.backends.mkldnn.is_available(), "prepack", "mkldnn", "a PyTorch build with oneDNN (mkldnn)")
     check_arg(str(model.device) == "cpu", "model.device", str(model.device), "'cpu' (oneDNN pre-packing is for CPUs)")
 
+    def make(linear):
+        check_arg(linear.weight.dtype == torch.float32, "model dtype", linear.weight.dtype, "torch.float32")
+        return MkldnnLinear(linear, torch.float32)
+    return replace_linears(model, make)
+
+
+def replace_linears(model, make):
+    """Replace every ``torch.nn.Linear`` under ``model.model`` by ``make(linear)``; returns ``model``."""
     def convert(mod):
         for name, child in list(mod.named_children()):
             if isinstance(child, torch.nn.Linear):
-                check_arg(child.weight.dtype == torch.float32, "model dtype", child.weight.dtype, "torch.float32")
-                setattr(mod, name, MkldnnLinear(child, torch.float32))
+                setattr(mod, name, make(child))
             else:
                 convert(child)
     with torch.no_grad():
