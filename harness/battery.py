@@ -355,6 +355,24 @@ def pit_of_codes(law: ExactLaw, idx: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.clip(u, 0.0, 1.0, out=u)
 
 
+COMPACT_TYPES = (np.uint8, np.uint16, np.uint32)
+
+
+def compact_counts(a):
+    """An int64 count array (>= 0) in the first of uint8 / uint16 / uint32 that holds its largest value
+    (a shard's PIT histogram of 65,536 bins holds a few counts per bin: 8 x fewer bytes to pickle and send);
+    anything else unchanged.  ``int64 += compact`` adds exactly, so merging is unchanged."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.size == 0:
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    if lo < 0:
+        return a
+    for t in COMPACT_TYPES:
+        if hi <= np.iinfo(t).max:
+            return a.astype(t)
+    return a
+
+
 ACC_SETTINGS = ("law", "joint_tokens", "pit_bins", "pair_bins", "logprob_max", "rng", "with_pit", "pit_max_lag")  # not statistics
 
 
@@ -469,10 +487,12 @@ class Accumulator:
         return np.concatenate(self.logprob) if self.logprob else np.zeros(0)
 
     # -- merging ---------------------------------------------------------------------------------
-    def statistics(self) -> dict:
+    def statistics(self, compact: bool = False) -> dict:
         """The statistics (every attribute but the settings), by name: what a shard sends back and
-        what the resume state saves."""
-        return {k: v for k, v in vars(self).items() if k not in ACC_SETTINGS}
+        what the resume state saves.  ``compact``: each count array in the smallest unsigned integer type
+        that holds it (:func:`compact_counts`; what a shard sends), merged back exactly."""
+        out = {k: v for k, v in vars(self).items() if k not in ACC_SETTINGS}
+        return {k: compact_counts(v) for k, v in out.items()} if compact else out
 
     def merge(self, other) -> "Accumulator":
         """Fold ``other`` (an Accumulator of the same run, or its :meth:`statistics`) into this one, as if

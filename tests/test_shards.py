@@ -62,6 +62,31 @@ def test_shards_merged_in_order_equal_one_accumulator_fed_the_same_calls(name):
     assert merged.pit_hist.sum() == 2700 * sc.max_new_tokens
 
 
+def test_compact_shards_with_logprob_room_merge_to_the_same_statistics():
+    """What a shard sends (counts in the smallest unsigned type; only the log-probabilities its run still keeps)
+    merges into exactly what the full int64 statistics give."""
+    from harness.battery import compact_counts
+    sc, law, calls = _calls("base", [700, 1100, 900])
+    full, sent = _acc(sc, law, None), _acc(sc, law, None)
+    first = 0
+    for i, res in enumerate(calls):
+        a = _acc(sc, law, np.random.default_rng(i))
+        b = _acc(sc, law, np.random.default_rng(i), logprob_max=max(0, 2500 - first))  # ShardTask.logprob_room
+        a.add(res.tokens, res.stats)
+        b.add(res.tokens, res.stats)
+        shipped = b.statistics(compact=True)
+        assert shipped["pit_hist"].dtype == np.uint8 and shipped["counts"].dtype != np.int64
+        full.merge(a)
+        sent.merge(shipped)
+        first += len(res.tokens)
+    x, y = full.statistics(), sent.statistics()
+    for k in ("n", "counts", "pairs", "joint", "pit_hist", "pit_pairs", "n_logprob"):
+        assert np.array_equal(x[k], y[k]) and np.asarray(y[k]).dtype == np.asarray(x[k]).dtype, k
+    assert np.array_equal(full.logprobs(), sent.logprobs()) and sent.logprobs().size == 2500
+    assert compact_counts(np.array([-1, 3])).dtype == np.int64  # not counts: left alone
+    assert compact_counts(np.array([70_000])).dtype == np.uint32
+
+
 def test_merge_is_generic_over_added_statistics():
     class Sums:  # a statistic another part of the harness may add: merges by its own .merge
         def __init__(self, x):

@@ -199,8 +199,9 @@ class ShardedRun:
                                                                                    "done"))
         self.saved_at, self.saved_next = time.perf_counter(), self.next
         recipe = ("baseline",) if is_baseline else sampler_recipe(run.sampler, run.label)
+        first = np.cumsum([0, *sizes[:-1]])  # sequences before each shard
         self.tasks = [ShardTask(index, c, B, run.label, sc, recipe, seed, is_baseline, settings.pit_bins, pair_bins,
-                                settings.logprob_max) for c, B in enumerate(sizes) if c >= self.next]
+                                settings.logprob_max, int(first[c])) for c, B in enumerate(sizes) if c >= self.next]
 
     @property
     def resumed_positions(self) -> int:

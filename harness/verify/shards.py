@@ -53,6 +53,13 @@ class ShardTask:
     pit_bins: int
     pair_bins: int
     logprob_max: int
+    first: int = 0  # sequences of the run in the shards before this one
+
+    @property
+    def logprob_room(self) -> int:
+        """Per-sequence log-probabilities this shard keeps: the run keeps its first ``logprob_max``, so a shard
+        past them sends none (the merge would drop them)."""
+        return max(0, self.logprob_max - self.first)
 
     @property
     def portable(self) -> bool:
@@ -221,9 +228,9 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
         return ShardResult(task.run, task.shard, None, 0, 0, time.perf_counter() - tic, f"{type(e).__name__}: {e}",
                            traceback.format_exc())
     rng = np.random.default_rng(derive_seed(task.seed, task.label, sc.name, task.shard, "pit"))
-    acc = Accumulator(law, sc.joint_tokens, task.pit_bins, task.pair_bins, task.logprob_max, rng,
+    acc = Accumulator(law, sc.joint_tokens, task.pit_bins, task.pair_bins, task.logprob_room, rng,
                       with_pit=not task.is_baseline, pit_max_lag=sc.k + 1)
     acc.add(tok, getattr(res, "stats", None))
-    return ShardResult(task.run, task.shard, acc.statistics(), int((tok >= 0).sum()), task.positions,
+    return ShardResult(task.run, task.shard, acc.statistics(compact=True), int((tok >= 0).sum()), task.positions,
                        time.perf_counter() - tic)
 
