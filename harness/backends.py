@@ -70,6 +70,12 @@ class Backend:
     def describe(self) -> str:
         return f"{self.name} ({self.workers} worker{'s' * (self.workers != 1)})"
 
+    @property
+    def local_workers(self) -> int:
+        """Processes for the driver's own work on this machine once the draws are in (evaluating the tests,
+        :func:`harness.forkmap.fork_map`): this backend's workers where they are local, else every core."""
+        return self.workers
+
     def close(self, abort: bool = False) -> None:
         """Release the workers (``abort``: at once, without waiting for the tasks in flight)."""
 
@@ -229,6 +235,11 @@ class RayBackend(Backend):
                     kw.update(_node_ip_address=address.rpartition(":")[0])
             ray.init(**kw)
         self.workers = int(ray.cluster_resources().get("CPU", 1))
+        self._local = default_workers() if address is not None else (workers or default_workers())
+
+    @property
+    def local_workers(self) -> int:
+        return self._local
 
     def map_unordered(self, fn, tasks, num_gpus=0, skip=None):
         remote = self.ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=self.retries)(fn)

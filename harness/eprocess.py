@@ -30,7 +30,7 @@ from scipy import special, stats as sps
 
 from harness.stats import DEFAULT_ALPHA, DEFAULT_POWER, _as_counts, _as_probs, _check_level, _Result
 
-__all__ = ["EProcessResult", "log_mixture_e", "EProcess", "eprocess_test", "eprocess_n_for_kl",
+__all__ = ["EProcessResult", "log_mixture_e", "MixtureE", "EProcess", "eprocess_test", "eprocess_n_for_kl",
            "eprocess_min_detectable_kl"]
 
 PRIOR = 0.5  # Dirichlet concentration of the mixture (Krichevsky–Trofimov)
@@ -59,17 +59,33 @@ class EProcessResult(_Result):
 def log_mixture_e(counts, probs) -> float:
     """log E_n of the module docstring from cumulative ``counts`` and the exact law ``probs`` (natural log;
     +inf when a cell of probability 0 was drawn)."""
-    P = _as_probs("probs", probs)
+    mix = MixtureE(probs)
     c = _as_counts("counts", counts)
-    if c.shape != P.shape:
-        raise ValueError(f"`counts` has shape {c.shape} but `probs` has shape {P.shape}; they must match")
-    if int(c[P == 0].sum()) > 0:
-        return math.inf
-    c, P = c[P > 0].astype(np.float64), P[P > 0]
-    d, n = P.size, c.sum()
-    log_mix = (special.gammaln(d * PRIOR) - special.gammaln(d * PRIOR + n)
-               + float(np.sum(special.gammaln(PRIOR + c) - special.gammaln(PRIOR))))
-    return float(log_mix - np.dot(c, np.log(P)))
+    if c.shape != mix.P.shape:
+        raise ValueError(f"`counts` has shape {c.shape} but `probs` has shape {mix.P.shape}; they must match")
+    return mix.log_e(c)
+
+
+class MixtureE:
+    """log E_n against one exact law ``probs``, set up once (the law checked and normalised, its support and
+    log-probabilities kept) for a run looked at after every shard: :meth:`log_e` of checked counts."""
+
+    def __init__(self, probs):
+        self.P = _as_probs("probs", probs)  # (d_all,)
+        self.support = self.P > 0
+        self.log_p = np.log(self.P[self.support])  # (d,)
+        self.d = int(self.log_p.size)
+
+    def log_e(self, counts: np.ndarray) -> float:
+        """log E_n for non-negative integer ``counts`` of the law's shape (unchecked: :func:`log_mixture_e`
+        checks them)."""
+        if int(counts[~self.support].sum()) > 0:
+            return math.inf
+        c = counts[self.support].astype(np.float64)
+        n = c.sum()
+        log_mix = (special.gammaln(self.d * PRIOR) - special.gammaln(self.d * PRIOR + n)
+                   + float(np.sum(special.gammaln(PRIOR + c) - special.gammaln(PRIOR))))
+        return float(log_mix - np.dot(c, self.log_p))
 
 
 def _regret(n: float, d: int) -> float:

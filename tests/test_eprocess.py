@@ -104,3 +104,14 @@ def test_kt_formula_matches_sequential_product():
         c[xi] += 1
     assert math.isclose(log_mixture_e(c.astype(int), P), log_e, rel_tol=1e-10)
     assert special.gammaln(0.5) > 0  # scipy's gammaln in use (guards an accidental import swap)
+
+
+def test_mixture_e_set_up_once_equals_log_mixture_e_bit_for_bit():
+    from harness.eprocess import MixtureE
+    rng = np.random.default_rng(3)
+    P = np.array([0.5, 0.0, 0.2, 0.3])
+    mix = MixtureE(P)
+    for _ in range(20):
+        c = rng.multinomial(int(rng.integers(1, 5000)), P)
+        assert mix.log_e(c) == log_mixture_e(c, P)
+    assert mix.log_e(np.array([1, 1, 0, 0])) == math.inf

@@ -22,6 +22,7 @@ from harness import stats
 from harness.algorithms import acceptance_for
 from harness.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, plan_pit_value_tests, plan_tests,
                              plan_von_neumann_tests)
+from harness.forkmap import fork_map
 from harness.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import RunSet
 from harness.verify.sequential import sequential_spec
@@ -171,10 +172,11 @@ def rows_table(rows: list[TestRow]) -> pd.DataFrame:
     return pd.DataFrame([vars(r) for r in rows], columns=list(TEST_COLUMNS))
 
 
-def evaluate_family(plan: list[PlannedTest], settings) -> tuple[pd.DataFrame, FamilyLevels]:
-    """Evaluate every planned test at the family's levels and adjust by Holm; the table of tests."""
+def evaluate_family(plan: list[PlannedTest], settings, workers: int = 1) -> tuple[pd.DataFrame, FamilyLevels]:
+    """Evaluate every planned test at the family's levels (on ``workers`` processes,
+    :func:`harness.forkmap.fork_map`) and adjust by Holm; the table of tests."""
     levels = family_levels(plan, settings)
-    rows = [_evaluate(p, levels, settings.power) for p in plan]
+    rows = fork_map(lambda i: _evaluate(plan[i], levels, settings.power), len(plan), workers)
     holm = [i for i, p in enumerate(plan) if p.seq_level <= 0 and not p.stopped]
     judged = dict(zip(holm, holm_adjust([rows[i] for i in holm], holm_alpha(plan, settings))))
     out = [judged[i] if i in judged else _judge_apart(r, p, settings.family_alpha) for i, (r, p) in enumerate(zip(rows, plan))]

@@ -93,7 +93,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
                 **family_config(settings, levels), **_sources_config(rs, sizes)}
 
     return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
-                    t_drawn=time.perf_counter())
+                    t_drawn=time.perf_counter(), workers=backend.local_workers if backend is not None else 1)
 
 
 def _algorithms_config(rs: RunSet, algos) -> Optional[dict]:
@@ -124,13 +124,14 @@ def real_model_config(rs: RunSet) -> Optional[dict]:
 
 
 def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, seed: int, out: Optional[Path],
-             figures: bool, state: RunState, t_start: float, t_drawn: float) -> VerifyResult:
+             figures: bool, state: RunState, t_start: float, t_drawn: float, workers: int = 1) -> VerifyResult:
     """Evaluate the family of tests of the drawn ``rs``, judge each run, write the report (``config``
     gives the command's settings for the provenance, once the family's levels are known), and drop
-    the resume state."""
-    table, levels = evaluate_family(plan_family(rs), settings)
+    the resume state.  ``workers``: processes evaluating the tests and judging the runs
+    (:func:`harness.forkmap.fork_map`; the result does not depend on it)."""
+    table, levels = evaluate_family(plan_family(rs), settings, workers)
     t_tested = time.perf_counter()
-    verdicts = verdict_table(rs, table, certifier_for(rs, settings, levels.delta_each))
+    verdicts = verdict_table(rs, table, certifier_for(rs, settings, levels.delta_each), workers)
     passed = bool(verdicts.passed.all()) if len(verdicts) else False
     timing = _timing(rs, t_start, t_drawn, t_tested)
     result = report.build(table=table, verdicts=verdicts, runs=rs.runs, baselines=rs.baselines, laws=rs.laws,

@@ -25,14 +25,14 @@ same for any number of workers or backend.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 from scipy.special import logsumexp
 
 from harness.battery import TestRow, TestSpec
-from harness.eprocess import METHOD as EPROCESS_METHOD, eprocess_min_detectable_kl, log_mixture_e
+from harness.eprocess import METHOD as EPROCESS_METHOD, MixtureE, eprocess_min_detectable_kl
 
 __all__ = ["RunEProcess", "sequential_level", "sequential_spec", "FAMILY", "TEST"]
 
@@ -56,6 +56,7 @@ class RunEProcess:
     looks: int = 0
     n: int = 0
     stopped_at: Optional[int] = None  # sequences drawn when the run stopped (None: it did not)
+    _mix: list = field(default_factory=list, repr=False, compare=False)  # MixtureE of each law (set up on first look)
 
     @classmethod
     def for_accumulator(cls, acc, level: float) -> "RunEProcess":
@@ -71,7 +72,9 @@ class RunEProcess:
 
     def look(self, acc) -> bool:
         """One look at the run's merged counts; True once the run is to stop (E has crossed 1/level)."""
-        logs = [log_mixture_e(c, p) for c, p in zip(self._statistics(acc), self.laws)]
+        if len(self._mix) != len(self.laws):  # each law set up once (restored or fresh)
+            self._mix = [MixtureE(p) for p in self.laws]
+        logs = [m.log_e(np.asarray(c, np.int64)) for c, m in zip(self._statistics(acc), self._mix)]
         log_e = math.inf if math.inf in logs else float(logsumexp(logs) - math.log(len(logs)))
         self.max_log_e, self.looks, self.n = max(self.max_log_e, log_e), self.looks + 1, int(acc.n)
         if self.stopped_at is None and self.level > 0 and self.pvalue <= self.level:
