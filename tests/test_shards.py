@@ -144,6 +144,24 @@ def _same_tables(a: pd.DataFrame, b: pd.DataFrame):
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_exact=True)
 
 
+def test_a_real_model_run_drawn_on_a_worker_equals_one_drawn_in_the_driver():
+    """A real-model run is one task on the backend (harness.verify.shards.RealTask): its PIT values, and so its
+    rows, are those of the run drawn in this process."""
+    from harness.realmodel import load_real_model_spec
+    spec = load_real_model_spec({})
+
+    def run(backend):
+        return pipeline.verify(sampler=None, sampler_label="reference", scenarios=[], settings=SETTINGS, draws=3000,
+                               controls=False, out=None, figures=False, progress=False, von_neumann=False,
+                               real_model=spec, real_model_sequences=6, backend=backend)
+
+    here = run(SerialBackend())
+    with LocalPool(2) as pool:
+        there = run(pool)
+    assert len(here.real_runs) == 1 and np.array_equal(here.real_runs[0].draw.u, there.real_runs[0].draw.u)
+    _same_tables(here.table, there.table)
+
+
 @pytest.fixture(scope="module")
 def serial_reference():
     return _verify(SerialBackend())

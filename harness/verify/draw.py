@@ -4,9 +4,10 @@ Exact-law runs are drawn as shards (:mod:`harness.verify.shards`: one per sample
 :func:`harness.battery.plan_chunks`, each seeded from the run seed, scenario, sampler and shard index)
 on a backend (:mod:`harness.backends`: this process, a local process pool, Ray) and merged run by run
 in shard order into an :class:`harness.battery.Accumulator` (:class:`ShardedRun`), so the statistics
-do not depend on the backend or the number of workers.  Real-model runs are drawn in a thread of this
-process, beside the shards (:class:`_Background`), and
-scored by :func:`harness.realmodel.real_model_draw`; the von Neumann runs propose once.  Every random
+do not depend on the backend or the number of workers.  Real-model runs are tasks on the same backend
+(:class:`harness.verify.shards.RealTask`, one per run, submitted first: they are the longest), drawn and
+scored by :func:`harness.realmodel.real_model_draw`; one whose sampler cannot leave this process is drawn
+in a thread here, beside the shards (:class:`_Background`); the von Neumann runs propose once.  Every random
 stream is seeded by :func:`harness.config.derive_seed` from the run seed and the run's names, so a
 run's draws do not depend on which other runs share the command.
 
@@ -38,10 +39,10 @@ from harness.config import derive_seed
 from harness.exact import ExactLaw, warp_mismatch, warp_support_mismatch
 from harness.fingerprint import code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint, short
 from harness.provenance import atomic_write_bytes
-from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
+from harness.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
-from harness.verify.shards import ShardTask, draw_shard, draw_shard_in_worker, sampler_recipe
+from harness.verify.shards import RealTask, ShardTask, draw_task, draw_task_in_worker, sampler_recipe
 
 __all__ = ["RunState", "ShardedRun", "draw_all", "draw_real", "draw_von_neumann", "scenario_law", "SHARD_SCHEME"]
 
@@ -269,22 +270,33 @@ def _sharded_runs(rs: RunSet, seed: int, settings, state: RunState) -> list[Shar
     return jobs
 
 
-def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, backend: Backend) -> None:
-    """Every shard of every exact-law run on ``backend`` (shards whose sampler cannot leave this process
-    are drawn here), merged run by run in shard order."""
+def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, backend: Backend,
+                    real: list[RealTask] = ()) -> None:
+    """Every shard of every exact-law run, and the real-model tasks ``real``, on ``backend`` (those whose
+    sampler cannot leave this process are drawn here), the shards merged run by run in shard order.  The
+    real-model runs go first (each is one long task), so the shards fill the cores around them."""
     jobs = _sharded_runs(rs, seed, settings, state)
     pbar.update(sum(j.resumed_positions for j in jobs))
-    tasks = [t for j in jobs for t in j.tasks]
+    tasks = [*real, *(t for j in jobs for t in j.tasks)]
     remote = [t for t in tasks if t.portable]
     here = [t for t in tasks if not t.portable]
     arrived: set = set()
     for j in jobs:
         if j.stopped:  # stopped in an earlier, interrupted command: its remaining shards are never drawn
             _drop_from_bar(pbar, j, arrived)
+
+    def skip(part, i):
+        return isinstance(part[i], ShardTask) and jobs[part[i].run].stopped
+
     for part, where in ((remote, backend), (here, SerialBackend())):
-        fn = draw_shard if isinstance(where, SerialBackend) else draw_shard_in_worker
-        for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: jobs[part[i].run].stopped):
-            t, job = part[i], jobs[part[i].run]
+        fn = draw_task if isinstance(where, SerialBackend) else draw_task_in_worker
+        for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: skip(part, i)):
+            t = part[i]
+            if isinstance(t, RealTask):
+                _take_real(rs.real_runs[t.index], t, result, state)
+                pbar.update(t.positions)
+                continue
+            job = jobs[t.run]
             was_stopped = job.stopped
             if not was_stopped:  # a shard that was in flight when its run stopped is not counted
                 pbar.update(t.positions)
@@ -325,32 +337,74 @@ class _Background:
             raise self.error
 
 
-def _draw_real_runs(rs: RunSet, state: RunState, pbar) -> None:
-    """Every real-model run, one after another (each seeded by its own generators: the draws do not depend on
-    what runs beside them); no bar of their own beside the shards'."""
-    for rr in rs.real_runs:
-        draw_real(rr, rs.real_model, False, state)
-        pbar.update(rr.n_sequences * rs.real_model.max_new_tokens)
+def _draw_real_runs(runs: list[RealRun], spec: RealModelSpec, state: RunState, pbar) -> None:
+    """The real-model runs whose sampler cannot leave this process, one after another (each seeded by its own
+    generators: the draws do not depend on what runs beside them)."""
+    for rr in runs:
+        draw_real(rr, spec, False, state)
+        pbar.update(rr.n_sequences * spec.max_new_tokens)
+
+
+def _real_slot(rr: RealRun, spec: RealModelSpec, state: RunState) -> tuple[str, str]:
+    """The resume slot and fingerprint of a real-model run."""
+    slot = "real_" + RunState.slot(rr.label, rr.role, rr.seed)
+    fp = state.fingerprint(rr.sampler, rr.n_sequences, rr.seed, rr.batch_size or spec.batch_size, spec.raw,
+                           spec.config.describe(), spec.k, spec.max_new_tokens, list(spec.prompt_lengths),
+                           _pair_fingerprint(state))
+    return slot, fp
+
+
+def _load_real(rr: RealRun, spec: RealModelSpec, state: RunState) -> bool:
+    """Whether ``rr`` was found drawn in the resume state (then filled from it)."""
+    saved = state.load(*_real_slot(rr, spec, state))
+    if saved is None:
+        return False
+    rr.draw, rr.wall_s = RealModelDraw(**saved["draw"]), saved["wall_s"]
+    return True
+
+
+def _save_real(rr: RealRun, spec: RealModelSpec, state: RunState) -> None:
+    if rr.error is None:
+        state.save(*_real_slot(rr, spec, state), {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
+
+
+def _real_tasks(rs: RunSet, state: RunState) -> tuple[list[RealTask], list[RealRun]]:
+    """The real-model runs not found in the resume state: as tasks for the backend (longest first), and
+    those whose sampler cannot leave this process."""
+    spec, tasks, here = rs.real_model, [], []
+    for i, rr in enumerate(rs.real_runs):
+        if _load_real(rr, spec, state):
+            continue
+        task = RealTask(i, rr.label, sampler_recipe(rr.sampler, rr.label), rr.n_sequences, rr.seed,
+                        rr.batch_size or spec.batch_size, spec)
+        (tasks if task.portable else here).append(task if task.portable else rr)
+    return sorted(tasks, key=lambda t: -t.n_sequences), here
+
+
+def _take_real(rr: RealRun, task: RealTask, result, state: RunState) -> None:
+    """A real-model task's result (or :class:`harness.backends.TaskLost`) into its run, saved for resume."""
+    spec = task.spec
+    if isinstance(result, TaskLost):
+        rr.draw = RealModelDraw(rr.label, None, rr.n_sequences, spec.max_new_tokens, spec.k, spec.config.describe(),
+                                None, 0.0, 0.0, error=f"WorkerLost: the worker drawing this run died {result.attempts} "
+                                                      f"times ({result.reason})")
+        return
+    rr.draw, rr.wall_s = result.draw, result.wall_s
+    _save_real(rr, spec, state)
 
 
 def draw_real(rr: RealRun, spec: RealModelSpec, progress: bool, state: RunState) -> None:
-    """Draw rr.n_sequences on the tiny pair and score them (resuming from ``state``)."""
-    from harness.realmodel import RealModelDraw, real_model_draw
-    batch_size = rr.batch_size or spec.batch_size
-    slot = "real_" + RunState.slot(rr.label, rr.role, rr.seed)
-    fp = state.fingerprint(rr.sampler, rr.n_sequences, rr.seed, batch_size, spec.raw, spec.config.describe(), spec.k,
-                           spec.max_new_tokens, list(spec.prompt_lengths), _pair_fingerprint(state))
-    saved = state.load(slot, fp)
-    if saved is not None:
-        rr.draw, rr.wall_s = RealModelDraw(**saved["draw"]), saved["wall_s"]
+    """Draw rr.n_sequences on the tiny pair and score them, in this process (resuming from ``state``)."""
+    from harness.realmodel import real_model_draw
+    if _load_real(rr, spec, state):
         return
     tic = time.perf_counter()
     rr.draw = real_model_draw(rr.sampler, n_sequences=rr.n_sequences, max_new_tokens=spec.max_new_tokens, k=spec.k,
-                              config=spec.config, prompt_lengths=spec.prompt_lengths, batch_size=batch_size,
-                              seed=rr.seed, name=rr.label, progress=progress, catch=True)
+                              config=spec.config, prompt_lengths=spec.prompt_lengths,
+                              batch_size=rr.batch_size or spec.batch_size, seed=rr.seed, name=rr.label,
+                              progress=progress, catch=True)
     rr.wall_s = time.perf_counter() - tic
-    if rr.error is None:
-        state.save(slot, fp, {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
+    _save_real(rr, spec, state)
 
 
 def _pair_fingerprint(state: RunState) -> Optional[str]:
@@ -395,8 +449,9 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
     under_test = [r.sampler for r in [*rs.runs, *rs.real_runs] if r.role in UNDER_TEST]
     if state.run_fingerprint is None and state.dir is not None:
         state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
-    real = _Background(_draw_real_runs, rs, state, pbar) if rs.real_runs else None
-    _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend())
+    real_tasks, real_here = _real_tasks(rs, state) if rs.real_runs else ([], [])
+    real = _Background(_draw_real_runs, real_here, rs.real_model, state, pbar) if real_here else None
+    _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend(), real_tasks)
     if real is not None:
         real.join()
     pbar.close()

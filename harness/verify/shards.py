@@ -33,7 +33,8 @@ import torch
 from harness.battery import Accumulator
 from harness.config import derive_seed
 
-__all__ = ["ShardTask", "ShardResult", "draw_shard", "draw_shard_in_worker", "sampler_recipe", "resolve_sampler"]
+__all__ = ["ShardTask", "ShardResult", "RealTask", "RealResult", "draw_shard", "draw_shard_in_worker", "draw_real_task",
+           "draw_task_in_worker", "sampler_recipe", "resolve_sampler"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,40 @@ class ShardResult:
     wall_s: float
     error: Optional[str] = None
     details: str = ""
+
+
+@dataclass(frozen=True)
+class RealTask:
+    """One real-model run as one task: ``index`` (the driver's index of the run), ``n_sequences`` prompts on
+    the shipped tiny pair in calls of ``batch_size``, drawn by ``sampler`` (a recipe) from ``seed`` under
+    ``spec`` (:class:`harness.realmodel.RealModelSpec`).  One task, not shards: the run's draws come from
+    one generator (:func:`harness.realmodel.real_model_draw`), so they are those of the driver's own draw."""
+
+    index: int
+    label: str
+    sampler: tuple
+    n_sequences: int
+    seed: int
+    batch_size: int
+    spec: object
+
+    @property
+    def portable(self) -> bool:
+        return self.sampler[0] != "object"
+
+    @property
+    def positions(self) -> int:
+        return self.n_sequences * self.spec.max_new_tokens
+
+
+@dataclass(frozen=True)
+class RealResult:
+    """What a real-model task sends back: the :class:`harness.realmodel.RealModelDraw` (its ``error`` set when
+    the sampler failed) and the seconds it took."""
+
+    index: int
+    draw: object
+    wall_s: float
 
 
 # ------------------------------------------------------------------------------------ sampler recipes
@@ -234,3 +269,24 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
     return ShardResult(task.run, task.shard, acc.statistics(compact=True), int((tok >= 0).sum()), task.positions,
                        time.perf_counter() - tic)
 
+
+
+def draw_real_task(task: RealTask) -> RealResult:
+    """Draw one real-model run (the tiny pair loaded once per process) and score it."""
+    from harness.realmodel import real_model_draw
+    spec, tic = task.spec, time.perf_counter()
+    draw = real_model_draw(resolve_sampler(task.sampler), n_sequences=task.n_sequences,
+                           max_new_tokens=spec.max_new_tokens, k=spec.k, config=spec.config,
+                           prompt_lengths=spec.prompt_lengths, batch_size=task.batch_size, seed=task.seed,
+                           name=task.label, progress=False, catch=True)
+    return RealResult(task.index, draw, time.perf_counter() - tic)
+
+
+def draw_task_in_worker(task):
+    """A worker's entry: a shard (:func:`draw_shard_in_worker`) or a real-model run (:func:`draw_real_task`)."""
+    return draw_real_task(task) if isinstance(task, RealTask) else draw_shard_in_worker(task)
+
+
+def draw_task(task):
+    """:func:`draw_task_in_worker` in the driver."""
+    return draw_real_task(task) if isinstance(task, RealTask) else draw_shard(task)
