@@ -136,7 +136,8 @@ def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, se
     timing = _timing(rs, t_start, t_drawn, t_tested)
     result = report.build(table=table, verdicts=verdicts, runs=rs.runs, baselines=rs.baselines, laws=rs.laws,
                           real_runs=rs.real_runs, config=config(levels), seed=seed, timing=timing, passed=passed,
-                          out=out, figures=figures, resume=state.summary(), resume_lines=state.announcement())
+                          out=out, figures=figures, resume=state.summary(), resume_lines=state.announcement(),
+                          workers=workers)
     state.clear()
     return VerifyResult(passed=passed, table=table, runs=rs.runs, summary=result["summary"],
                         console=result["console"], out=out, meta=result["meta"], real_runs=rs.real_runs,

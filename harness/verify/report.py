@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 
 from harness.atomic import staged_report
+from harness.backends import default_workers
+from harness.forkmap import fork_map
 from harness.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
                                 atomic_write_text, metadata)
 from harness.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
@@ -87,7 +89,9 @@ def _distributions(runs, baselines, laws, real_runs=()) -> tuple[pd.DataFrame, p
 
 
 def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passed, out: Optional[Path],
-          figures: bool, real_runs=(), resume: Optional[dict] = None, resume_lines=()) -> dict:
+          figures: bool, real_runs=(), resume: Optional[dict] = None, resume_lines=(), workers: int = 1) -> dict:
+    """The summary, console lines and provenance of a verification, and its report folder ``out`` (None: no
+    files); ``workers``: processes drawing the figures."""
     meta = metadata(config, seed)
     meta["timing"] = timing
     meta["passed"] = passed
@@ -97,11 +101,11 @@ def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passe
     if out is not None:
         with staged_report(out, "verify", REPORT_FILES) as staged:  # every file moves into out together
             _write(staged.dir, table, verdicts, _distributions(runs, baselines, laws, real_runs), meta, summary,
-                   figures)
+                   figures, workers)
     return {"summary": summary, "console": console, "meta": meta}
 
 
-def _write(d: Path, table, verdicts, dist_pit, meta, summary, figures: bool) -> None:
+def _write(d: Path, table, verdicts, dist_pit, meta, summary, figures: bool, workers: int = 1) -> None:
     """The report's files, into folder ``d`` (the table's columns are harness.battery.TEST_COLUMNS, in order)."""
     dist, pit = dist_pit
     atomic_write_parquet(d / "tests.parquet", table, meta)
@@ -112,7 +116,7 @@ def _write(d: Path, table, verdicts, dist_pit, meta, summary, figures: bool) -> 
     atomic_write_json(d / "meta.json", meta)
     atomic_write_text(d / "summary.md", summary)
     if figures:
-        draw_figures(d)
+        draw_figures(d, workers)
 
 
 # ------------------------------------------------------------------------------------ summary
@@ -413,8 +417,9 @@ _Z = 4.0  # reference band of the figures: ±4 standard deviations under H0
 _CONTROL_ROLES = ["lossy", "lossy-by-design", "lossless"]
 
 
-def draw_figures(out: Path) -> list[Path]:
-    """Figures from the stored tables of a report folder (``distributions.parquet``, ``pit_hist.parquet``)."""
+def draw_figures(out: Path, workers: Optional[int] = None) -> list[Path]:
+    """Figures from the stored tables of a report folder (``distributions.parquet``, ``pit_hist.parquet``),
+    drawn side by side on ``workers`` processes (None: every core; :func:`harness.forkmap.fork_map`)."""
     import matplotlib
     matplotlib.use("Agg")
 
@@ -423,7 +428,7 @@ def draw_figures(out: Path) -> list[Path]:
     dist = pd.read_parquet(out / "distributions.parquet")
     pit = pd.read_parquet(out / "pit_hist.parquet")
     figdir = out / "figures"
-    written = []
+    jobs = []  # (table, panel, row height, title, path) per figure
     # 1. observed vs expected per position: the sampler under test, then the controls
     for roles, name, title in ((list(UNDER_TEST), "positions.png", "observed vs exact expected count per position "
                                 "and symbol (standardized)"),
@@ -431,14 +436,15 @@ def draw_figures(out: Path) -> list[Path]:
                                 "controls: observed vs exact expected per position and symbol")):
         d = dist[dist.role.isin(roles)] if len(dist) else dist
         if not d.empty:
-            written.append(_grid_figure(d, _residual_panel, 2.4, title + f"; dashed: ±{_Z:g}", figdir / name, meta))
+            jobs.append((d, _residual_panel, 2.4, title + f"; dashed: ±{_Z:g}", figdir / name))
     # 2. PIT histograms (pooled over positions), with a ±4 sd band for the bin counts under H0
     for roles, name in ((list(UNDER_TEST), "pit.png"), (_CONTROL_ROLES, "pit_controls.png")):
         d = pit[pit.role.isin(roles)] if len(pit) else pit
         if not d.empty:
-            written.append(_grid_figure(d, _pit_panel, 2.2, "randomized PIT density (64 cells, pooled over positions); "
-                                        f"grey: ±{_Z:g} sd under H0", figdir / name, meta))
-    return written
+            jobs.append((d, _pit_panel, 2.2, "randomized PIT density (64 cells, pooled over positions); "
+                         f"grey: ±{_Z:g} sd under H0", figdir / name))
+    workers = default_workers() if workers is None else workers
+    return fork_map(lambda i: _grid_figure(*jobs[i], meta), len(jobs), workers, chunksize=1)
 
 
 def _grid_figure(d: pd.DataFrame, panel, row_height: float, title: str, path: Path, meta) -> Path:
