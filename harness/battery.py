@@ -339,12 +339,13 @@ def state_symbol_codes(law: ExactLaw, sym: np.ndarray) -> np.ndarray:
     B, N = sym.shape
     W = law.n_symbols
     step_w = law.step.ravel() * W  # (S * W,) code -> next state * W
-    idx = np.empty((B, N), np.int64)
-    np.add(sym[:, 0], law.start * W, out=idx[:, 0])
+    s = np.ascontiguousarray(sym.T)  # (N, B): position-major, each step over contiguous rows
+    idx = np.empty((N, B), np.int64)
+    np.add(s[0], law.start * W, out=idx[0])
     for t in range(1, N):
-        np.take(step_w, idx[:, t - 1], out=idx[:, t])
-        idx[:, t] += sym[:, t]
-    return idx
+        np.take(step_w, idx[t - 1], out=idx[t])
+        idx[t] += s[t]
+    return np.ascontiguousarray(idx.T)  # (B, N)
 
 
 def pit_of_codes(law: ExactLaw, idx: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -433,10 +434,12 @@ class Accumulator:
             lp = lp_all[:take]  # (take,)
             self.logprob.append(np.where(np.isfinite(lp), lp, LOGPROB_FLOOR).astype(np.float64))
             self.n_logprob += take
+        u = g = None
         if self.with_pit:
             u = pit_of_codes(law, idx, self.rng.random(sym.shape, dtype=np.float32))  # (B, N)
-            self._add_pit(u)
-        self.lagged.add(sym, u if self.with_pit else None)
+            g = stats.pit_grid_cells(u, self.pair_bins)  # (B, N) pair-grid cell of each PIT value
+            self._add_pit(u, g)
+        self.lagged.add(sym, u, g)
         if stats_obj is not None and getattr(stats_obj, "reached", None) is not None:
             self.chunks.append((B, np.asarray(stats_obj.reached, np.float64).copy(),
                                 np.asarray(stats_obj.accepted_at, np.float64).copy(),
@@ -445,22 +448,24 @@ class Accumulator:
             self.calls_without_stats += 1
 
     def _add_counts(self, sym: np.ndarray) -> None:
-        """Positions, consecutive pairs and the first-J joint of symbols (B, N) in one bincount."""
+        """Positions, consecutive pairs and the first-J joint of symbols (B, N) in one bincount (built
+        position-major, so every step runs over contiguous rows)."""
         B, N = sym.shape
         W, J = self.law.n_symbols, self.joint_tokens
         n_pos, n_pair = N * W, (N - 1) * W * W
-        codes = np.empty((B, 2 * N - 1 + (J >= 2)), np.int64)  # (B, N + N-1 [+ 1]) cell of each statistic
-        np.add(sym, np.arange(N) * W, out=codes[:, :N])
-        pair = codes[:, N:2 * N - 1]
-        np.multiply(sym[:, :-1], W, out=pair)
-        pair += sym[:, 1:]
-        pair += n_pos + np.arange(N - 1) * W * W
+        s = np.ascontiguousarray(sym.T)  # (N, B)
+        codes = np.empty((2 * N - 1 + (J >= 2), B), np.int64)  # (N + N-1 [+ 1], B) cell of each statistic
+        np.add(s, (np.arange(N) * W)[:, None], out=codes[:N])
+        pair = codes[N:2 * N - 1]  # (N-1, B)
+        np.multiply(s[:-1], W, out=pair)
+        pair += s[1:]
+        pair += (n_pos + np.arange(N - 1) * W * W)[:, None]
         if J >= 2:
-            j = codes[:, -1]
-            j[:] = sym[:, 0]
+            j = codes[-1]  # (B,)
+            j[:] = s[0]
             for t in range(1, J):
                 j *= W
-                j += sym[:, t]
+                j += s[t]
             j += n_pos + n_pair
         tally = np.bincount(codes.ravel(), minlength=n_pos + n_pair + self.joint.size)
         self.counts += tally[:n_pos].reshape(N, W)
@@ -468,18 +473,16 @@ class Accumulator:
         if J >= 2:
             self.joint += tally[n_pos + n_pair:]
 
-    def _add_pit(self, u: np.ndarray) -> None:
-        """PIT values u (B, N): the per-position histograms, and the non-overlapping pairs (U_t, U_t+1) on
-        the m x m grid, pairs at even t in one table and at odd t in the other (the cells of
-        :func:`harness.stats.pit_pair_tables`, one bincount for both tables)."""
+    def _add_pit(self, u: np.ndarray, g: np.ndarray) -> None:
+        """PIT values u (B, N) and their pair-grid cells g (B, N): the per-position histograms, and the
+        non-overlapping pairs (U_t, U_t+1) on the m x m grid, pairs at even t in one table and at odd t in
+        the other (the cells of :func:`harness.stats.pit_pair_tables`, one bincount for both tables)."""
         N, m = u.shape[1], self.pair_bins
         b = (u * self.pit_bins).astype(np.int64)  # (B, N) PIT bin
         np.minimum(b, self.pit_bins - 1, out=b)
         b += np.arange(N) * self.pit_bins
         self.pit_hist += np.bincount(b.ravel(), minlength=N * self.pit_bins).reshape(N, self.pit_bins)
-        g = (u * m).astype(np.int64)  # (B, N) pair-grid cell
-        np.minimum(g, m - 1, out=g)
-        cell = g[:, :-1] * m + g[:, 1:]  # (B, N-1) cell of the pair (U_t, U_t+1)
+        cell = g[:, :-1] * m + g[:, 1:]  # (B, N-1) cell of the pair (U_t, U_t+1); g: (B, N) grid cells
         cell[:, 1::2] += m * m  # odd t: the second table
         self.pit_pairs += np.bincount(cell.ravel(), minlength=2 * m * m).reshape(2, m * m)
 

@@ -231,7 +231,7 @@ class ExactLaw:
         if x.size and (x.min() < -1 or x.max() >= self.V):
             bad = (x < -1) | (x >= self.V)
             check_arg(False, "tokens", f"ids like {x[bad][:3].tolist()}", f"ids in [0, {self.V}) or PAD = -1")
-        return np.remainder(x, self.V + 1, dtype=np.int64)  # -1 -> V
+        return np.where(x < 0, self.V, x).astype(np.int64, copy=False)  # -1 -> V (ids checked above)
 
     def states(self, sym: np.ndarray) -> np.ndarray:
         """symbols (B, N) -> (B, N) chain state before each position."""

@@ -49,11 +49,13 @@ class LaggedTables:
         return cls(lags, int(bins), W, N - J if J else 0, J, np.zeros((len(lags), 2, bins * bins), np.int64),
                    np.zeros(W ** J if J else 0, np.int64))
 
-    def add(self, sym: np.ndarray, u: Optional[np.ndarray]) -> None:
-        """Fold one call's symbols (B, N) and, unless None, its PIT values (B, N) in."""
+    def add(self, sym: np.ndarray, u: Optional[np.ndarray], cells: Optional[np.ndarray] = None) -> None:
+        """Fold one call's symbols (B, N) and, unless None, its PIT values (B, N) in; ``cells``: their grid
+        cells (:func:`harness.stats.pit_grid_cells` on this table's bins), when the caller has them."""
         if u is not None:
+            g = stats.pit_grid_cells(np.asarray(u, np.float64), self.bins) if cells is None else cells
             for i, lag in enumerate(self.lags):
-                for ph, table in enumerate(stats.pit_pair_tables(u, self.bins, lag=lag)[1]):
+                for ph, table in enumerate(stats.pit_pair_counts(g, self.bins, lag)):
                     self.pit_pairs[i, ph] += table
         if self.tail_tokens:
             idx = np.zeros(sym.shape[0], np.int64)

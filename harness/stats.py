@@ -64,7 +64,7 @@ __all__ = [
     "dkw_n_for_distance", "dkw2_min_detectable_distance", "dkw2_n_for_distance", "ad_min_detectable_distance",
     "ad_n_for_distance",
     # PIT
-    "randomized_pit", "pit_from_probs", "pit_uniformity_test", "pit_position_tests", "pit_pair_test", "pit_pair_phases",
+    "randomized_pit", "pit_from_probs", "pit_uniformity_test", "pit_position_tests", "pit_pair_test", "pit_pair_phases", "pit_grid_cells", "pit_pair_counts",
     # bounds
     "tv_upper_bound", "tv_upper_bound_ncx2", "kolmogorov_upper_bound", "lump_zero_cells", "tv_upper_bound_expected",
     "tv_upper_bound_n_for", "kolmogorov_upper_bound_n_for",
@@ -876,9 +876,20 @@ def pit_pair_tables(u, bins: Optional[int] = None, *, max_bins: int = 16,
     if bins is None:
         bins = pit_pair_bins(min(a.shape[0] * ts.size for ts in phases), max_bins, min_expected)
     check_arg(isinstance(bins, (int, np.integer)) and bins >= 2, "bins", bins, "an integer >= 2")
-    g = np.minimum((a * bins).astype(np.int64), bins - 1)  # (N, T) grid cell of each value
-    tables = [np.bincount((g[:, ts] * bins + g[:, ts + lag]).ravel(), minlength=bins * bins) for ts in phases]
-    return int(bins), tables
+    return int(bins), pit_pair_counts(pit_grid_cells(a, bins), bins, lag)
+
+
+def pit_grid_cells(u: np.ndarray, bins: int) -> np.ndarray:
+    """The cell (0..bins-1) of each PIT value of ``u`` (any shape, in [0, 1]) on a grid of ``bins`` per axis."""
+    g = (u * bins).astype(np.int64)
+    return np.minimum(g, bins - 1, out=g)
+
+
+def pit_pair_counts(g: np.ndarray, bins: int, lag: int = 1) -> list[np.ndarray]:
+    """The tables of :func:`pit_pair_tables` from grid cells ``g`` (N, T) (:func:`pit_grid_cells`, unchecked):
+    counts (bins²,) of cell ``bins · g_t + g_t+lag`` per phase of :func:`pit_pair_phases`."""
+    return [np.bincount((g[:, ts] * bins + g[:, ts + lag]).ravel(), minlength=bins * bins)
+            for ts in pit_pair_phases(g.shape[1], lag)]
 
 
 def pit_pair_test(u, *, bins: Optional[int] = None, max_bins: int = 16,

@@ -113,7 +113,7 @@ def test_codes_and_pit_pairs_match_the_exact_law_and_stats():
     u = pit_of_codes(law, idx, v)
     assert np.array_equal(u, law.pit(sym, law.states(sym), v))
     acc = Accumulator(law, sc.joint_tokens, 256, 7, 0, None)
-    acc._add_pit(u)
+    acc._add_pit(u, stats.pit_grid_cells(u, 7))
     _, tables = stats.pit_pair_tables(u, 7)
     for start, table in enumerate(tables):
         assert np.array_equal(acc.pit_pairs[start], table)
