@@ -19,7 +19,8 @@ torch.set_num_threads(THREADS)
 
 
 def pytest_collect_file(file_path, parent):
-    if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+    # a bench file named on the command line is collected by pytest itself (once is enough)
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_") and not parent.session.isinitpath(file_path):
         return pytest.Module.from_parent(parent, path=file_path)
     return None
 
