@@ -42,9 +42,9 @@ from harness.provenance import atomic_write_bytes
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
-from harness.verify.shards import RealTask, ShardTask, draw_task, draw_task_in_worker, sampler_recipe
+from harness.verify.shards import RealTask, ShardTask, draw_real_task, draw_task, draw_task_in_worker, sampler_recipe
 
-__all__ = ["RunState", "ShardedRun", "draw_all", "draw_real", "draw_von_neumann", "scenario_law", "SHARD_SCHEME"]
+__all__ = ["RunState", "ShardedRun", "draw_all", "draw_von_neumann", "scenario_law", "SHARD_SCHEME"]
 
 
 class RunState:
@@ -337,12 +337,12 @@ class _Background:
             raise self.error
 
 
-def _draw_real_runs(runs: list[RealRun], spec: RealModelSpec, state: RunState, pbar) -> None:
+def _draw_real_runs(tasks: list[RealTask], rs: RunSet, state: RunState, pbar) -> None:
     """The real-model runs whose sampler cannot leave this process, one after another (each seeded by its own
     generators: the draws do not depend on what runs beside them)."""
-    for rr in runs:
-        draw_real(rr, spec, False, state)
-        pbar.update(rr.n_sequences * spec.max_new_tokens)
+    for task in tasks:
+        _take_real(rs.real_runs[task.index], task, draw_real_task(task), state)
+        pbar.update(task.positions)
 
 
 def _real_slot(rr: RealRun, spec: RealModelSpec, state: RunState) -> tuple[str, str]:
@@ -368,17 +368,16 @@ def _save_real(rr: RealRun, spec: RealModelSpec, state: RunState) -> None:
         state.save(*_real_slot(rr, spec, state), {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
 
 
-def _real_tasks(rs: RunSet, state: RunState) -> tuple[list[RealTask], list[RealRun]]:
-    """The real-model runs not found in the resume state: as tasks for the backend (longest first), and
+def _real_tasks(rs: RunSet, state: RunState) -> tuple[list[RealTask], list[RealTask]]:
+    """The real-model runs not found in the resume state, as tasks (longest first): those for the backend, and
     those whose sampler cannot leave this process."""
-    spec, tasks, here = rs.real_model, [], []
+    spec, tasks = rs.real_model, []
     for i, rr in enumerate(rs.real_runs):
-        if _load_real(rr, spec, state):
-            continue
-        task = RealTask(i, rr.label, sampler_recipe(rr.sampler, rr.label), rr.n_sequences, rr.seed,
-                        rr.batch_size or spec.batch_size, spec)
-        (tasks if task.portable else here).append(task if task.portable else rr)
-    return sorted(tasks, key=lambda t: -t.n_sequences), here
+        if not _load_real(rr, spec, state):
+            tasks.append(RealTask(i, rr.label, sampler_recipe(rr.sampler, rr.label), rr.n_sequences, rr.seed,
+                                  rr.batch_size or spec.batch_size, spec))
+    tasks.sort(key=lambda t: -t.n_sequences)
+    return [t for t in tasks if t.portable], [t for t in tasks if not t.portable]
 
 
 def _take_real(rr: RealRun, task: RealTask, result, state: RunState) -> None:
@@ -390,20 +389,6 @@ def _take_real(rr: RealRun, task: RealTask, result, state: RunState) -> None:
                                                       f"times ({result.reason})")
         return
     rr.draw, rr.wall_s = result.draw, result.wall_s
-    _save_real(rr, spec, state)
-
-
-def draw_real(rr: RealRun, spec: RealModelSpec, progress: bool, state: RunState) -> None:
-    """Draw rr.n_sequences on the tiny pair and score them, in this process (resuming from ``state``)."""
-    from harness.realmodel import real_model_draw
-    if _load_real(rr, spec, state):
-        return
-    tic = time.perf_counter()
-    rr.draw = real_model_draw(rr.sampler, n_sequences=rr.n_sequences, max_new_tokens=spec.max_new_tokens, k=spec.k,
-                              config=spec.config, prompt_lengths=spec.prompt_lengths,
-                              batch_size=rr.batch_size or spec.batch_size, seed=rr.seed, name=rr.label,
-                              progress=progress, catch=True)
-    rr.wall_s = time.perf_counter() - tic
     _save_real(rr, spec, state)
 
 
@@ -450,7 +435,7 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
     if state.run_fingerprint is None and state.dir is not None:
         state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
     real_tasks, real_here = _real_tasks(rs, state) if rs.real_runs else ([], [])
-    real = _Background(_draw_real_runs, real_here, rs.real_model, state, pbar) if real_here else None
+    real = _Background(_draw_real_runs, real_here, rs, state, pbar) if real_here else None
     _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend(), real_tasks)
     if real is not None:
         real.join()

@@ -56,7 +56,10 @@ class RunEProcess:
     looks: int = 0
     n: int = 0
     stopped_at: Optional[int] = None  # sequences drawn when the run stopped (None: it did not)
-    _mix: list = field(default_factory=list, repr=False, compare=False)  # MixtureE of each law (set up on first look)
+    _mix: list = field(init=False, repr=False, compare=False)  # MixtureE of each law, set up once
+
+    def __post_init__(self):
+        self._mix = [MixtureE(p) for p in self.laws]
 
     @classmethod
     def for_accumulator(cls, acc, level: float) -> "RunEProcess":
@@ -72,8 +75,6 @@ class RunEProcess:
 
     def look(self, acc) -> bool:
         """One look at the run's merged counts; True once the run is to stop (E has crossed 1/level)."""
-        if len(self._mix) != len(self.laws):  # each law set up once (restored or fresh)
-            self._mix = [MixtureE(p) for p in self.laws]
         logs = [m.log_e(np.asarray(c, np.int64)) for c, m in zip(self._statistics(acc), self._mix)]
         log_e = math.inf if math.inf in logs else float(logsumexp(logs) - math.log(len(logs)))
         self.max_log_e, self.looks, self.n = max(self.max_log_e, log_e), self.looks + 1, int(acc.n)

@@ -270,7 +270,6 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
                        time.perf_counter() - tic)
 
 
-
 def draw_real_task(task: RealTask) -> RealResult:
     """Draw one real-model run (the tiny pair loaded once per process) and score it."""
     from harness.realmodel import real_model_draw
