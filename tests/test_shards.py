@@ -144,22 +144,29 @@ def _same_tables(a: pd.DataFrame, b: pd.DataFrame):
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_exact=True)
 
 
+def _verify_real(backend):
+    """The real-model scenario alone (the shipped tiny pair, 6 sequences, no controls) on ``backend``."""
+    from harness.realmodel import load_real_model_spec
+    return pipeline.verify(sampler=None, sampler_label="reference", scenarios=[], settings=SETTINGS, draws=3000,
+                           controls=False, out=None, figures=False, progress=False, von_neumann=False,
+                           real_model=load_real_model_spec({}), real_model_sequences=6, backend=backend)
+
+
+def _same_real_runs(here, there):
+    """The real-model runs of two verifications drew the same PIT values and gave the same table."""
+    assert len(here.real_runs) == 1 and len(there.real_runs) == 1
+    assert there.real_runs[0].draw.error is None
+    assert np.array_equal(here.real_runs[0].draw.u, there.real_runs[0].draw.u)
+    _same_tables(here.table, there.table)
+
+
 def test_a_real_model_run_drawn_on_a_worker_equals_one_drawn_in_the_driver():
     """A real-model run is one task on the backend (harness.verify.shards.RealTask): its PIT values, and so its
     rows, are those of the run drawn in this process."""
-    from harness.realmodel import load_real_model_spec
-    spec = load_real_model_spec({})
-
-    def run(backend):
-        return pipeline.verify(sampler=None, sampler_label="reference", scenarios=[], settings=SETTINGS, draws=3000,
-                               controls=False, out=None, figures=False, progress=False, von_neumann=False,
-                               real_model=spec, real_model_sequences=6, backend=backend)
-
-    here = run(SerialBackend())
+    here = _verify_real(SerialBackend())
     with LocalPool(2) as pool:
-        there = run(pool)
-    assert len(here.real_runs) == 1 and np.array_equal(here.real_runs[0].draw.u, there.real_runs[0].draw.u)
-    _same_tables(here.table, there.table)
+        there = _verify_real(pool)
+    _same_real_runs(here, there)
 
 
 @pytest.fixture(scope="module")

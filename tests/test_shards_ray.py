@@ -18,7 +18,7 @@ from harness.backends import RayBackend, SerialBackend
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
-from test_shards import _same_tables, _verify  # noqa: E402
+from test_shards import _same_real_runs, _same_tables, _verify, _verify_real  # noqa: E402
 
 STORE = 80 * 1024 * 1024  # bytes of object store: shard results are small
 
@@ -98,3 +98,15 @@ def test_a_sigkilled_ray_worker_is_retried_and_changes_nothing(tmp_path, monkeyp
         backend.close()
     assert marker.exists() and all(r.error is None for r in runs)
     _same_tables(table_serial, table)
+
+
+def test_a_real_model_run_on_ray_equals_one_drawn_in_the_driver():
+    """A real-model run (harness.verify.shards.RealTask) is a Ray task like a shard: the tiny pair is loaded in the
+    Ray worker, and its PIT values and rows are those of the run drawn in this process."""
+    here = _verify_real(SerialBackend())
+    backend = RayBackend(None, workers=2, object_store_memory=STORE)
+    try:
+        there = _verify_real(backend)
+    finally:
+        backend.close()
+    _same_real_runs(here, there)
