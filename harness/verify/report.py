@@ -453,13 +453,16 @@ def _grid_figure(d: pd.DataFrame, panel, row_height: float, title: str, path: Pa
     groups = list(d.groupby(["run", "scenario"], sort=False))
     cols = 4
     rows = math.ceil(len(groups) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, row_height * rows + 0.4), squeeze=False)
+    width, height = 3.2 * cols, row_height * rows + 0.4
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False)
+    # fixed margins in inches (tight_layout measured every tick label of every panel: ~1/3 of the figure's time)
+    fig.subplots_adjust(left=0.55 / width, right=1 - 0.1 / width, bottom=0.55 / height, top=1 - 0.45 / height,
+                        wspace=0.32, hspace=0.5 * 2.3 / row_height)
     for ax, ((run, scen), g) in zip(axes.ravel(), groups):
         panel(ax, g, f"{run} / {scen}" if run != "reference" else scen)
     for ax in axes.ravel()[len(groups):]:
         ax.axis("off")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    fig.suptitle(title, fontsize=9, y=1 - 0.12 / height)
     written = atomic_savefig(fig, path, meta, dpi=110)
     plt.close(fig)
     return written
@@ -484,7 +487,7 @@ def _pit_panel(ax, g, title):
     n = h.sum()
     dens = h / n * len(h)
     sd = math.sqrt((1 / len(h)) * (1 - 1 / len(h)) / n) * len(h)
-    ax.bar(np.arange(len(h)) / len(h), dens, width=1 / len(h), align="edge", color="C0")
+    ax.stairs(dens, np.arange(len(h) + 1) / len(h), fill=True, color="C0")  # one artist, not a bar per cell
     ax.axhspan(1 - _Z * sd, 1 + _Z * sd, color="0.85", zorder=0)
     ax.axhline(1, color="k", lw=0.6)
     ax.set_ylim(min(0.9, dens.min() * 0.98), max(1.1, dens.max() * 1.02))
