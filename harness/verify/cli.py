@@ -16,10 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-import torch
 
 from harness.algorithms import NAMES, Algorithm
-from harness.backends import Backend, add_backend_arguments, check_backend_options, make_backend
+from harness.backends import Backend, add_backend_arguments, check_backend_options, limit_threads, make_backend
 from harness.config import RESULTS, overlay, read_toml
 from harness.errors import UsageError
 from harness.options import check_option, check_out, check_seed, check_threads, check_unique
@@ -80,7 +79,7 @@ def add_common_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-figures", action="store_true", help="write tables and summary only")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (default 1: the work is many small batched ops, and a second thread "
+                    help="torch and BLAS threads (default 1: the work is many small batched ops, and a second thread "
                          "on a busy 2-core machine slows them down several times)")
 
 
@@ -111,13 +110,13 @@ def with_epsilon(settings, args):
 
 
 def with_threads(threads: int, fn: Callable):
-    """``fn()`` with torch using ``threads`` threads (at least 1), restored afterwards."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(max(1, threads))
+    """``fn()`` with torch and the BLAS libraries using ``threads`` threads (at least 1), restored afterwards
+    (:func:`harness.backends.limit_threads`; forked children inherit the limits)."""
+    restore = limit_threads(threads)
     try:
         return fn()
     finally:
-        torch.set_num_threads(old)
+        restore()
 
 
 @dataclass(frozen=True)
