@@ -258,7 +258,7 @@ class RayBackend(Backend):
         return self._local
 
     def map_unordered(self, fn, tasks, num_gpus=0, skip=None):
-        remote = self.ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=self.retries)(fn)
+        remote = self.ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=self.retries)(_one_thread_call)
         todo = list(range(len(tasks)))[::-1]
         running: dict = {}
         window = 2 * self.workers + 2
@@ -266,7 +266,7 @@ class RayBackend(Backend):
             while todo and len(running) < window:
                 i = todo.pop()
                 if skip is None or not skip(i):
-                    running[remote.remote(tasks[i])] = i
+                    running[remote.remote(fn, tasks[i])] = i
             if not running:
                 break
             (ref,), _ = self.ray.wait(list(running), num_returns=1)
@@ -279,6 +279,13 @@ class RayBackend(Backend):
     def close(self, abort: bool = False) -> None:
         if self._started and self.ray.is_initialized():
             self.ray.shutdown()
+
+
+def _one_thread_call(fn: Callable, task):
+    """``fn(task)`` in a Ray worker, with torch and BLAS at one thread as in a pool worker (a Ray task asks for one
+    CPU; Ray's own default, OMP_NUM_THREADS=1, is not there when the cluster's environment sets it otherwise)."""
+    limit_threads(1)
+    return fn(task)
 
 
 def _token_auth_like_ray_start() -> None:

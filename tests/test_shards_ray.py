@@ -29,13 +29,16 @@ def serial_reference():
 
 
 def test_ray_local_cluster_gives_identical_results(serial_reference):
+    from shard_samplers import thread_counts
     backend = RayBackend(None, workers=2, object_store_memory=STORE)
     try:
         table, _ = _verify(backend)
+        ((_, (torch_threads, blas_threads)),) = backend.map_unordered(thread_counts, [None])
     finally:
         backend.close()
     assert not ray.is_initialized()
     _same_tables(serial_reference, table)
+    assert torch_threads == 1 and blas_threads and set(blas_threads) == {1}  # as in a pool worker
 
 
 def _free_port() -> int:
