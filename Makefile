@@ -41,7 +41,7 @@ install-check: setup
 # with `ray start --head` on a loopback address and joined by address, a SIGKILLed Ray worker, a real-model run
 # as a Ray task -- each against the same verification drawn in this process (~3 min on 2 cores)
 ray-check: setup
-	$(PY) -m pytest -p no:cacheprovider tests/test_shards_ray.py $(ARGS)
+	SPECVERIFY_REQUIRE_RAY=1 $(PY) -m pytest -p no:cacheprovider tests/test_shards_ray.py $(ARGS)
 
 # llama.cpp end to end (the `llama` extra: llama-cpp-python builds llama.cpp from source, ~10 min on 2 cores the
 # first time; pip keeps the wheel): GGUF export, laws vs the float64 target, API and server samples

@@ -99,12 +99,19 @@ def limit_threads(threads: int) -> Callable[[], None]:
     """Run torch's and the BLAS libraries' (numpy's, scipy's OpenBLAS) thread pools at ``threads`` threads in this
     process; returns what puts them back.  A worker of this module runs both at 1: the parallelism is the
     workers, and an idle BLAS pool's threads spin on the core another worker needs (the default battery at
-    200 k draws on 2 workers: 71.5 s with 2 BLAS threads per process, 65.9 s with 1; results/verify_throughput)."""
+    200 k draws on 2 workers: 71.0 / 69.9 s with 2 BLAS threads per process, 65.5 / 64.8 s with 1;
+    results/verify_throughput).  scipy's BLAS is loaded first, so that it is limited too: a spawned worker
+    otherwise loads it later, with its first task."""
+    import scipy.linalg  # noqa: F401 - loads scipy's own OpenBLAS (numpy's comes with torch)
     import torch
     from threadpoolctl import threadpool_limits
-    old = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
-    blas = threadpool_limits(limits=max(1, int(threads)), user_api="blas")
+    n, old = max(1, int(threads)), torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        blas = threadpool_limits(limits=n, user_api="blas")
+    except BaseException:
+        torch.set_num_threads(old)
+        raise
 
     def restore() -> None:
         blas.restore_original_limits()

@@ -34,7 +34,9 @@ def die(_task):
 
 
 def thread_counts(_=None) -> tuple[int, list[int]]:
-    """torch's threads and every BLAS pool's threads in the calling process."""
+    """torch's threads and every BLAS pool's threads in the calling process, once the harness's statistics
+    (scipy, with its own OpenBLAS) are loaded as a shard task loads them."""
     import torch
     from threadpoolctl import threadpool_info
+    import harness.battery  # noqa: F401
     return torch.get_num_threads(), [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]

@@ -237,22 +237,25 @@ def test_one_worker_runs_in_this_process():
     assert isinstance(make_backend("local", 1), SerialBackend)
 
 
-def test_workers_and_the_verify_command_run_one_torch_and_one_blas_thread():
-    """The parallelism is the workers: a pool worker's torch and BLAS pools have one thread each, and so does
-    the driver inside ``with_threads(1, ...)``, which puts the driver's own back afterwards."""
+def test_workers_and_the_verify_command_run_one_torch_and_one_blas_thread(monkeypatch):
+    """The parallelism is the workers: a pool worker's torch and BLAS pools (numpy's and scipy's OpenBLAS) have
+    one thread each, and so does the driver inside ``with_threads(1, ...)``, which puts its own back afterwards.
+    The environment asks for two threads everywhere, so the limits, not this machine's defaults, give the ones."""
+    from threadpoolctl import threadpool_limits
     from shard_samplers import thread_counts
     from harness.verify.cli import with_threads
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(var, "2")  # the spawned workers inherit it
     with LocalPool(2) as pool:
         counts = [c for _, c in pool.map_unordered(thread_counts, [None, None])]
-    assert counts == [(1, [1] * len(counts[0][1]))] * 2 and counts[0][1]  # numpy's (and scipy's) OpenBLAS
-    from threadpoolctl import threadpool_limits
+    assert counts == [(1, [1, 1])] * 2  # torch; numpy's and scipy's OpenBLAS
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        with threadpool_limits(limits=2, user_api="blas"):  # two of each here, whatever this machine's cores
+        with threadpool_limits(limits=2, user_api="blas"):
             outside = thread_counts()
-            assert outside == (2, [2] * len(outside[1]))
-            assert with_threads(1, thread_counts) == (1, [1] * len(outside[1]))
+            assert outside == (2, [2, 2])
+            assert with_threads(1, thread_counts) == (1, [1, 1])
             assert thread_counts() == outside
     finally:
         torch.set_num_threads(before)

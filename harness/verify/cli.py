@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-
 from harness.algorithms import NAMES, Algorithm
 from harness.backends import Backend, add_backend_arguments, check_backend_options, limit_threads, make_backend
 from harness.config import RESULTS, overlay, read_toml
@@ -111,7 +110,8 @@ def with_epsilon(settings, args):
 
 def with_threads(threads: int, fn: Callable):
     """``fn()`` with torch and the BLAS libraries using ``threads`` threads (at least 1), restored afterwards
-    (:func:`harness.backends.limit_threads`; forked children inherit the limits)."""
+    (:func:`harness.backends.limit_threads`; the children :func:`harness.forkmap.fork_map` forks inherit them,
+    pool and Ray workers set their own)."""
     restore = limit_threads(threads)
     try:
         return fn()

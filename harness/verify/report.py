@@ -456,13 +456,13 @@ def _grid_figure(d: pd.DataFrame, panel, row_height: float, title: str, path: Pa
     width, height = 3.2 * cols, row_height * rows + 0.4
     fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False)
     # fixed margins in inches (tight_layout measured every tick label of every panel: ~1/3 of the figure's time)
-    fig.subplots_adjust(left=0.55 / width, right=1 - 0.1 / width, bottom=0.55 / height, top=1 - 0.45 / height,
-                        wspace=0.32, hspace=0.5 * 2.3 / row_height)
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.1 / width, bottom=0.55 / height, top=1 - 0.55 / height,
+                        wspace=0.38, hspace=0.5 * 2.3 / row_height)
     for ax, ((run, scen), g) in zip(axes.ravel(), groups):
         panel(ax, g, f"{run} / {scen}" if run != "reference" else scen)
     for ax in axes.ravel()[len(groups):]:
         ax.axis("off")
-    fig.suptitle(title, fontsize=9, y=1 - 0.12 / height)
+    fig.suptitle(title, fontsize=9, y=1 - 0.07 / height)
     written = atomic_savefig(fig, path, meta, dpi=110)
     plt.close(fig)
     return written
