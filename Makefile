@@ -39,7 +39,7 @@ install-check: setup
 
 # the Ray backend end to end (issue 11; ray is in the dev extra): a local Ray the tests start, a head node started
 # with `ray start --head` on a loopback address and joined by address, a SIGKILLed Ray worker, a real-model run
-# as a Ray task -- each against the same verification drawn in this process (~3 min on 2 cores)
+# as a Ray task -- each against the same verification drawn in this process (~2 min on 2 cores)
 ray-check: setup
 	SPECVERIFY_REQUIRE_RAY=1 $(PY) -m pytest -p no:cacheprovider tests/test_shards_ray.py $(ARGS)
 

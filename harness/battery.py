@@ -476,15 +476,14 @@ class Accumulator:
     def _add_pit(self, u: np.ndarray, g: np.ndarray) -> None:
         """PIT values u (B, N) and their pair-grid cells g (B, N): the per-position histograms, and the
         non-overlapping pairs (U_t, U_t+1) on the m x m grid, pairs at even t in one table and at odd t in
-        the other (the cells of :func:`harness.stats.pit_pair_tables`, one bincount for both tables)."""
-        N, m = u.shape[1], self.pair_bins
+        the other (:func:`harness.stats.pit_pair_counts`, as behind :func:`harness.stats.pit_pair_tables`)."""
+        N = u.shape[1]
         b = (u * self.pit_bins).astype(np.int64)  # (B, N) PIT bin
         np.minimum(b, self.pit_bins - 1, out=b)
         b += np.arange(N) * self.pit_bins
         self.pit_hist += np.bincount(b.ravel(), minlength=N * self.pit_bins).reshape(N, self.pit_bins)
-        cell = g[:, :-1] * m + g[:, 1:]  # (B, N-1) cell of the pair (U_t, U_t+1); g: (B, N) grid cells
-        cell[:, 1::2] += m * m  # odd t: the second table
-        self.pit_pairs += np.bincount(cell.ravel(), minlength=2 * m * m).reshape(2, m * m)
+        for ph, table in enumerate(stats.pit_pair_counts(g, self.pair_bins)):  # lag 1: even t, odd t
+            self.pit_pairs[ph] += table
 
     def logprobs(self) -> np.ndarray:
         return np.concatenate(self.logprob) if self.logprob else np.zeros(0)
