@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.provenance import atomic_write_csv, metadata  # noqa: E402
+from harness.core.provenance import atomic_write_csv, metadata  # noqa: E402
 from specimpl.autoregressive import autoregressive_generate  # noqa: E402
 from specimpl.hf import load_tiny_pair, tiny_pair_prompts  # noqa: E402
 from specimpl.hf_assisted import hf_assisted_generate, hf_generate  # noqa: E402

@@ -15,10 +15,10 @@ import os
 
 import pytest
 
-from harness.backends import default_workers, make_backend
+from harness.core.backends import default_workers, make_backend
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify import pipeline
-from harness.verify.cli import with_threads
+from harness.core.threads import with_threads
 
 DRAWS = int(os.environ.get("BENCH_VERIFY_DRAWS", "200000"))
 SETTINGS = load_settings(SCENARIO_DIR)

@@ -8,7 +8,7 @@ hashes the tiny target's files, the settings and harness/widen.py, so a rebuild 
 them changes, and a reuse is announced).  The draft of the pair is the shipped tiny draft
 (specimpl/assets/tiny_pair/draft) or any of its variants: the widened target's output law is the tiny
 target's, so acceptance is the tiny pair's.  The construction is documented in harness/widen.py; the sweep
-suite ``membound`` (harness/experiments/sweep/membound.toml) builds it on demand the same way.
+suite ``membound`` (harness/configs/sweep/membound.toml) builds it on demand the same way.
 """
 from __future__ import annotations
 

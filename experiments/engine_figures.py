@@ -37,7 +37,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata  # noqa: E402
+from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata  # noqa: E402
 
 DEFAULTS = dict(
     big_prompts=256, big_per_prompt=32,   # ours speculative and its baselines: 8,192 completions (certifies 0.05 scored)

@@ -7,7 +7,7 @@
 #      downloads) over n = 1..17, batch 1..64, context 128..2048, CUDA events; the GPU's hardware file's
 #      roofline fitted to them; the speedup grid from the measured costs (harness.roofline_measure),
 #   4. the figures and tables, from the stored results (the roofline ones titled "measured on GPU").
-# Settings: harness/experiments/sweep/gpu.toml.  Results: results/sweep/gpu/ and results/roofline/gpu/
+# Settings: harness/configs/sweep/gpu.toml.  Results: results/sweep/gpu/ and results/roofline/gpu/
 # (device named in every cell's metadata).  The sweep is resumable: if the time limit cuts it, run this
 # script again and it continues.
 #
@@ -26,7 +26,7 @@ DRY_RUN=${DRY_RUN:-0}
 
 if [ "$DRY_RUN" = 1 ]; then
   echo "gpu_sweep.sh: dry run on the CPU (no GPU needed): plan, stage 3 at tiny sizes, report"
-  "$PY" -m harness sweep --config harness/experiments/sweep/gpu.toml --device cpu --out "$OUT" --list | tail -3
+  "$PY" -m harness sweep --config harness/configs/sweep/gpu.toml --device cpu --out "$OUT" --list | tail -3
   "$PY" -m harness.roofline_measure --dry-run --out "$ROOF_OUT"
   "$PY" -m harness report --results "$ROOF_OUT" --formats png
   exit 0
@@ -40,10 +40,10 @@ fi
 "$PY" -c 'import torch; print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| CUDA", torch.version.cuda)'
 
 rc=0
-timeout -s INT "$LIMIT" "$PY" -m harness sweep --config harness/experiments/sweep/gpu.toml --device cuda --out "$OUT" --no-progress || rc=$?
+timeout -s INT "$LIMIT" "$PY" -m harness sweep --config harness/configs/sweep/gpu.toml --device cuda --out "$OUT" --no-progress || rc=$?
 if [ "$rc" -ne 0 ]; then
   echo "gpu_sweep.sh: the sweep stopped (exit $rc); stored cells are kept, run again to resume" >&2
-  "$PY" -m harness sweep --config harness/experiments/sweep/gpu.toml --device cuda --out "$OUT" --list | grep -c todo || true
+  "$PY" -m harness sweep --config harness/configs/sweep/gpu.toml --device cuda --out "$OUT" --list | grep -c todo || true
 fi
 rrc=0
 timeout -s INT "$ROOF_LIMIT" "$PY" -m harness.roofline_measure --device cuda --out "$ROOF_OUT" || rrc=$?

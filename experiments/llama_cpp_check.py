@@ -48,7 +48,7 @@ from harness import stats
 from harness.battery import TestRow, TestSpec, plan_pit_value_tests
 from harness.engines import llama_cpp as L
 from harness.engines.gguf_export import export_gguf
-from harness.provenance import atomic_write_csv, atomic_write_json, metadata
+from harness.core.provenance import atomic_write_csv, atomic_write_json, metadata
 from harness.verify.family import PlannedTest, evaluate_family
 from specimpl.hf import TINY_PAIR_DIR, HFModel, tiny_pair_prompts
 from specimpl.speculative import PAD

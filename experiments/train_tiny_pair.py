@@ -213,7 +213,7 @@ def main(argv=None) -> int:
         d = out / name
         model.to(dtype).save_pretrained(d, safe_serialization=True)
         tok.save_pretrained(d)
-    from harness.provenance import atomic_write_json, metadata
+    from harness.core.provenance import atomic_write_json, metadata
     info = metadata(cfg, cfg["seed"])
     info.update({"threads": threads, "minutes_cap": minutes, "wall_s": time.monotonic() - t0,
                  "target": t_info, "draft": d_info, "corpus": corpus,

@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from harness.battery import clopper_pearson
-from harness.config import RESULTS
+from harness.core.config import RESULTS
 from harness.realmodel import tiny_pair
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
@@ -88,10 +88,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from harness.errors import UsageError
-    from harness.options import check_option, check_out, check_seed, check_threads, check_unique
-    from harness.provenance import atomic_write_csv, metadata
-    from harness.verify.cli import with_threads
+    from harness.core.errors import UsageError
+    from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
+    from harness.core.provenance import atomic_write_csv, metadata
+    from harness.core.threads import with_threads
     check_threads(args.threads)
     check_seed(args.seed)
     check_out(args.out, is_file=True)

@@ -8,7 +8,7 @@ model).  None opts in to the sampler's lookup-table loop (``tabular=True``), so 
 round loop, where its overridden step is called.  Each *lossless* control changes the algorithm in a way that keeps the output law equal to
 the target's (it may accept less); the harness must pass it.
 
-Every control names the scenario (a file in ``harness/experiments/verify/``) on which ``make verify`` runs it:
+Every control names the scenario (a file in ``harness/configs/verify/``) on which ``make verify`` runs it:
 some bugs are harmless under some controls — the draft-q/temperature mismatch only matters when the
 temperature is not 1, the top-p residual only when top-p < 1 — so each runs where it matters.
 

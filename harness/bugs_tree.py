@@ -218,7 +218,7 @@ class TreeSequentialFallback(TreeSampler):
 @dataclass(frozen=True)
 class TreeControl:
     """One control.  ``kind``: 'lossy' or 'lossless'; ``family``: 'block' or 'tree'; ``kwargs`` go to the
-    sampler class (tree shape, replacement); ``scenario`` the file in harness/experiments/verify/ where
+    sampler class (tree shape, replacement); ``scenario`` the file in harness/configs/verify/ where
     ``make verify`` should run it; ``shows_when`` what a scenario needs for the bug to change the law."""
 
     name: str

@@ -17,7 +17,7 @@ the gate); rates at the 1e-4 budget itself can only be bounded (zero alarms in S
 95 % limit of ≈ 3.7/S).  Seeds are ``base_seed + 1000 + i``, disjoint from the verify run's seed.
 
 Each finished seed is stored under ``<out>/_tmp_seeds/`` with the fingerprint of what produced it, so an
-interrupted run resumes; a stored seed of other code or scenarios is redrawn (:mod:`harness.fingerprint`).
+interrupted run resumes; a stored seed of other code or scenarios is redrawn (:mod:`harness.core.fingerprint`).
 """
 from __future__ import annotations
 
@@ -31,15 +31,16 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from harness.atomic import staged_report
+from harness.core.atomic import staged_report
 from harness.battery import clopper_pearson
-from harness.config import RESULTS
-from harness.fingerprint import code_fingerprint, fingerprint, short
-from harness.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
+from harness.core.config import RESULTS
+from harness.core.fingerprint import code_fingerprint, fingerprint, short
+from harness.core.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.stats import holm
-from harness.options import check_option, check_unique
-from harness.verify.cli import check_common, real_model_spec, with_threads
+from harness.core.options import check_option, check_unique
+from harness.core.threads import with_threads
+from harness.verify.cli import check_common, real_model_spec
 
 __all__ = ["add_arguments", "run", "calibrate"]
 
@@ -140,7 +141,7 @@ def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progre
              real_model_sequences: int = 0, algorithms: bool = False, jobs: int = 1) -> tuple[pd.DataFrame, dict]:
     """Every test's p-value and Holm-adjusted p-value, per seed, and what was resumed.  Each seed is stored
     in ``store`` as it finishes with the fingerprint of what produced it (project code, every scenario's
-    resolved config, settings, draws, the real-model size, seed: :mod:`harness.fingerprint`); an interrupted
+    resolved config, settings, draws, the real-model size, seed: :mod:`harness.core.fingerprint`); an interrupted
     run reuses a stored seed only when that fingerprint matches, and redraws it otherwise.  ``jobs`` worker
     processes draw seeds in parallel (each seed's draws depend on its seed alone)."""
     from tqdm import tqdm
@@ -242,14 +243,14 @@ def _ks_per_kind(allp: pd.DataFrame) -> pd.DataFrame:
 def qq_figure(out: Path, formats=("png", "pdf")) -> list[str]:
     """Log-scale QQ plot of the stored p-values (``<out>/pvalues.parquet``), one line per kind of test, with
     the diagonal and the ±95 % pointwise band of uniform order statistics: ``<out>/calibrate_qq.<fmt>``.
-    Drawn from the stored results only (byte-reproducible: :func:`harness.provenance.atomic_savefig`)."""
+    Drawn from the stored results only (byte-reproducible: :func:`harness.core.provenance.atomic_savefig`)."""
     import json as _json
 
     import pyarrow.parquet as pq
     from scipy import stats as sps
 
-    from harness.provenance import atomic_savefig
-    from harness.report import _plt
+    from harness.core.provenance import atomic_savefig
+    from harness.core.figures import pyplot as _plt
     path = Path(out) / "pvalues.parquet"
     meta = _json.loads((pq.read_schema(path).metadata or {}).get(b"provenance", b"{}"))
     allp = pd.read_parquet(path)

@@ -180,8 +180,8 @@ def calibrate_null(settings, scenarios, *, replicates: int, draws: int | None, s
                    progress: bool = True) -> dict:
     """Simulate every count-based test's null (:func:`simulate`), enumerate the exact tails
     (:func:`exact_tails`) and write ``per_kind.csv``, ``exact_tails.csv`` and ``summary.md`` to ``out``."""
-    from harness.atomic import staged_report
-    from harness.provenance import atomic_write_csv, atomic_write_text, metadata
+    from harness.core.atomic import staged_report
+    from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata
 
     tic = time.perf_counter()
     cases = null_cases(scenarios, settings, draws)
@@ -229,7 +229,7 @@ def _summary(per_kind: pd.DataFrame, exact: pd.DataFrame, config: dict, meta: di
 
 def run(args, settings, scenarios) -> int:
     """`calibrate --null`: exit 0 when no kind's rate is above its level beyond its interval, 1 otherwise."""
-    from harness.options import check_option
+    from harness.core.options import check_option
     check_option(args.replicates >= 1000, "--replicates", args.replicates, "an integer >= 1000")
     res = calibrate_null(settings, scenarios, replicates=args.replicates, draws=args.null_draws,
                          seed=settings.seed + 500, out=args.out, progress=not args.no_progress)

@@ -2,8 +2,8 @@
 
 Each command lives in its own module, which provides ``add_arguments(parser)`` and ``run(args) -> int``
 (0 ok, 1 lossy).  :func:`main` is the one place where exceptions become exit statuses
-(:mod:`harness.errors`): a :class:`~harness.errors.UsageError` is 2 (one line), a
-:class:`~harness.errors.SamplerError` or any other failure 3 (one or two lines, the traceback in
+(:mod:`harness.core.errors`): a :class:`~harness.core.errors.UsageError` is 2 (one line), a
+:class:`~harness.core.errors.SamplerError` or any other failure 3 (one or two lines, the traceback in
 ``<out>/error.log``), Ctrl-C 130.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from harness.errors import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, SamplerError, UsageError,
+from harness.core.errors import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, SamplerError, UsageError,
                             sigint_flag)
 
 __all__ = ["main", "COMMANDS", "write_error_log"]

@@ -3,9 +3,9 @@
 For each logit source (synthetic Zipf-profile rows at V = 32k and 150k and three entropies; the shipped
 tiny pair's own logits), each sampling setting and each dtype, the exact TV from the float64 target law of
 every step of :data:`harness.numerics.STEPS` (:func:`harness.numerics.step_tvs`), as the mean and the
-maximum over the rows.  The experiment is one data file (``harness/experiments/numerics/default.toml``);
+maximum over the rows.  The experiment is one data file (``harness/configs/numerics/default.toml``);
 the results (``numerics.csv`` per cell, ``rows.csv`` per row, ``table.md``, ``figures/``, ``meta.json``)
-are written whole or not at all (:func:`harness.atomic.staged_report`).
+are written whole or not at all (:func:`harness.core.atomic.staged_report`).
 """
 from __future__ import annotations
 
@@ -20,17 +20,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.atomic import staged_report
-from harness.config import EXPERIMENTS, RESULTS, derive_seed, read_toml
+from harness.core.atomic import staged_report
+from harness.core.config import CONFIGS, RESULTS, derive_seed, read_toml
 from harness.numerics import DTYPES, STEPS, step_tvs
-from harness.options import check_out, check_option
-from harness.provenance import atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_text, metadata
-from harness.schema import integer, number, one_of, text, validate
+from harness.core.options import check_out, check_option
+from harness.core.provenance import atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_text, metadata
+from harness.core.schema import integer, number, one_of, text, validate
 from specimpl.sampling import SamplingConfig
 
 __all__ = ["DEFAULT_CONFIG", "load_config", "logit_rows", "floor_table", "add_arguments", "run"]
 
-DEFAULT_CONFIG = EXPERIMENTS / "numerics" / "default.toml"
+DEFAULT_CONFIG = CONFIGS / "numerics" / "default.toml"
 
 _FILE = {"seed": integer(0), "rows": integer(1),
          "dtypes": text(allowed="a list")}  # list checked below
@@ -45,7 +45,7 @@ _SAMPLING = {"temperature": number(0, lo_open=True), "top_k": integer(1), "top_p
 # ---------------------------------------------------------------------------------------- config
 def _check_list(source: str, key: str, v, ok, allowed: str) -> None:
     if not (isinstance(v, list) and v and all(ok(x) for x in v)):
-        from harness.schema import fail
+        from harness.core.schema import fail
         fail(source, key, v, allowed)
 
 
@@ -60,7 +60,7 @@ def load_config(path: Path) -> dict:
     for i, s in enumerate(lists.get("source") or [None]):
         name = s.get("name") if isinstance(s, dict) else None
         if name not in _SOURCES:
-            from harness.schema import fail
+            from harness.core.schema import fail
             fail(src, f"source[{i}].name", name, f"one of {sorted(_SOURCES)}")
         body = {k: v for k, v in s.items() if k not in ("vocab", "entropy")}
         validate(body, _SOURCES[name], src, f"source[{i}].")
@@ -183,7 +183,7 @@ def table_md(table: pd.DataFrame, meta: dict) -> str:
 def draw_figure(table: pd.DataFrame, out: Path, meta: dict) -> list[Path]:
     """TV (largest over rows and entropies, first sampling setting) per step, one line per dtype, one
     panel per logit source; the per-position ε of the default certificate (5e-3, 1e-3) drawn for scale."""
-    from harness.report import _plt
+    from harness.core.figures import pyplot as _plt
     plt = _plt()
     first = table["sampling"].iloc[0]
     sub = table[table["sampling"] == first].assign(cell=[_cell_label(r) for r in

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.provenance import portable
+from harness.core.provenance import portable
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list

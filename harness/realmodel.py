@@ -21,7 +21,7 @@ This module draws and scores; it tests nothing.  The tests of the PIT values (po
 position, χ² of PIT pairs at lags 1..k+1) and the martingale test
 (:func:`harness.battery.plan_pit_value_tests`) run in the family of
 ``python -m harness verify`` (its real-model scenario, ``[real_model]`` in
-harness/experiments/verify/default.toml, :class:`RealModelSpec`) and of ``python -m harness pit`` (the
+harness/configs/verify/default.toml, :class:`RealModelSpec`) and of ``python -m harness pit`` (the
 whole real-model catalogue), with one Holm adjustment over the command.  ``python -m harness alpha``
 (:mod:`harness.alpha`) measures the acceptance of draft variants on the same pair.
 """
@@ -168,7 +168,7 @@ REAL_MODEL_SCENARIO = "real_model"  # its name in reports and in `python -m harn
 
 @dataclass(frozen=True)
 class RealModelSpec:
-    """The ``[real_model]`` table of ``harness/experiments/verify/default.toml``: the real-model scenario of
+    """The ``[real_model]`` table of ``harness/configs/verify/default.toml``: the real-model scenario of
     ``make verify`` (the shipped tiny pair, sequential randomized PIT).
 
     enabled            part of the default run (``--no-real-model`` drops it; ``--scenario real_model``

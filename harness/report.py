@@ -39,9 +39,10 @@ import numpy as np
 import pandas as pd
 
 from harness import costmodel as cm
-from harness.config import RESULTS
-from harness.atomic import staged_report
-from harness.provenance import atomic_savefig, atomic_write_text
+from harness.core.config import RESULTS
+from harness.core.atomic import staged_report
+from harness.core.figures import pyplot as _plt, results_line, save_figure as _save
+from harness.core.provenance import atomic_savefig, atomic_write_text
 from harness.sweep_tables import PREDICTIONS, fidelity
 
 __all__ = ["add_arguments", "run", "make_report", "SweepResults", "FIGURES", "TABLES", "SUITE_STYLES"]
@@ -111,20 +112,6 @@ class SuiteStyle:
     table: tuple
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    plt.rcParams.update({"font.size": 8, "axes.titlesize": 9, "legend.fontsize": 7, "figure.dpi": 150})
-    return plt
-
-
-def _save(fig, out: Path, name: str, meta: dict, formats) -> list[str]:
-    paths = []
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    for fmt in formats:
-        paths.append(str(atomic_savefig(fig, out / f"{name}.{fmt}", meta)))
-    return paths
 
 
 def _read_csv(path: Path):
@@ -376,12 +363,6 @@ TEX_COLUMNS = (
 )
 
 
-def results_line(meta: dict) -> str:
-    """Where a table's numbers come from: the stored results' name, commit, seed and time of creation."""
-    commit = (meta.get("commit") or "unknown")[:10] + ("+dirty" if meta.get("dirty") else "")
-    name = meta.get("config", {}).get("name", "?")
-    return (f"drawn from the stored results of sweep `{name}` (commit {commit}, seed {meta.get('seed')}, "
-            f"created {meta.get('created_utc')}, schema {meta.get('schema_version', 0)})")
 
 
 def latex_table(m: pd.DataFrame, caption: str, label: str, meta: Optional[dict] = None) -> str:
@@ -543,8 +524,8 @@ FORMATS = ("png", "pdf", "svg")
 
 def check_arguments(args) -> tuple:
     """The options, checked before anything is drawn (UsageError naming the option); the formats."""
-    from harness.errors import UsageError
-    from harness.options import check_option, check_out
+    from harness.core.errors import UsageError
+    from harness.core.options import check_option, check_out
     results = Path(args.results)
     if not results.is_dir():
         raise UsageError(f"`--results` must be a sweep's results folder; got {str(results)!r}, which "

@@ -43,7 +43,7 @@ def _colors(plt, names):
 
 
 def _save(fig, res, out, name, formats):
-    from harness.report import _save as save
+    from harness.core.figures import save_figure as save
     return save(fig, Path(out), name, res.meta, formats)
 
 
@@ -147,7 +147,7 @@ def _timed_md(s: pd.DataFrame, title: str) -> list[str]:
 
 
 def algorithms_md(res) -> str:
-    from harness.report import results_line
+    from harness.core.figures import results_line
     t = table_of(res)
     out = [f"# Chain, block and tree verification — {results_line(res.meta)}", ""]
     if (t.kind == "scenario").any():

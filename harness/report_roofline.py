@@ -71,7 +71,7 @@ def _grid_fig(plt, n, ncols=4):
 
 
 def fig_speedup_vs_batch(plt, res, out, formats):
-    from harness.report import _save
+    from harness.core.figures import save_figure as _save
     grid = load_grid(res)
     cols = _colors(plt, list(dict.fromkeys(grid.algorithm)))
     panels = _panels(grid)
@@ -95,7 +95,7 @@ def fig_speedup_vs_batch(plt, res, out, formats):
 
 
 def fig_optimal_k(plt, res, out, formats):
-    from harness.report import _save
+    from harness.core.figures import save_figure as _save
     grid = load_grid(res)
     scen = sorted(grid.scenario.unique())
     fig, axes = _grid_fig(plt, len(scen), ncols=3)
@@ -113,7 +113,7 @@ def fig_optimal_k(plt, res, out, formats):
 
 
 def fig_goodput(plt, res, out, formats):
-    from harness.report import _save
+    from harness.core.figures import save_figure as _save
     grid = load_grid(res)
     cols = _colors(plt, list(dict.fromkeys(grid.algorithm)))
     panels = _panels(grid)

@@ -18,7 +18,7 @@ compute-bound (T grows with n B: extra drafted tokens cost in proportion, and sp
 
 The model's shape is computed from an HF ``config.json`` (:meth:`ModelShape.from_config`; no weights
 read); a missing or malformed field is a :class:`ConfigError` naming the file and the field.  The
-hardware comes from ``harness/hardware/<name>.toml`` (:func:`load_hardware`): bandwidth, peak matmul
+hardware comes from ``harness/configs/hardware/<name>.toml`` (:func:`load_hardware`): bandwidth, peak matmul
 throughput per dtype, the per-call overhead, the efficiency factors, and the datasheet they come from.
 :func:`calibrate` fits the efficiency factors and the overhead to measured forward profiles
 (:mod:`harness.profiler` rows) by least squares on log T, and :class:`Roofline` is the function
@@ -42,7 +42,7 @@ __all__ = ["DTYPE_BYTES", "ConfigError", "ModelShape", "Hardware", "HARDWARE_DIR
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1, "int4": 0.5}
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
                   "fp8": "float8", "awq": "int4", "gptq": "int4"}
-HARDWARE_DIR = Path(__file__).with_name("hardware")
+HARDWARE_DIR = Path(__file__).resolve().parent / "configs" / "hardware"
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 
 
@@ -199,7 +199,7 @@ def hardware_names() -> list[str]:
 
 
 def load_hardware(name_or_path) -> Hardware:
-    """``harness/hardware/<name>.toml`` by name (h200, h100, a100, rtx3090, a40, local, ...) or a path."""
+    """``harness/configs/hardware/<name>.toml`` by name (h200, h100, a100, rtx3090, a40, local, ...) or a path."""
     import tomllib
     p = Path(str(name_or_path))
     if not p.suffix:

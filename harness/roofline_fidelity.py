@@ -4,8 +4,8 @@
     python -m harness.roofline_fidelity --file F.toml --out DIR
     python -m harness report --results results/roofline      # the figures (harness.report_roofline)
 
-Reads ``harness/experiments/fidelity/published.toml`` (its header explains the rows).  For each row the
-models' shapes come from their config fields, the hardware from ``harness/hardware/<name>.toml``; a
+Reads ``harness/configs/fidelity/published.toml`` (its header explains the rows).  For each row the
+models' shapes come from their config fields, the hardware from ``harness/configs/hardware/<name>.toml``; a
 row with ``calibrate`` first fits the hardware's efficiencies to the target-only step times it lists
 (``calibrate_fit`` names the fields fitted); a row whose number is one of them is an input, not a
 prediction (``is_input``).  Speedup rows without an acceptance (alpha or E) get
@@ -33,7 +33,7 @@ from harness.roofline_speedup import PairCosts, crossover_batch, speedup, speedu
 __all__ = ["PUBLISHED", "load_published", "row_costs", "predict_row", "fidelity_table", "scenario_tables",
            "crossover_table", "fidelity_md", "write_fidelity", "bound_of", "fits_of"]
 
-PUBLISHED = Path(__file__).parent / "experiments" / "fidelity" / "published.toml"
+PUBLISHED = Path(__file__).resolve().parent / "configs" / "fidelity" / "published.toml"
 QUANTITIES = ("ar_ms_per_token", "draft_ms_per_call", "c", "speedup", "tokens_per_s_ar", "tokens_per_s_spec")
 _ROW_KEYS = ("id", "source", "quantity", "measured", "hardware", "target", "draft", "k", "batch", "context",
              "taken", "assumed")
@@ -221,8 +221,8 @@ def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
 
 
 def write_fidelity(path=PUBLISHED, out=Path("results/roofline")) -> dict:
-    from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
-    from harness.report import results_line
+    from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
+    from harness.core.figures import results_line
     pub = load_published(path)
     meta = metadata({"name": "roofline-published", "file": str(path), "out": str(out)}, None)
     table, grid = fidelity_table(pub), scenario_tables(pub)

@@ -1,7 +1,7 @@
 """This machine as a roofline: measure its bandwidth and matmul throughput, fit the rest to profiles.
 
     python -m harness.roofline_local                      # probe, fit to the committed tiny-pair profile,
-                                                          # write harness/hardware/local.toml
+                                                          # write harness/configs/hardware/local.toml
     python -m harness.roofline_local --profiles P.csv --out my.toml
 
 :func:`probe` measures, with the threads torch is set to (1 by default here, as the sweep runs):
@@ -110,7 +110,7 @@ def local_toml(measured: dict, cal: Calibration, profiles_path: str) -> str:
 
 
 def main(argv=None) -> int:
-    from harness.provenance import atomic_write_text
+    from harness.core.provenance import atomic_write_text
     ap = argparse.ArgumentParser(prog="python -m harness.roofline_local", description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", default="results/sweep/default/profiles.csv")
     ap.add_argument("--out", type=Path, default=HARDWARE_DIR / "local.toml")

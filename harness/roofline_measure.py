@@ -101,7 +101,7 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-    from harness.provenance import atomic_write_csv, atomic_write_json, metadata
+    from harness.core.provenance import atomic_write_csv, atomic_write_json, metadata
     from harness.roofline_speedup import speedup_table
     from harness.sweep_suites import resolve_model
     ap = argparse.ArgumentParser(prog="python -m harness.roofline_measure", description=__doc__.splitlines()[0])

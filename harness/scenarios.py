@@ -1,6 +1,6 @@
-"""Verification scenarios: small TOML files in ``harness/experiments/verify/`` over one commented default.
+"""Verification scenarios: small TOML files in ``harness/configs/verify/`` over one commented default.
 
-``harness/experiments/verify/default.toml`` holds the run settings (``[run]``: error budget, draws, seed, the
+``harness/configs/verify/default.toml`` holds the run settings (``[run]``: error budget, draws, seed, the
 default scenario list) and the defaults every scenario inherits (``[scenario]``).  Each other file
 ``<name>.toml`` in that folder is one scenario: only the keys it changes.  A scenario is a model pair
 (target and draft constructors with their parameters) × sampling controls × k × length × prompt (× EOS).
@@ -12,7 +12,7 @@ exact law, so the battery uses its target-scoring tests only).
 
 Every file is checked against :data:`SCENARIO_SCHEMA` (and default.toml against :data:`DEFAULT_SCHEMA`)
 before any work: an unknown key, a value of the wrong type or out of range raises
-:class:`harness.errors.UsageError` naming the file and the dotted key (:mod:`harness.schema`); the
+:class:`harness.core.errors.UsageError` naming the file and the dotted key (:mod:`harness.core.schema`); the
 checks that need the merged scenario (EOS and prompt ids below the vocabulary size, the keys a draft
 kind needs) name the scenario file.
 """
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.config import VERIFY_DIR, overlay, read_toml
-from harness.errors import UsageError
-from harness.schema import Field, boolean, fail, integer, number, one_of, text, validate
+from harness.core.config import VERIFY_DIR, overlay, read_toml
+from harness.core.errors import UsageError
+from harness.core.schema import Field, boolean, fail, integer, number, one_of, text, validate
 from specimpl.errors import check_arg
 from specimpl.ngram import NGramModel, disjoint_draft, noisy_draft, random_ngram, tempered_draft
 from specimpl.sampling import SamplingConfig

@@ -1,13 +1,13 @@
 """`python -m harness sweep`: speedup as a function of alpha, c and k — model grid, measured runs, cost curves.
 
-A sweep is data: ``harness/experiments/sweep/default.toml`` (commented) and overlays on it, read with
-:func:`harness.config.read_toml` and laid over strictly (:func:`harness.config.overlay`: an unknown key is
+A sweep is data: ``harness/configs/sweep/default.toml`` (commented) and overlays on it, read with
+:func:`harness.core.config.read_toml` and laid over strictly (:func:`harness.core.config.overlay`: an unknown key is
 an error).  The plan is a list of cells (:class:`harness.sweep_suites.Cell`); each cell writes one JSON
 file under ``results/sweep/<name>/cells/<suite>/`` (atomic write), named by a hash of its settings and holding its
 *key* (:func:`cell_key`: a fingerprint of the project's code by content, the settings and the seed), so
 a re-run skips every cell already computed by the same code, recomputes a cell whose key differs, and an
 interrupt loses at most the cell in flight.  A reused cell keeps its own provenance.  A cell's
-seed is :func:`harness.config.derive_seed` of the sweep's seed and the cell's id.  After the cells,
+seed is :func:`harness.core.config.derive_seed` of the sweep's seed and the cell's id.  After the cells,
 :func:`finalize` turns the stored cells into tables (``measured.csv``, ``timings.csv``, ``profiles.csv``,
 ``grid.parquet``, ``fidelity.json``; :mod:`harness.sweep_tables`) that carry provenance, and writes
 ``meta.json``; ``python -m harness report`` draws from those alone.
@@ -28,15 +28,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.backends import SerialBackend, TaskLost, add_backend_arguments, check_backend_options, make_backend
-from harness.config import RESULTS, SWEEP_DIR, derive_seed, overlay, read_toml
-from harness.atomic import staged_report
-from harness.fingerprint import code_fingerprint, fingerprint, short
-from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_parquet, metadata
+from harness.core.backends import SerialBackend, TaskLost, add_backend_arguments, check_backend_options, make_backend
+from harness.core.config import RESULTS, SWEEP_DIR, derive_seed, overlay, read_toml
+from harness.core.atomic import staged_report
+from harness.core.fingerprint import code_fingerprint, fingerprint, short
+from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_parquet, metadata
 from harness.sweep_suites import SUITES, Cell
 from harness.sweep_tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
-from harness.errors import UsageError
-from harness.options import check_option, check_out, check_unique
+from harness.core.errors import UsageError
+from harness.core.options import check_option, check_out, check_unique
 from specimpl.errors import check_arg
 
 __all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "cell_key", "store_cell", "finalize",
@@ -110,7 +110,7 @@ def plan(cfg: dict) -> list[Cell]:
 # -- cells ----------------------------------------------------------------------------------------
 def cell_key(cell: Cell, cfg: dict, code: Optional[str] = None) -> str:
     """Fingerprint of what computes ``cell``: the project's code (by content), the cell's settings and seed
-    (:mod:`harness.fingerprint`).  A stored cell with another key is recomputed, never reused."""
+    (:mod:`harness.core.fingerprint`).  A stored cell with another key is recomputed, never reused."""
     return fingerprint(code or code_fingerprint(), cell.suite, cell.settings, derive_seed(cfg["seed"], cell.id))
 
 
@@ -206,7 +206,7 @@ def _sweep_meta(cfg: dict, cells: list[Cell], recs: list[StoredCell], missing: l
 def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True) -> dict:
     """Build the tables from the stored cells of this plan (cells missing from disk are listed, not faked);
     with ``current_only``, cells stored under another :func:`cell_key` (other code) count as missing.
-    The tables are staged and moved into ``out`` together (:func:`harness.atomic.staged_report`)."""
+    The tables are staged and moved into ``out`` together (:func:`harness.core.atomic.staged_report`)."""
     code = code_fingerprint()
     keys = {c.id: cell_key(c, cfg, code) for c in cells}
     current = {c.id for c in cells if _stored_key(out, c) == keys[c.id]} if current_only else None
@@ -242,7 +242,7 @@ def _write_tables(out: Path, d: Path, recs: list[StoredCell], meta: dict) -> dic
 # -- command line ---------------------------------------------------------------------------------
 def add_arguments(parser) -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                        help="sweep file (TOML/JSON overlay on harness/experiments/sweep/default.toml)")
+                        help="sweep file (TOML/JSON overlay on harness/configs/sweep/default.toml)")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default results/sweep/<name>)")
     parser.add_argument("--device", default=None, help="cpu or cuda (overrides the config)")
     parser.add_argument("--suites", default=None, help="comma-separated subset of grid,synthetic,real,profile")
@@ -258,7 +258,7 @@ def add_arguments(parser) -> None:
 
 
 def _cell_task(task: tuple) -> dict:
-    """One cell in a worker (:mod:`harness.backends`): its record, computed as :func:`run_cell` does."""
+    """One cell in a worker (:mod:`harness.core.backends`): its record, computed as :func:`run_cell` does."""
     cell, cfg, code = task
     if cfg["device"] == "cpu":
         torch.set_num_threads(int(cfg["threads"]))

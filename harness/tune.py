@@ -17,7 +17,7 @@
    per (B, L) with S's interval from E's, and the batch beyond which speculation should be off (the S = 1
    crossover of the best configuration; on ``local`` only within the profiled batches).
 
-Writes, all together (:func:`harness.atomic.staged_report`), to ``--out`` (default results/tune/<target
+Writes, all together (:func:`harness.core.atomic.staged_report`), to ``--out`` (default results/tune/<target
 name>-<hardware>): recommendation.csv / .md, acceptance.csv, alpha.csv, roofline.csv (figures: ``python
 -m harness report --results <out>``), costs.csv (local), meta.json.  Bad input (unknown hardware, a config
 without a needed field, a vocabulary mismatch, a context past the model's positions) exits 2 naming it.
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.config import RESULTS
+from harness.core.config import RESULTS
 
 __all__ = ["add_arguments", "run", "measure_acceptance", "local_costs", "roofline_costs", "recommend"]
 
@@ -44,7 +44,7 @@ ROOFLINE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--target", required=True, help="target model: a local HF folder (config.json + safetensors)")
     ap.add_argument("--draft", required=True, help="draft model: a local HF folder")
-    ap.add_argument("--hardware", default="local", help="local (profile this machine) or a file of harness/hardware")
+    ap.add_argument("--hardware", default="local", help="local (profile this machine) or a file of harness/configs/hardware")
     ap.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     ap.add_argument("--context", default="512,4096", help="comma-separated context lengths (tokens)")
     ap.add_argument("--prompts", type=Path, default=None, help="a text file, one prompt a line (default: built-in)")
@@ -63,7 +63,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _ints(option: str, text: str) -> list[int]:
-    from harness.options import check_option
+    from harness.core.options import check_option
     try:
         vals = [int(v) for v in str(text).split(",") if v.strip()]
     except ValueError:
@@ -75,8 +75,8 @@ def _ints(option: str, text: str) -> list[int]:
 def _check(args):
     """Every option, before any work: (hardware or None for local, algorithms, ks, batches, contexts)."""
     from harness.algorithms import Algorithm
-    from harness.errors import UsageError
-    from harness.options import check_option, check_out, check_seed, check_threads
+    from harness.core.errors import UsageError
+    from harness.core.options import check_option, check_out, check_seed, check_threads
     from harness.roofline import ConfigError, hardware_names, load_hardware
     check_seed(args.seed)
     check_threads(args.threads)
@@ -104,7 +104,7 @@ def _check(args):
 
 def _shapes(args):
     """(target, draft) ModelShape from the configs: a missing field or a vocabulary mismatch is exit 2."""
-    from harness.errors import UsageError
+    from harness.core.errors import UsageError
     from harness.roofline import ConfigError, ModelShape
     shapes = []
     for opt, path in (("--target", args.target), ("--draft", args.draft)):
@@ -120,7 +120,7 @@ def _shapes(args):
 
 
 def _models(args):
-    from harness.errors import UsageError
+    from harness.core.errors import UsageError
     from specimpl.hf import load_pair
     try:
         target, draft = load_pair(args.target, args.draft, local_files_only=True)
@@ -136,7 +136,7 @@ def _models(args):
 
 
 def _prompts(args, target) -> list[list[int]]:
-    from harness.errors import UsageError
+    from harness.core.errors import UsageError
     if args.prompts is None:
         from specimpl.hf import tiny_pair_prompts
         if target.vocab_size < 257:
@@ -290,7 +290,7 @@ def _costs(args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts
 
 def _check_context(args, target, draft, algos, ks, contexts) -> None:
     """Profiling here needs every context plus the longest scored block within the models' positions."""
-    from harness.errors import UsageError
+    from harness.core.errors import UsageError
     mpe = min(getattr(m.model.config, "max_position_embeddings", 10 ** 9) for m in (target, draft))
     need = max(contexts) + max(_tokens_scored(algos, ks)[0]) + 8
     if need > mpe:
@@ -299,10 +299,10 @@ def _check_context(args, target, draft, algos, ks, contexts) -> None:
 
 
 def run(args) -> int:
-    from harness.atomic import staged_report
-    from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
-    from harness.report import results_line
-    from harness.verify.cli import with_threads
+    from harness.core.atomic import staged_report
+    from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
+    from harness.core.figures import results_line
+    from harness.core.threads import with_threads
     hw, algos, ks, batches, contexts = _check(args)
     tshape, dshape = _shapes(args)
     target, draft = _models(args)

@@ -1,10 +1,10 @@
-"""Whole reports or none (harness.atomic): staged files move in together, the previous report's other files
+"""Whole reports or none (harness.core.atomic): staged files move in together, the previous report's other files
 go, unrelated files and resume state stay, and a failed run leaves the previous report whole."""
 import json
 
 import pytest
 
-from harness.atomic import manifest_path, staged_report
+from harness.core.atomic import manifest_path, staged_report
 
 
 def _files(d):

@@ -5,7 +5,7 @@ import pytest
 
 from harness.calibrate import _kinds, _ks_per_kind, _pvalues, qq_figure
 from harness.cli import main
-from harness.provenance import atomic_write_parquet
+from harness.core.provenance import atomic_write_parquet
 from harness.scenarios import load_scenario, load_settings
 
 

@@ -11,7 +11,7 @@ from conftest import TINY  # the shared tiny scenario (tests/conftest.py, with t
 from harness import stats as S
 from harness.battery import tv_interval, tv_interval_expected_upper, tv_interval_n_for
 from harness.cli import main
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import epsilons_for, parse_epsilon_option
 

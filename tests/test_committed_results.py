@@ -2,7 +2,7 @@
 
 A result regenerated from a modified working tree (``dirty``), or from a commit on another branch, cannot be
 reproduced from a checkout of this repository; the gate's reference figures must be.  Provenance is read
-where the writers put it (:mod:`harness.provenance`): ``meta.json``, the ``# provenance:`` first line of a
+where the writers put it (:mod:`harness.core.provenance`): ``meta.json``, the ``# provenance:`` first line of a
 CSV, the ``provenance`` key of a parquet file's schema metadata.
 """
 from __future__ import annotations

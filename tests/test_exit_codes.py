@@ -1,4 +1,4 @@
-"""The exit-code contract of `python -m harness` (harness.errors): 0 ok, 1 lossy, 2 usage or configuration
+"""The exit-code contract of `python -m harness` (harness.core.errors): 0 ok, 1 lossy, 2 usage or configuration
 error (one line), 3 the sampler or a model failed (summary on stderr, traceback in <out>/error.log), 130
 interrupted.  The CLI runs in-process through harness.cli.main."""
 import os
@@ -11,7 +11,7 @@ import pytest
 import harness.calibrate
 import harness.verify
 from harness.cli import main
-from harness.errors import EXIT_CODES, SamplerError, UsageError
+from harness.core.errors import EXIT_CODES, SamplerError, UsageError
 
 QUIET = ["--no-real-model", "--no-figures", "--no-progress"]
 SIG = ("def fn(target, draft, prompts, *, k, max_new_tokens, config=None, eos_token_id=None, "

@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from harness.forkmap import fork_available, fork_map
+from harness.core.forkmap import fork_available, fork_map
 
 
 def test_fork_map_equals_the_serial_loop_over_unpicklable_closures():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.numerics import STEPS, accept_prob, draw_law, speculative_law, step_tvs, uniform_law
 from harness.numerics_floor import draw_figure, floor_table, load_config
 from specimpl.sampling import SamplingConfig, sample_categorical, warp

@@ -26,7 +26,7 @@ def _pit(out, *extra):
 
 
 def test_help_lists_every_command(capsys):
-    assert main(["--help"]) == 0  # main returns every status (harness.errors), --help's 0 included
+    assert main(["--help"]) == 0  # main returns every status (harness.core.errors), --help's 0 included
     listed = capsys.readouterr().out
     for command in ("verify", "pit", "alpha", "calibrate", "sweep", "report"):
         assert command in listed
@@ -73,7 +73,7 @@ def test_pit_and_verify_run_the_same_tests(tmp_path):
 def test_pit_reports_a_broken_sampler_and_bad_arguments(tmp_path, capsys):
     out = tmp_path / "bad"
     assert _pit(out, "--sampler", f"{__file__}:floating_tokens_generate", "--n-sequences", "4",
-                "--max-new-tokens", "8") == 3  # the sampler failed (harness.errors): not "lossy"
+                "--max-new-tokens", "8") == 3  # the sampler failed (harness.core.errors): not "lossy"
     assert "SamplerOutputError" in capsys.readouterr().err and (out / "error.log").is_file()
     runs = pd.read_csv(out / "runs.csv", comment="#")
     assert runs.verdict.iloc[0].startswith("error: SamplerOutputError") and "integer tensor" in runs.verdict.iloc[0]

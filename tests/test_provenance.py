@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import provenance as pv
+from harness.core import provenance as pv
 
 REPO = Path(pv.__file__).resolve().parent.parent
 
@@ -14,7 +14,7 @@ REPO = Path(pv.__file__).resolve().parent.parent
 def test_metadata_records_no_absolute_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", [str(REPO / "harness" / "__main__.py"), "verify", "--out",
-                                     str(tmp_path / "out"), f"--config={REPO / 'harness/experiments/sweep/gpu.toml'}"])
+                                     str(tmp_path / "out"), f"--config={REPO / 'harness/configs/sweep/gpu.toml'}"])
     config = {"out": REPO / "results" / "hf" / "alpha.csv", "cwd_file": str(tmp_path / "x.csv"),
               "nested": {"model": f"{REPO}/specimpl/assets/tiny_pair/target[:2]"}, "home": str(Path.home() / "d"),
               "name": "default", "k": [1, 2]}
@@ -26,7 +26,7 @@ def test_metadata_records_no_absolute_path(tmp_path, monkeypatch):
     assert meta["config"] == {"out": "results/hf/alpha.csv", "cwd_file": "x.csv",
                               "nested": {"model": "specimpl/assets/tiny_pair/target[:2]"}, "home": "~/d",
                               "name": "default", "k": [1, 2]}
-    assert meta["command"] == "python -m harness verify --out out --config=harness/experiments/sweep/gpu.toml"
+    assert meta["command"] == "python -m harness verify --out out --config=harness/configs/sweep/gpu.toml"
 
 
 @pytest.mark.parametrize("argv0, typed", [

@@ -196,7 +196,7 @@ def test_published_file_with_a_missing_field_is_named(tmp_path):
 
 # -- figures --------------------------------------------------------------------------------------------
 def _small_results(path: Path, source: str = "roofline") -> Path:
-    from harness.provenance import atomic_write_csv, atomic_write_json
+    from harness.core.provenance import atomic_write_csv, atomic_write_json
     s = ModelShape.from_dict(LLAMA7B)
     hw = load_hardware("a100")
     grid = speedup_table("x", PairCosts(Roofline(s, hw), Roofline(replace(s, layers=2), hw)), 0.8, ["chain", "tree2"],

@@ -5,8 +5,8 @@ import shutil
 import pytest
 
 from harness.cli import main
-from harness.config import VERIFY_DIR
-from harness.errors import UsageError
+from harness.core.config import VERIFY_DIR
+from harness.core.errors import UsageError
 from harness.scenarios import list_scenarios, load_scenario, load_settings
 
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from harness import stats
-from harness.backends import LocalPool, SerialBackend, TaskLost, check_backend_options, make_backend
+from harness.core.backends import LocalPool, SerialBackend, TaskLost, check_backend_options, make_backend
 from harness.battery import Accumulator, pit_of_codes, state_symbol_codes
 from harness.cli import main
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify import pipeline
 from harness.verify.draw import scenario_law
@@ -243,7 +243,7 @@ def test_workers_and_the_verify_command_run_one_torch_and_one_blas_thread(monkey
     The environment asks for two threads everywhere, so the limits, not this machine's defaults, give the ones."""
     from threadpoolctl import threadpool_limits
     from shard_samplers import thread_counts
-    from harness.verify.cli import with_threads
+    from harness.core.threads import with_threads
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.setenv(var, "2")  # the spawned workers inherit it
     with LocalPool(2) as pool:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness.backends import RayBackend, SerialBackend
+from harness.core.backends import RayBackend, SerialBackend
 
 # `make ray-check` (CI) sets SPECVERIFY_REQUIRE_RAY: there a Ray that cannot be imported fails, not skips
 ray = pytest.importorskip("ray") if not os.environ.get("SPECVERIFY_REQUIRE_RAY") else __import__("ray")

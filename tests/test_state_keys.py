@@ -1,4 +1,4 @@
-"""Saved state is keyed on content (harness.fingerprint): a verify run reuses saved draw shards only when
+"""Saved state is keyed on content (harness.core.fingerprint): a verify run reuses saved draw shards only when
 the sampler's source, the project's code, the scenario, the seed and the draw counts are the same, and
 says so; a changed sampler file is redrawn."""
 import json
@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from harness import fingerprint as fpmod
+from harness.core import fingerprint as fpmod
 from harness.scenarios import load_scenario, load_settings
 from harness.verify import draw as drawmod
 from harness.verify.pipeline import verify

@@ -3,7 +3,8 @@ a reused cell keeps its own provenance, and the tables are staged and moved in t
 import argparse
 import json
 
-from harness import fingerprint, sweep
+from harness.core import fingerprint
+from harness import sweep
 
 TINY = """
 name = "tiny"

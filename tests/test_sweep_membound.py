@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from harness import sweep, widen
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.sweep_tables import StoredCell, measured_row
 
 MEMBOUND = sweep.DEFAULT_CONFIG.parent / "membound.toml"

@@ -353,7 +353,7 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     gave a smallest p-value <= 1e-10 in each of 4 seeds tried (vs a Bonferroni level ~5e-7 here); at 64
     sequences it was missed in 2 seeds of 2, so the test uses 128."""
     pytest.importorskip("transformers")
-    from harness.config import read_toml
+    from harness.core.config import read_toml
     from harness.realmodel import load_real_model_spec
     from harness.verify import verify
     settings = load_settings(real_scen_dir)

@@ -27,7 +27,7 @@ engine         an object with at least "name" (string); free-form otherwise (ver
                method and k, dtype, url, ...)
 
 :func:`read_samples` is strict: the first malformed line raises :class:`SampleFormatError` (a
-:class:`~harness.errors.UsageError`, exit 2) reading ``FILE:LINE: field 'X': what is wrong``.
+:class:`~harness.core.errors.UsageError`, exit 2) reading ``FILE:LINE: field 'X': what is wrong``.
 :class:`SampleWriter` appends records, one ``write`` + flush + fsync per line, and skips request ids the
 file already holds (a completed request is never redone); a last line cut short by a crash (no newline)
 is removed when the writer opens the file, and said so.
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterable, Optional
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 __all__ = ["FORMAT", "FINISH_REASONS", "Controls", "SampleRecord", "SampleFormatError", "parse_record",
            "read_samples", "SampleWriter"]

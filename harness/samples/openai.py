@@ -20,7 +20,7 @@ then dropped), else "stop".
 
 Requests run on ``concurrency`` threads; a connection error, a timeout, HTTP 429 or 5xx is retried up to
 ``retries`` times with exponential backoff (``backoff * 2**i`` seconds, plus up to 25 % jitter); any other
-HTTP error, or a malformed response, fails the run (:class:`~harness.errors.SamplerError`, exit 3) with
+HTTP error, or a malformed response, fails the run (:class:`~harness.core.errors.SamplerError`, exit 3) with
 what was written so far kept.  Completed requests already in the file are never sent again.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from harness.errors import SamplerError
+from harness.core.errors import SamplerError
 from harness.samples.format import Controls, SampleRecord, SampleWriter
 from harness.samples.producers import Request
 

@@ -1,15 +1,15 @@
 """The report of ``verify-samples``: tests.csv, summary.md (the certificate first), meta.json.
 
-Files are staged and moved into ``--out`` together (:func:`harness.atomic.staged_report`), each written
-atomically with the run's provenance (:func:`harness.provenance.metadata`: config, seed, commit,
+Files are staged and moved into ``--out`` together (:func:`harness.core.atomic.staged_report`), each written
+atomically with the run's provenance (:func:`harness.core.provenance.metadata`: config, seed, commit,
 versions, machine, command).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.atomic import staged_report
-from harness.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata, portable
+from harness.core.atomic import staged_report
+from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata, portable
 
 __all__ = ["write_report", "summary_text"]
 

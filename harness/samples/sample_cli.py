@@ -20,8 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.errors import SamplerError, UsageError
-from harness.options import check_option, check_out, check_seed
+from harness.core.errors import SamplerError, UsageError
+from harness.core.options import check_option, check_out, check_seed
 from harness.samples.format import SampleWriter
 
 __all__ = ["add_arguments", "run"]

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from harness.config import RESULTS
-from harness.errors import SamplerError, UsageError
-from harness.options import check_option, check_out, check_seed
+from harness.core.config import RESULTS
+from harness.core.errors import SamplerError, UsageError
+from harness.core.options import check_option, check_out, check_seed
 from harness.samples.certificate import Certificate, judge, scored_bounds, two_sample_bounds
 from harness.samples.format import SampleRecord, read_samples
 from harness.samples.producers import ScorerRefusal, config_of

@@ -9,7 +9,7 @@ A *sampler* is any callable with the signature of :func:`specimpl.speculative_ge
 
     fn(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator) -> GenerationResult
 
-Each scenario (``harness/experiments/verify/*.toml``) draws ``draws × weight`` sequences from the sampler and
+Each scenario (``harness/configs/verify/*.toml``) draws ``draws × weight`` sequences from the sampler and
 as many from target-only sampling, folds them into sufficient statistics, and runs the battery of
 :mod:`harness.battery`.  All tests of the whole run — every scenario, every control, the von Neumann
 sampler — form ONE family: the family-wise false-alarm budget (``family_alpha``, 1e-4) is split over
@@ -26,7 +26,7 @@ after a rejection must be caught; a draft cache that is never rolled back, lossl
 catalogue.  The report (``results/verify/``) holds the table of tests, a markdown summary, the
 per-position observed/expected tables and PIT histograms, and figures drawn from those tables.
 
-Exit status (:mod:`harness.errors`): 0 when every scenario is judged lossless and (without ``--sampler``)
+Exit status (:mod:`harness.core.errors`): 0 when every scenario is judged lossless and (without ``--sampler``)
 every buggy control is caught and every lossless control passes; 1 otherwise; 2 for bad arguments or
 scenario files (before any work); 3 when the sampler under test failed (raised, exited, returned
 malformed output; traceback in ``<out>/error.log``); 130 when interrupted.

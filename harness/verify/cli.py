@@ -1,7 +1,7 @@
 """`python -m harness verify`: its options, their checks, and the run they start.
 
 Bad arguments (an unknown scenario, a malformed ``--sampler``, too few draws, contradicting flags, a bad
-scenario file) raise :class:`harness.errors.UsageError` before any work (exit 2, one line naming the
+scenario file) raise :class:`harness.core.errors.UsageError` before any work (exit 2, one line naming the
 option or ``file: key``); otherwise :func:`harness.verify.verify` runs and the exit status is 0 when
 everything passed as its role requires (the samplers under test and the lossless controls *certified*, the
 buggy controls lossy), 1 otherwise (lossy, or inconclusive: not certified — a gate that did not certify never
@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from harness.algorithms import NAMES, Algorithm
-from harness.backends import Backend, add_backend_arguments, check_backend_options, limit_threads, make_backend
-from harness.config import RESULTS, overlay, read_toml
-from harness.errors import UsageError
-from harness.options import check_option, check_out, check_seed, check_threads, check_unique
+from harness.core.backends import Backend, add_backend_arguments, check_backend_options, make_backend
+from harness.core.config import RESULTS, overlay, read_toml
+from harness.core.errors import UsageError
+from harness.core.threads import with_threads
+from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
 from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import parse_epsilon_option
@@ -28,7 +29,7 @@ from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler, sampler_failure
 from harness.verify.until import until_certified
 
-__all__ = ["add_arguments", "run", "fail_args", "with_threads", "with_epsilon", "check_common", "real_model_spec",
+__all__ = ["add_arguments", "run", "fail_args", "with_epsilon", "check_common", "real_model_spec",
            "backend_of"]
 
 
@@ -42,7 +43,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "chain, block, tree<n> or tree<n>-wor (default: the function's `algorithm` attribute, "
                          "else chain)")
     ap.add_argument("--scenario", action="append", metavar="NAME",
-                    help="scenario file harness/experiments/verify/NAME.toml (repeatable; default: the list in default.toml)")
+                    help="scenario file harness/configs/verify/NAME.toml (repeatable; default: the list in default.toml)")
     ap.add_argument("--draws", type=int, metavar="N", help="sequences per scenario (times its weight)")
     ap.add_argument("--control-draws", type=int, metavar="N", help="sequences per control")
     ap.add_argument("--seed", type=int, help="base seed (default: default.toml's)")
@@ -108,15 +109,6 @@ def with_epsilon(settings, args):
     return replace(settings, epsilon_override=epsilon) if epsilon else settings
 
 
-def with_threads(threads: int, fn: Callable):
-    """``fn()`` with torch and the BLAS libraries using ``threads`` threads (at least 1), restored afterwards
-    (:func:`harness.backends.limit_threads`; the children :func:`harness.forkmap.fork_map` forks inherit them,
-    pool and Ray workers set their own)."""
-    restore = limit_threads(threads)
-    try:
-        return fn()
-    finally:
-        restore()
 
 
 @dataclass(frozen=True)

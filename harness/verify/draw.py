@@ -2,18 +2,18 @@
 
 Exact-law runs are drawn as shards (:mod:`harness.verify.shards`: one per sampler call of
 :func:`harness.battery.plan_chunks`, each seeded from the run seed, scenario, sampler and shard index)
-on a backend (:mod:`harness.backends`: this process, a local process pool, Ray) and merged run by run
+on a backend (:mod:`harness.core.backends`: this process, a local process pool, Ray) and merged run by run
 in shard order into an :class:`harness.battery.Accumulator` (:class:`ShardedRun`), so the statistics
 do not depend on the backend or the number of workers.  Real-model runs are tasks on the same backend
 (:class:`harness.verify.shards.RealTask`, one per run, submitted first: they are the longest), drawn and
 scored by :func:`harness.realmodel.real_model_draw`; one whose sampler cannot leave this process is drawn
 in a thread here, beside the shards (:class:`_Background`); the von Neumann runs propose once.  Every random
-stream is seeded by :func:`harness.config.derive_seed` from the run seed and the run's names, so a
+stream is seeded by :func:`harness.core.config.derive_seed` from the run seed and the run's names, so a
 run's draws do not depend on which other runs share the command.
 
 Resume: each run's merged prefix of shards (every shard once the run is done) and each finished
 real-model run is pickled under ``<out>/_tmp_state/`` (:class:`RunState`) with the fingerprint of
-everything that determines its draws (:mod:`harness.fingerprint`: project code and sampler source by
+everything that determines its draws (:mod:`harness.core.fingerprint`: project code and sampler source by
 content, the scenario's resolved config, seed, draw counts, the shard scheme); an interrupted command
 picks up the saved shards whose fingerprint matches, draws the rest, says which on stderr and in the
 report, and the folder is removed once the report is written.
@@ -33,12 +33,12 @@ import numpy as np
 import torch
 
 from harness import stats
-from harness.backends import Backend, SerialBackend, TaskLost
+from harness.core.backends import Backend, SerialBackend, TaskLost
 from harness.battery import Accumulator, plan_chunks
-from harness.config import derive_seed
+from harness.core.config import derive_seed
 from harness.exact import ExactLaw, warp_mismatch, warp_support_mismatch
-from harness.fingerprint import code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint, short
-from harness.provenance import atomic_write_bytes
+from harness.core.fingerprint import code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint, short
+from harness.core.provenance import atomic_write_bytes
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
@@ -51,7 +51,7 @@ class RunState:
     """Finished runs of an interrupted command, pickled under ``<out>/_tmp_state`` (no ``out``: none).
 
     A shard's file is named by its *slot* (which run on which scenario, :meth:`slot`) and holds the
-    *fingerprint* of what produced it (:mod:`harness.fingerprint`: the project's code, the sampler's
+    *fingerprint* of what produced it (:mod:`harness.core.fingerprint`: the project's code, the sampler's
     source, the scenario's resolved config, seed, draw counts and settings).  A shard is reused only when
     its fingerprint equals the current one; otherwise it is stale, counted in :attr:`stale` and redrawn."""
 
@@ -214,7 +214,7 @@ class ShardedRun:
         return self.run.sequential is not None and self.run.sequential.stopped_at is not None
 
     def take(self, shard: int, result) -> None:
-        """A shard's result (a :class:`ShardResult`, or :class:`harness.backends.TaskLost`): merged once
+        """A shard's result (a :class:`ShardResult`, or :class:`harness.core.backends.TaskLost`): merged once
         every shard before it is."""
         self.pending[shard] = result
         while self.next in self.pending and not self.stopped:
@@ -381,7 +381,7 @@ def _real_tasks(rs: RunSet, state: RunState) -> tuple[list[RealTask], list[RealT
 
 
 def _take_real(rr: RealRun, task: RealTask, result, state: RunState) -> None:
-    """A real-model task's result (or :class:`harness.backends.TaskLost`) into its run, saved for resume."""
+    """A real-model task's result (or :class:`harness.core.backends.TaskLost`) into its run, saved for resume."""
     spec = task.spec
     if isinstance(result, TaskLost):
         rr.draw = RealModelDraw(rr.label, None, rr.n_sequences, spec.max_new_tokens, spec.k, spec.config.describe(),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 __all__ = ["EPSILON_KEYS", "Epsilons", "parse_epsilon_option", "epsilons_for", "run_epsilons"]
 

@@ -22,7 +22,7 @@ from harness import stats
 from harness.algorithms import acceptance_for
 from harness.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, plan_pit_value_tests, plan_tests,
                              plan_von_neumann_tests)
-from harness.forkmap import fork_map
+from harness.core.forkmap import fork_map
 from harness.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import RunSet
 from harness.verify.sequential import sequential_spec
@@ -174,7 +174,7 @@ def rows_table(rows: list[TestRow]) -> pd.DataFrame:
 
 def evaluate_family(plan: list[PlannedTest], settings, workers: int = 1) -> tuple[pd.DataFrame, FamilyLevels]:
     """Evaluate every planned test at the family's levels (on ``workers`` processes,
-    :func:`harness.forkmap.fork_map`) and adjust by Holm; the table of tests."""
+    :func:`harness.core.forkmap.fork_map`) and adjust by Holm; the table of tests."""
     levels = family_levels(plan, settings)
     rows = fork_map(lambda i: _evaluate(plan[i], levels, settings.power), len(plan), workers)
     holm = [i for i, p in enumerate(plan) if p.seq_level <= 0 and not p.stopped]

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from harness.backends import Backend
+from harness.core.backends import Backend
 from harness.realmodel import RealModelSpec
 from harness.scenarios import SCENARIO_DIR
 from harness.verify import report
@@ -61,7 +61,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     verification algorithm (:class:`harness.algorithms.Algorithm` name) whose exact acceptance law the
     sampler is judged against (default: the sampler's ``algorithm`` attribute, else ``chain``); with the
     reference sampler, the block / tree reference runs and controls of default.toml's ``[algorithms]``
-    join the run.  ``backend``: where the exact-law shards are drawn (:mod:`harness.backends`; None: in
+    join the run.  ``backend``: where the exact-law shards are drawn (:mod:`harness.core.backends`; None: in
     this process); the results do not depend on it.  ``note``: recorded in the config (a round of
     :mod:`harness.verify.until`)."""
     t_start = time.perf_counter()
@@ -128,7 +128,7 @@ def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, se
     """Evaluate the family of tests of the drawn ``rs``, judge each run, write the report (``config``
     gives the command's settings for the provenance, once the family's levels are known), and drop
     the resume state.  ``workers``: processes evaluating the tests and judging the runs
-    (:func:`harness.forkmap.fork_map`; the result does not depend on it)."""
+    (:func:`harness.core.forkmap.fork_map`; the result does not depend on it)."""
     table, levels = evaluate_family(plan_family(rs), settings, workers)
     t_tested = time.perf_counter()
     verdicts = verdict_table(rs, table, certifier_for(rs, settings, levels.delta_each), workers)

@@ -6,7 +6,7 @@
     python -m harness pit --sampler mypkg.mymod:my_generate # a sampler of your own instead of the catalogue
 
 Each sampler runs on the shipped tiny transformers pair with the settings of ``[real_model]`` in
-``harness/experiments/verify/default.toml`` (``--max-new-tokens``, ``--k``, ``--temperature`` override
+``harness/configs/verify/default.toml`` (``--max-new-tokens``, ``--k``, ``--temperature`` override
 them); its output is scored by the target and tested by the sequential randomized-PIT tests of
 :func:`harness.battery.plan_pit_value_tests`.  These are the tests of ``verify``'s real-model scenario,
 drawn (:mod:`harness.verify.draw`), put in one family with a Holm adjustment at ``--alpha``
@@ -16,7 +16,7 @@ drawn (:mod:`harness.verify.draw`), put in one family with a Holm adjustment at 
 Roles: the reference and ``--sampler`` samplers and the lossless controls must pass, the bugs of
 ``specimpl.hf_bugs.HF_BUGS`` must be caught, transformers' assisted generation is a *peer*: reported,
 not judged.  Exit status 0 when every run is as its role requires, 1 otherwise, 2 for bad arguments, 3
-when the reference or a ``--sampler`` failed, 130 when interrupted (:mod:`harness.errors`).
+when the reference or a ``--sampler`` failed, 130 when interrupted (:mod:`harness.core.errors`).
 The report goes to ``results/hf/pit/`` (``--out``); an interrupted run resumes from its finished draws.
 """
 from __future__ import annotations
@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.config import RESULTS
+from harness.core.config import RESULTS
 from harness.realmodel import RealModelSpec
 from harness.scenarios import load_settings
-from harness.errors import UsageError
-from harness.options import check_option, check_unique
-from harness.verify.cli import add_common_arguments, check_common, real_model_spec, with_epsilon, with_threads
+from harness.core.errors import UsageError
+from harness.core.options import check_option, check_unique
+from harness.core.threads import with_threads
+from harness.verify.cli import add_common_arguments, check_common, real_model_spec, with_epsilon
 from harness.verify.draw import RunState, draw_all
 from harness.verify.family import family_config
 from harness.verify.pipeline import VerifyResult, conclude, real_model_config

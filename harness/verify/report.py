@@ -1,7 +1,7 @@
 """The report of a verification: tables, markdown summary and figures (drawn from the tables).
 
 Files written to the report folder (all carrying the run's provenance; staged beside the folder and moved
-in together by :func:`harness.atomic.staged_report`, which also removes files of an earlier report there
+in together by :func:`harness.core.atomic.staged_report`, which also removes files of an earlier report there
 that this one did not write, e.g. ``figures/`` after a ``--no-figures`` rerun):
 
     tests.parquet, tests.csv        one row per test (:class:`harness.battery.TestRow`): scenario, run, test,
@@ -26,10 +26,10 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from harness.atomic import staged_report
-from harness.backends import default_workers
-from harness.forkmap import fork_map
-from harness.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
+from harness.core.atomic import staged_report
+from harness.core.backends import default_workers
+from harness.core.forkmap import fork_map
+from harness.core.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
                                 atomic_write_text, metadata)
 from harness.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
 from harness.verify.family import run_acceptance
@@ -419,7 +419,7 @@ _CONTROL_ROLES = ["lossy", "lossy-by-design", "lossless"]
 
 def draw_figures(out: Path, workers: Optional[int] = None) -> list[Path]:
     """Figures from the stored tables of a report folder (``distributions.parquet``, ``pit_hist.parquet``),
-    drawn side by side on ``workers`` processes (None: every core; :func:`harness.forkmap.fork_map`)."""
+    drawn side by side on ``workers`` processes (None: every core; :func:`harness.core.forkmap.fork_map`)."""
     import matplotlib
     matplotlib.use("Agg")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from harness.battery import Accumulator
-from harness.config import derive_seed
+from harness.core.config import derive_seed
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
 from harness.scenarios import Scenario, load_scenario
 from specimpl.autoregressive import autoregressive_generate

@@ -11,7 +11,7 @@ A loaded sampler is wrapped by :func:`guard_sampler`: a ``SystemExit``, or a ``K
 is not the user's Ctrl-C, raised inside a call becomes a :class:`SamplerCallError` (an ordinary
 exception, so the run records it as the sampler's failure), and every failed call's traceback is kept
 (``wrapper.failures``) for the error log.  :func:`sampler_failure` turns a finished run's verdicts
-into the :class:`harness.errors.SamplerError` (exit 3) when a sampler under test failed.
+into the :class:`harness.core.errors.SamplerError` (exit 3) when a sampler under test failed.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import torch
 
-from harness.errors import SamplerError, UsageError, user_interrupted
+from harness.core.errors import SamplerError, UsageError, user_interrupted
 from specimpl.speculative import PAD
 
 __all__ = ["load_sampler", "check_output", "guard_sampler", "sampler_failure", "SamplerSpecError",

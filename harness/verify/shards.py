@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from harness.battery import Accumulator
-from harness.config import derive_seed
+from harness.core.config import derive_seed
 
 __all__ = ["ShardTask", "ShardResult", "RealTask", "RealResult", "draw_shard", "draw_shard_in_worker", "draw_real_task",
            "draw_task_in_worker", "sampler_recipe", "resolve_sampler"]
@@ -230,7 +230,7 @@ def _law_and_models(scenario):
 
 def draw_shard_in_worker(task: ShardTask) -> ShardResult:
     """:func:`draw_shard` in a worker process, where no Ctrl-C of the user arrives (a SIGINT is passed
-    to the driver, :mod:`harness.backends`): a ``KeyboardInterrupt`` or ``SystemExit`` inside the call
+    to the driver, :mod:`harness.core.backends`): a ``KeyboardInterrupt`` or ``SystemExit`` inside the call
     is the sampler's failure."""
     return draw_shard(task, in_worker=True)
 

@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 from typing import Callable
 
-from harness.config import derive_seed
+from harness.core.config import derive_seed
 from harness.verify.runs import UNDER_TEST
 
 __all__ = ["round_settings", "round_draws", "round_seed", "until_certified"]

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from harness.battery import tv_interval_n_for
-from harness.forkmap import fork_map
+from harness.core.forkmap import fork_map
 from harness.realmodel import REAL_MODEL_SCENARIO
 from harness.stats import kolmogorov_upper_bound_n_for
 from harness.verify.epsilon import Epsilons, epsilons_for
@@ -325,7 +325,7 @@ def verdict_table(rs: RunSet, table: pd.DataFrame, certifier: Optional[Certifier
                   workers: int = 1) -> pd.DataFrame:
     """One :class:`RunVerdict` per run of ``rs`` (exact-law, real-model, von Neumann), as ``runs.csv``;
     ``certifier`` None: two-valued verdicts (lossy / lossless), no certificates.  ``workers``: processes
-    judging the exact-law runs (:func:`harness.forkmap.fork_map`)."""
+    judging the exact-law runs (:func:`harness.core.forkmap.fork_map`)."""
     rows = fork_map(lambda i: exact_verdict(rs.runs[i], table, certifier), len(rs.runs), workers, chunksize=1) + \
         [real_verdict(rr, table, certifier) for rr in rs.real_runs] + [von_neumann_verdict(v, table) for v in rs.vn]
     return pd.DataFrame([vars(v) for v in rows], columns=list(RUN_COLUMNS))

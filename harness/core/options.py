@@ -1,12 +1,12 @@
 """Checks of the command-line options every subcommand shares, before any work: each bad value raises a
-:class:`harness.errors.UsageError` (exit 2) naming the option, echoing the value and saying what is allowed."""
+:class:`harness.core.errors.UsageError` (exit 2) naming the option, echoing the value and saying what is allowed."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Iterable, Optional
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 __all__ = ["check_option", "check_seed", "check_threads", "check_out", "check_unique"]
 

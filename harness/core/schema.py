@@ -1,7 +1,7 @@
 """A small schema for the settings files (TOML tables): known keys, their types and ranges.
 
 A schema is a dict ``key -> Field`` (a setting) or ``key -> dict`` (a nested table, itself a schema).
-:func:`validate` checks one file's table against it and raises :class:`harness.errors.UsageError`
+:func:`validate` checks one file's table against it and raises :class:`harness.core.errors.UsageError`
 (exit 2) with one line naming the file and the dotted key::
 
     sd/bad.toml: key `sampling.temprature` is not a known setting; known: ['greedy', 'temperature', ...]
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 __all__ = ["Field", "integer", "number", "boolean", "text", "one_of", "validate", "fail"]
 

@@ -36,7 +36,7 @@ SCHEMA_VERSION = 1
 
 # The source checkout this package runs from, if any: an installed copy (site-packages) has no .git
 # beside it, and then no commit is claimed (never the commit of some repository that happens to enclose it).
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def git_commit(repo: Path = _REPO) -> dict:

@@ -1,7 +1,7 @@
 """Where the shipped experiment files live, how a TOML file is read and overlaid, and how seeds are derived.
 
-The default scenario files (``harness/experiments/verify/*.toml``) and sweep files
-(``harness/experiments/sweep/*.toml``) are package data: they are found through the installed package,
+The default scenario files (``harness/configs/verify/*.toml``) and sweep files
+(``harness/configs/sweep/*.toml``) are package data: they are found through the installed package,
 never through the location of a source checkout, so ``pip install .`` followed by ``python -m harness``
 from any directory works.  Outputs go under the current directory (``results/...``) unless ``--out``
 says otherwise.
@@ -20,18 +20,18 @@ from typing import Optional
 
 import numpy as np
 
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
-__all__ = ["EXPERIMENTS", "VERIFY_DIR", "SWEEP_DIR", "RESULTS", "read_toml", "overlay", "derive_seed"]
+__all__ = ["CONFIGS", "VERIFY_DIR", "SWEEP_DIR", "RESULTS", "read_toml", "overlay", "derive_seed"]
 
-EXPERIMENTS = Path(str(resources.files("harness") / "experiments"))
-VERIFY_DIR = EXPERIMENTS / "verify"
-SWEEP_DIR = EXPERIMENTS / "sweep"
+CONFIGS = Path(str(resources.files("harness") / "configs"))
+VERIFY_DIR = CONFIGS / "verify"
+SWEEP_DIR = CONFIGS / "sweep"
 RESULTS = Path("results")  # relative: results land under the directory the command runs in
 
 
 def read_toml(path, what: str = "file") -> dict:
-    """Parse ``path``; a missing file or invalid TOML is a :class:`harness.errors.UsageError` (a
+    """Parse ``path``; a missing file or invalid TOML is a :class:`harness.core.errors.UsageError` (a
     ``ValueError``) naming ``what`` and the path."""
     path = Path(path)
     if not path.is_file():
@@ -47,7 +47,7 @@ def overlay(base: dict, over: dict, *, strict: bool = False, where: str = "", so
     """``base`` with ``over`` laid on it, tables merged key by key (``over`` wins).
 
     With ``strict`` every key of ``over`` must exist in ``base``; an unknown key raises a
-    :class:`harness.errors.UsageError` (a ``ValueError``) naming the ``source`` file, the key (with its
+    :class:`harness.core.errors.UsageError` (a ``ValueError``) naming the ``source`` file, the key (with its
     dotted path ``where``) and the keys known there.
     """
     out = copy.deepcopy(base)

@@ -71,7 +71,7 @@ class Staged:
                 os.replace(self.dir / rel, self.out / rel)
             for rel in sorted(old - set(new)):
                 _remove(self.out, rel)
-            from harness.provenance import atomic_write_text
+            from harness.core.provenance import atomic_write_text
             atomic_write_text(manifest_path(self.out, self.kind), json.dumps({"kind": self.kind, "files": new},
                                                                             indent=1) + "\n")
             self.discard()

@@ -13,7 +13,7 @@ yields a :class:`TaskLost` in place of its result.
     ``ray``      Ray tasks (``--backend ray``): a local Ray started for the run, or the cluster at
                  ``--address auto|host:port``; ``num_gpus`` per task where a task needs a GPU
 
-:func:`make_backend` checks the options first (:class:`harness.errors.UsageError`, exit 2, naming the
+:func:`make_backend` checks the options first (:class:`harness.core.errors.UsageError`, exit 2, naming the
 option): ``--workers`` >= 1, Ray installed for ``--backend ray``, a reachable ``--address``.
 """
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from harness.errors import UsageError
-from harness.options import check_option
+from harness.core.errors import UsageError
+from harness.core.options import check_option
 
 __all__ = ["add_backend_arguments", "check_backend_options", "Backend", "SerialBackend", "LocalPool", "RayBackend", "TaskLost", "make_backend", "BACKENDS", "limit_threads",
            "default_workers"]
@@ -73,7 +73,7 @@ class Backend:
     @property
     def local_workers(self) -> int:
         """Processes for the driver's own work on this machine once the draws are in (evaluating the tests,
-        :func:`harness.forkmap.fork_map`): this backend's workers where they are local, else every core."""
+        :func:`harness.core.forkmap.fork_map`): this backend's workers where they are local, else every core."""
         return self.workers
 
     def close(self, abort: bool = False) -> None:
@@ -316,7 +316,7 @@ def _loopback(address: str) -> bool:
 
 def _python_path() -> str:
     """This process's import path (the project first), for Ray workers started from another folder."""
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     parts = [root, *(p for p in sys.path if p and Path(p).is_dir())]
     return os.pathsep.join(dict.fromkeys(parts))
 
