@@ -5,8 +5,8 @@
 
 For one sampler call of the scenario (``--batch`` sequences, the size of a 100 000-draw run's calls),
 each repeat times, in shuffled order: the reference sampler's call, ``Accumulator.add`` as verify runs it
-(with the whole-sequence log-likelihood sums of :mod:`harness.loglik` and the lagged PIT pairs / tail
-joint of :mod:`harness.lagged`), and ``Accumulator.add`` with those two switched off (no-op stand-ins).
+(with the whole-sequence log-likelihood sums of :mod:`harness.stats.loglik` and the lagged PIT pairs / tail
+joint of :mod:`harness.stats.lagged`), and ``Accumulator.add`` with those two switched off (no-op stand-ins).
 One warm-up repeat is discarded; medians (perf_counter) and the paired ratio are printed.  The PIT
 uniforms are drawn the same way in both accumulators, so their cost is in both.
 """

@@ -28,7 +28,7 @@ from typing import Optional
 import pandas as pd
 import torch
 
-from harness.battery import clopper_pearson
+from harness.stats import clopper_pearson
 from harness.core.config import RESULTS
 from harness.realmodel import tiny_pair
 from specimpl.sampling import SamplingConfig

@@ -24,10 +24,10 @@ Families of tests (row field ``family``; ``loss`` marks the tests whose rejectio
 * ``pit``         randomized PIT under the target's exact conditionals: pooled, per position (KS on a
                   fine grid), pairs (χ² on an m × m grid, two tables of non-overlapping pairs each) at lag 1
                   (``pairs_even`` / ``pairs_odd``) and lags 2..k+1 (``pairs_lag{L}_even`` / ``_odd``,
-                  :mod:`harness.lagged`: a round apart), from the same PIT uniforms.
+                  :mod:`harness.stats.lagged`: a round apart), from the same PIT uniforms.
 * ``loglik``      the whole-sequence log-likelihood: the mean of S = Σ_t log P(x_t) against its exact
-                  mean and variance (:func:`harness.loglik.loglik_test`); on real models the martingale
-                  M = Σ_t [log p_t(x_t) + H(p_t)] (:func:`harness.loglik.martingale_test`).
+                  mean and variance (:func:`harness.stats.loglik.loglik_test`); on real models the martingale
+                  M = Σ_t [log p_t(x_t) + H(p_t)] (:func:`harness.stats.loglik.martingale_test`).
 * ``pit`` on raw PIT values (:func:`plan_pit_value_tests`, real models: no exact law, the target's
                   conditionals come from scoring): pooled KS (exact scipy null), KS per position, χ² of
                   PIT pairs at lags 1..k+1, and the log-likelihood martingale.  The same tests, at the run's Holm level.
@@ -58,15 +58,16 @@ from scipy import stats as sps
 
 from harness import stats
 from harness.exact import ExactLaw
-from harness.lagged import LaggedTables
-from harness.loglik import LoglikSums, loglik_test, martingale_test
+from harness.stats import clopper_pearson
+from harness.stats.lagged import LaggedTables
+from harness.stats.loglik import LoglikSums, loglik_test, martingale_test
 
 __all__ = ["Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "plan_pit_value_tests",
            "plan_von_neumann_tests", "ks_uniform_binned", "ks_uniform_binned_pvalues", "chunk_t_test",
            "hotelling_test", "hoeffding_test",
            "plan_acceptance", "AcceptancePlan", "acceptance_notes", "chunk_t_min_detectable",
            "chunk_t_n_for_deviation", "plan_chunks", "tv_interval", "tv_upper_asymptotic", "tv_interval_expected_upper",
-           "tv_interval_n_for", "clopper_pearson", "ACC_SETTINGS", "state_symbol_codes", "pit_of_codes"]
+           "tv_interval_n_for", "ACC_SETTINGS", "state_symbol_codes", "pit_of_codes"]
 
 LOGPROB_FLOOR = -1e9  # log-probability given to sequences the target cannot produce (finite for KS/AD)
 PIT_PAIR_TABLES = ("pairs_even", "pairs_odd")  # test names of the PIT pair tables at even and odd offsets
@@ -257,18 +258,6 @@ def hoeffding_test(total, n_sequences: int, width, *, scale: float, alpha: float
                         f"Hoeffding bound over {n} sequences (exact, conservative; d={d}){note}")
 
 
-def clopper_pearson(k: int, n: int, delta: float) -> tuple[float, float]:
-    """Exact (Clopper–Pearson) two-sided interval for a binomial proportion from ``k`` successes in ``n``
-    trials, holding with probability >= 1 - ``delta`` (delta/2 on each side); (0, 1) when n = 0.
-
-    The beta-quantile form of the interval that ``scipy.stats.binomtest(k, n).proportion_ci(1 - delta,
-    method="exact")`` finds by root finding: the same interval up to that solver's tolerance (~1e-8
-    relative at proportions near 1e-7), and exactly the numbers earlier reports hold."""
-    if n == 0:
-        return 0.0, 1.0
-    lo = 0.0 if k == 0 else float(sps.beta.ppf(delta / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(sps.beta.ppf(1 - delta / 2, k + 1, n - k))
-    return lo, hi
 
 
 def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
@@ -405,8 +394,8 @@ class Accumulator:
     n_logprob: int = 0
     chunks: list = field(init=False)  # (B, reached (k,), accepted (k,), hist (k+1,)) per call with stats
     calls_without_stats: int = 0
-    loglik: LoglikSums = field(default_factory=LoglikSums)  # sums of every sequence's S (harness.loglik)
-    lagged: Optional[LaggedTables] = None  # later lags and offsets (harness.lagged)
+    loglik: LoglikSums = field(default_factory=LoglikSums)  # sums of every sequence's S (harness.stats.loglik)
+    lagged: Optional[LaggedTables] = None  # later lags and offsets (harness.stats.lagged)
 
     def __post_init__(self):
         self.lagged = LaggedTables.for_law(self.law, self.pit_max_lag, self.pair_bins, self.joint_tokens)
@@ -675,7 +664,7 @@ def _later_specs(acc: "Accumulator", law: ExactLaw) -> list[TestSpec]:
 
 
 def _loglik(sums: LoglikSums, law: ExactLaw):
-    """The whole-sequence log-likelihood test (:func:`harness.loglik.loglik_test`) against the law's
+    """The whole-sequence log-likelihood test (:func:`harness.stats.loglik.loglik_test`) against the law's
     exact moments of S."""
     def ev(alpha, power, delta):
         r = loglik_test(sums, law.logprob_moments(), alpha=alpha, power=power)
@@ -685,7 +674,7 @@ def _loglik(sums: LoglikSums, law: ExactLaw):
 
 
 def _martingale(m, v, q, tokens: int):
-    """The real-model log-likelihood martingale test (:func:`harness.loglik.martingale_test`)."""
+    """The real-model log-likelihood martingale test (:func:`harness.stats.loglik.martingale_test`)."""
     def ev(alpha, power, delta):
         r = martingale_test(m, v, q, tokens=tokens, alpha=alpha, power=power)
         return _row(r.statistic, r.pvalue, r.min_detectable_shift, "nats of mean M per sequence", r.method, n=r.n,
@@ -903,7 +892,7 @@ def plan_pit_value_tests(u, *, max_lag: int = 1, loglik=None) -> list[TestSpec]:
     m × m grid, two tables of non-overlapping pairs per lag (χ², exactly multinomial;
     :func:`harness.stats.pit_pair_tables`; lag 1: ``pairs_even`` / ``pairs_odd``, lag L:
     ``pairs_lag{L}_even`` / ``_odd``).  ``loglik`` (M, V, Q), each (N,): adds the log-likelihood martingale
-    test (:func:`harness.loglik.martingale_test`)."""
+    test (:func:`harness.stats.loglik.martingale_test`)."""
     a = np.asarray(u, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 2:
         raise ValueError(f"`u` must be an (N, T) array of PIT values with N >= 1, T >= 2; got shape {a.shape}")

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from harness.core.atomic import staged_report
-from harness.battery import clopper_pearson
+from harness.stats import clopper_pearson
 from harness.core.config import RESULTS
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
 from harness.core.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata

@@ -35,7 +35,7 @@ from scipy import special
 from scipy.stats import binom as binom_dist, chi2 as chi2_dist
 
 from harness import stats
-from harness.battery import clopper_pearson
+from harness.stats import clopper_pearson
 
 __all__ = ["NullCase", "null_cases", "simulate", "exact_size", "exact_tails", "calibrate_null", "NULL_LEVELS",
            "GATE_LEVEL"]

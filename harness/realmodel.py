@@ -14,7 +14,7 @@ independent computation from the sampler's incremental KV-cached calls.  EOS is 
 has exactly T tokens); no pad handling is needed.
 
 The same scoring pass gives each sequence's log-likelihood martingale M = Σ_t [log p_t(x_t) + H(p_t)]
-its predictable variance V = Σ_t Var_{p_t}(log p_t) and squared increments Q (:mod:`harness.loglik`;
+its predictable variance V = Σ_t Var_{p_t}(log p_t) and squared increments Q (:mod:`harness.stats.loglik`;
 ``loglik_m``, ``loglik_v``, ``loglik_q``).
 
 This module draws and scores; it tests nothing.  The tests of the PIT values (pooled KS, KS per
@@ -50,8 +50,8 @@ def target_pit(target, prompts: list[list[int]], tokens: torch.Tensor, config: S
     """Randomized PIT (N, T) of emitted ``tokens`` under the target's warped conditionals, each row
     scored in one forward of prompt + tokens[:-1].  PAD entries (after a sequence's end) get U = V.
     ``loglik`` (a list): the per-sequence log-likelihood martingale and its predictable variance from the
-    same scoring pass (:func:`harness.loglik.martingale_terms`) are appended to it as (M, V, Q), each (N,)."""
-    from harness.loglik import martingale_terms
+    same scoring pass (:func:`harness.stats.loglik.martingale_terms`) are appended to it as (M, V, Q), each (N,)."""
+    from harness.stats.loglik import martingale_terms
     N, T = tokens.shape
     out, ms = [], []
     for s in range(0, N, chunk):
@@ -87,7 +87,7 @@ class RealModelDraw:
     wall_sample_s: float
     wall_score_s: float
     error: Optional[str] = None
-    loglik_m: Optional[np.ndarray] = None  # (N,) per-sequence M = Σ_t [log p_t(x_t) + H(p_t)] (harness.loglik)
+    loglik_m: Optional[np.ndarray] = None  # (N,) per-sequence M = Σ_t [log p_t(x_t) + H(p_t)] (harness.stats.loglik)
     loglik_v: Optional[np.ndarray] = None  # (N,) its predictable variance Σ_t Var_{p_t}(log p_t)
     loglik_q: Optional[np.ndarray] = None  # (N,) its squared increments Σ_t (log p_t(x_t) + H(p_t))²
 

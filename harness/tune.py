@@ -155,7 +155,7 @@ def _prompts(args, target) -> list[list[int]]:
 def measure_acceptance(target, draft, prompts, algorithms, ks, max_new_tokens: int, seed: int = 0):
     """(acceptance rows per (algorithm, k): E and its 95 % interval; the chain's alpha per position at max k)."""
     from harness.algorithms import Algorithm
-    from harness.battery import clopper_pearson
+    from harness.stats import clopper_pearson
     rows, alpha = [], pd.DataFrame()
     for name in algorithms:
         algo = Algorithm.parse(name, "algorithm")

@@ -1,11 +1,11 @@
-"""The mixture likelihood-ratio e-process (harness/eprocess.py): anytime validity, power, planners."""
+"""The mixture likelihood-ratio e-process (harness/stats/eprocess.py): anytime validity, power, planners."""
 import math
 
 import numpy as np
 import pytest
 from scipy import special, stats
 
-from harness.eprocess import (EProcess, eprocess_min_detectable_kl, eprocess_n_for_kl, eprocess_test,
+from harness.stats.eprocess import (EProcess, eprocess_min_detectable_kl, eprocess_n_for_kl, eprocess_test,
                               log_mixture_e)
 
 P = np.array([0.4, 0.25, 0.2, 0.1, 0.05])
@@ -107,7 +107,7 @@ def test_kt_formula_matches_sequential_product():
 
 
 def test_mixture_e_set_up_once_equals_log_mixture_e_bit_for_bit():
-    from harness.eprocess import MixtureE
+    from harness.stats.eprocess import MixtureE
     rng = np.random.default_rng(3)
     P = np.array([0.5, 0.0, 0.2, 0.3])
     mix = MixtureE(P)

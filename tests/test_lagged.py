@@ -1,4 +1,4 @@
-"""Lagged dependence (harness.lagged, stats.pit_pair_tables' lag): PIT pairs k + 1 apart and the joint at
+"""Lagged dependence (harness.stats.lagged, stats.pit_pair_tables' lag): PIT pairs k + 1 apart and the joint at
 a later offset, from the accumulator's own PIT uniforms, in the run's family."""
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ from harness import stats
 from harness.battery import Accumulator, plan_tests
 from harness.bugs import get_control
 from harness.exact import ExactLaw
-from harness.lagged import LaggedTables
+from harness.stats.lagged import LaggedTables
 from harness.scenarios import load_scenario
 from specimpl.speculative import speculative_generate
 

@@ -1,4 +1,4 @@
-"""The whole-sequence log-likelihood test (harness.loglik): exact moments by DP, its level, its power,
+"""The whole-sequence log-likelihood test (harness.stats.loglik): exact moments by DP, its level, its power,
 its planners, the mergeable sums, the real-model martingale, and its rows in the battery."""
 import itertools
 import math
@@ -10,7 +10,7 @@ import torch
 from harness.battery import Accumulator, plan_pit_value_tests, plan_tests
 from harness.bugs import get_control
 from harness.exact import ExactLaw
-from harness.loglik import (MIXTURE_SCALE, LoglikSums, bernstein_min_detectable_shift, bernstein_n_for_shift,
+from harness.stats.loglik import (MIXTURE_SCALE, LoglikSums, bernstein_min_detectable_shift, bernstein_n_for_shift,
                             edgeworth_ok, loglik_test, martingale_terms, martingale_test, min_detectable_shift,
                             mixture_min_detectable_shift, mixture_n_for_shift, mixture_pvalue, n_for_shift)
 from harness.scenarios import load_scenario

@@ -192,12 +192,12 @@ def test_two_sample_logprobs_ks_ad(tmp_path):
 
 def test_scored_loglik_terms_equal_the_real_model_martingale():
     """verify-samples' martingale terms (from the scorer's arrays, NaN after a row's end) are the ones
-    harness.loglik.martingale_terms computes from the laws, so scored mode runs the same test."""
+    harness.stats.loglik.martingale_terms computes from the laws, so scored mode runs the same test."""
     from types import SimpleNamespace
 
     import torch
 
-    from harness.loglik import martingale_terms
+    from harness.stats.loglik import martingale_terms
     from harness.samples.plan import loglik_terms
     g = torch.Generator().manual_seed(0)
     P = torch.softmax(torch.randn(5, 6, 11, generator=g, dtype=torch.float64), -1)  # (N, T, V)

@@ -13,7 +13,8 @@ from scipy import stats as sps
 
 from conftest import TINY  # the shared tiny scenario (tests/conftest.py, with the scen_dir fixture)
 from harness.battery import (TEST_COLUMNS, chunk_t_min_detectable, chunk_t_n_for_deviation, chunk_t_test,
-                             clopper_pearson, hotelling_test, ks_uniform_binned, plan_chunks, tv_interval)
+                             hotelling_test, ks_uniform_binned, plan_chunks, tv_interval)
+from harness.stats import clopper_pearson
 from harness.bugs import AcceptEverything, as_sampler_function
 from harness.cli import main
 from harness.exact import ExactLaw

@@ -15,7 +15,7 @@ Scored mode (the target's scores, :mod:`harness.samples.scoring`):
                    controls apply no stop string (truncation the controls do not explain: p = 0)
     numerics       engine-reported logprobs against the scorer's (not a loss test: |Δ| > tol means the
                    scorer is not scoring the engine's law; blocks a certificate)
-    loglik         the log-likelihood martingale (harness/loglik.py: M, V, Q per completion from the scores)
+    loglik         the log-likelihood martingale (harness/stats/loglik.py: M, V, Q per completion from the scores)
 Two-sample mode (no model; both files' tokens):
     tokens         per position, homogeneity of the token law (an "ended" cell for completions already
                    over; cells pooled from the pooled sample only: :func:`harness.stats.chi2_homogeneity`)
@@ -145,10 +145,10 @@ def _logprob_agreement(records, scores, tol: float):
 
 def loglik_terms(scores) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per completion, the log-likelihood martingale's M = Σ_t [log p_t(x_t) + H(p_t)], its conditional
-    variance V = Σ_t Var_{p_t}(log p_t) and Q = Σ_t (increment)² (:func:`harness.loglik.martingale_test`),
+    variance V = Σ_t Var_{p_t}(log p_t) and Q = Σ_t (increment)² (:func:`harness.stats.loglik.martingale_test`),
     from the scorer's (N, T) arrays (NaN after a row's end: those terms are absent)."""
     inc = scores.logp + scores.entropy  # (N, T) martingale increments (-inf: a token the law cannot draw)
-    sq = np.where(np.isfinite(inc), inc * inc, 0.0)  # (N, T) as harness.loglik.martingale_terms
+    sq = np.where(np.isfinite(inc), inc * inc, 0.0)  # (N, T) as harness.stats.loglik.martingale_terms
     return np.nansum(inc, axis=1), np.nansum(scores.var_logp, axis=1), sq.sum(axis=1)
 
 

@@ -2,7 +2,7 @@
 
 Notation: p the exact law (the target's, float64), one e-process per statistic j of a run — each position
 t's symbol (N laws), each consecutive pair (N - 1 laws) and the joint of the first J tokens — the
-Dirichlet(1/2)-mixture likelihood ratio of the running counts against p_j (:mod:`harness.eprocess`).
+Dirichlet(1/2)-mixture likelihood ratio of the running counts against p_j (:mod:`harness.stats.eprocess`).
 Sequences are iid, so each E_j is a nonnegative martingale with mean 1 under H0 in the filtration of whole
 sequences, and so is their mean
 
@@ -32,7 +32,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from harness.battery import TestRow, TestSpec
-from harness.eprocess import METHOD as EPROCESS_METHOD, MixtureE, eprocess_min_detectable_kl
+from harness.stats.eprocess import METHOD as EPROCESS_METHOD, MixtureE, eprocess_min_detectable_kl
 
 __all__ = ["RunEProcess", "sequential_level", "sequential_spec", "FAMILY", "TEST"]
 

@@ -28,7 +28,8 @@ from typing import Optional
 import numpy as np
 from scipy import special, stats as sps
 
-from harness.stats import DEFAULT_ALPHA, DEFAULT_POWER, _as_counts, _as_probs, _check_level, _Result
+from harness.stats.common import DEFAULT_ALPHA, DEFAULT_POWER, _as_counts, _as_probs, _check_level
+from harness.stats.results import _Result
 
 __all__ = ["EProcessResult", "log_mixture_e", "MixtureE", "EProcess", "eprocess_test", "eprocess_n_for_kl",
            "eprocess_min_detectable_kl"]

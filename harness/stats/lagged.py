@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from harness import stats
+from harness.stats.pit import pit_grid_cells, pit_pair_counts
 
 __all__ = ["LaggedTables"]
 
@@ -53,9 +53,9 @@ class LaggedTables:
         """Fold one call's symbols (B, N) and, unless None, its PIT values (B, N) in; ``cells``: their grid
         cells (:func:`harness.stats.pit_grid_cells` on this table's bins), when the caller has them."""
         if u is not None:
-            g = stats.pit_grid_cells(np.asarray(u, np.float64), self.bins) if cells is None else cells
+            g = pit_grid_cells(np.asarray(u, np.float64), self.bins) if cells is None else cells
             for i, lag in enumerate(self.lags):
-                for ph, table in enumerate(stats.pit_pair_counts(g, self.bins, lag)):
+                for ph, table in enumerate(pit_pair_counts(g, self.bins, lag)):
                     self.pit_pairs[i, ph] += table
         if self.tail_tokens:
             idx = np.zeros(sym.shape[0], np.int64)
