@@ -22,8 +22,8 @@ import torch
 
 from harness import stats
 from harness.battery import Accumulator
-from harness.exact import ExactLaw
-from harness.scenarios import load_scenario
+from harness.laws.ngram import ExactLaw
+from harness.laws.scenarios import load_scenario
 from specimpl.speculative import speculative_generate
 
 

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from harness.core.backends import default_workers, make_backend
-from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify import pipeline
 from harness.core.threads import with_threads
 

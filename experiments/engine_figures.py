@@ -117,7 +117,7 @@ def verify(a, work: Path, name: str, samples: Path, mode: str, reference: str) -
 def planner_rows(a, rows: list[dict]) -> list[dict]:
     """Completions to certify ``planner_epsilon`` per position in each mode, at the delta and reach measured."""
     from harness.samples.certificate import scored_n_for_distance, two_sample_n_for_tv
-    from harness.scenarios import load_settings
+    from harness.laws.scenarios import load_settings
     s = load_settings()
     out = []
     for mode in ("scored", "two-sample"):

@@ -57,7 +57,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harness import stats
-from harness.exact import ExactLaw
+from harness.laws.ngram import ExactLaw
 from harness.stats import clopper_pearson
 from harness.stats.lagged import LaggedTables
 from harness.stats.loglik import LoglikSums, loglik_test, martingale_test
@@ -324,7 +324,7 @@ def plan_chunks(draws: int, min_chunks: int, max_chunk: int, min_chunk: int = 50
 # ------------------------------------------------------------------------------------ accumulator
 def state_symbol_codes(law: ExactLaw, sym: np.ndarray) -> np.ndarray:
     """symbols (B, N) -> (B, N) codes state * W + symbol, the state being the chain's before each
-    position (:meth:`harness.exact.ExactLaw.states` and the symbol in one integer, walked once)."""
+    position (:meth:`harness.laws.ngram.ExactLaw.states` and the symbol in one integer, walked once)."""
     B, N = sym.shape
     W = law.n_symbols
     step_w = law.step.ravel() * W  # (S * W,) code -> next state * W
@@ -339,7 +339,7 @@ def state_symbol_codes(law: ExactLaw, sym: np.ndarray) -> np.ndarray:
 
 def pit_of_codes(law: ExactLaw, idx: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Randomized PIT U = F(x-1 | state) + v p(x | state) (B, N) from the codes of
-    :func:`state_symbol_codes` (as :meth:`harness.exact.ExactLaw.pit`); iid U(0, 1) under H0."""
+    :func:`state_symbol_codes` (as :meth:`harness.laws.ngram.ExactLaw.pit`); iid U(0, 1) under H0."""
     u = np.take(law.cond_cdf_below.ravel(), idx)
     u += v * np.take(law.cond_pmf.ravel(), idx)
     return np.clip(u, 0.0, 1.0, out=u)
@@ -800,7 +800,7 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int, accept
     """Every test of one run.  ``baseline`` is the target-only accumulator of the same scenario (None:
     no two-sample tests); acceptance tests only when the sampler returned SpecStats with k positions
     (k: the depth of a round), against ``acceptance`` (the expected counts of the run's algorithm,
-    :func:`harness.algorithms.acceptance_for`; None: the reference sampler's, ``law.acceptance_law(k)``;
+    :func:`harness.laws.algorithms.acceptance_for`; None: the reference sampler's, ``law.acceptance_law(k)``;
     False: no exact acceptance law, no acceptance tests)."""
     law = acc.law
     N, W = law.N, law.n_symbols

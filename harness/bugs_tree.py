@@ -18,7 +18,7 @@ candidates are drawn independently of the verification's uniforms):
 
 :func:`quick_law_check` is the small statistical check of ``tests/test_bugs_tree.py``: χ² of every
 position's symbol and of the joint of the first tokens against the exact target law
-(:class:`harness.exact.ExactLaw`), Bonferroni over those tests.
+(:class:`harness.laws.ngram.ExactLaw`), Bonferroni over those tests.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from harness.exact import ExactLaw
+from harness.laws.ngram import ExactLaw
 from harness.stats import chi2_gof
 from specimpl.block import BlockSampler, block_final_draw, block_passes, block_weights, verify_block_jointly
 from specimpl.ngram import noisy_draft, random_ngram

@@ -36,7 +36,7 @@ from harness.stats import clopper_pearson
 from harness.core.config import RESULTS
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
 from harness.core.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
-from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.stats import holm
 from harness.core.options import check_option, check_unique
 from harness.core.threads import with_threads

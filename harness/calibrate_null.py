@@ -2,7 +2,7 @@
 
 Under H0 every count-based statistic of the battery is a function of multinomial count vectors whose law is
 known exactly: the pooled cells of a position, a pair of positions or the first-J joint are
-Multinomial(n, pooled P) (:class:`harness.exact.ExactLaw`), a two-sample table is two such rows, a PIT pair
+Multinomial(n, pooled P) (:class:`harness.laws.ngram.ExactLaw`), a two-sample table is two such rows, a PIT pair
 grid is Multinomial(n_pairs, uniform).  So this module draws the
 count vectors directly (numpy's multinomial, millions of replicates a second) at the run's draw sizes and
 computes each p-value with the battery's own functions (:func:`harness.stats.chi2_gof_pvalues`,

@@ -13,7 +13,7 @@ scores only the new level: m_1 = 1, the pending token, then m_d = n) or ``rescor
 every node drawn so far, m_d = 1 + n (d - 1)).  Chain and block verification are n = 1 with the draft
 cached (the reference round loop feeds its draft one token per call); block verification changes the
 acceptance, not the calls.  E[tokens per round] = 1 + E[accepted drafts]
-comes from the exact laws (:mod:`harness.exact_tree`) or from measurement.  Overheads (prefill, the
+comes from the exact laws (:mod:`harness.laws.rounds`) or from measurement.  Overheads (prefill, the
 sampler's own work) are left out: this is the model the measured speedups are compared with.
 
 :class:`TimedTreeModel` gives a :class:`harness.synthetic.TimedModel` over an n-gram table the two tree

@@ -2,7 +2,7 @@
 
 The per-call costs are functions T(n, B, L) (a :class:`harness.roofline.Roofline`, or a measured table
 wrapped as one): n tokens scored per sequence, batch B, context L.  One round of each algorithm
-(:mod:`harness.algorithms` names) costs, as in :mod:`harness.costmodel` and :mod:`harness.costmodel_tree`:
+(:mod:`harness.laws.algorithms` names) costs, as in :mod:`harness.costmodel` and :mod:`harness.costmodel_tree`:
 
     chain, block   T_d(2) + (k - 1) T_d(1) + T_t(k + 1) + O_round       (the draft's first call of a
                                                                         round feeds 2 tokens)
@@ -33,7 +33,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from harness.algorithms import Algorithm
+from harness.laws.algorithms import Algorithm
 from harness.costmodel_tree import draft_tokens_per_call
 from specimpl.errors import check_arg
 

@@ -8,7 +8,7 @@ Three kinds of cell, listed in the sweep file's ``[algorithms]`` table:
     scenario   an n-gram scenario of ``make verify`` (its pair, controls, k, length, prompt, EOS): each
                algorithm draws ``sequences`` sequences in ``chunks`` calls; mean accepted drafts per
                round and tokens per target call, measured against the exact laws of
-               :mod:`harness.exact_tree`, with a chunk standard error.  No timing.
+               :mod:`harness.laws.rounds`, with a chunk standard error.  No timing.
     synthetic  synthetic-cost n-gram pairs (:func:`harness.synthetic.synthetic_pair`: acceptance exactly
                alpha, draft cost c times the target's, calls that sleep): every algorithm at every k and
                target-only decoding, timed with ``time.perf_counter`` side by side in one cell (one
@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.algorithms import Algorithm
+from harness.laws.algorithms import Algorithm
 from harness.costmodel_tree import TimedTreeModel, tree_speedup
-from harness.exact_tree import ExactRounds, acceptance_law
+from harness.laws.rounds import ExactRounds, acceptance_law
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
 
@@ -92,7 +92,7 @@ def _params(table: dict, kind: str, source: str, keys: tuple, **more) -> Algorit
 
 
 def _cells(table: dict, cfg: dict) -> list:
-    from harness.scenarios import load_scenario
+    from harness.laws.scenarios import load_scenario
     from harness.sweep_suites import Cell
 
     def cell(name, p):  # id = readable name + hash of every setting and the suite's name, as the other suites
@@ -157,7 +157,7 @@ def _exact_columns(algo: Algorithm, rounds: Optional[ExactRounds], k: int, start
 
 def _run_scenario(p: AlgorithmParams, seed: int) -> dict:
     """Each algorithm on ``sequences`` sequences of one n-gram scenario, in ``chunks`` calls."""
-    from harness.scenarios import load_scenario
+    from harness.laws.scenarios import load_scenario
     sc = load_scenario(p.source)
     check_arg(sc.exact, "algorithms.scenarios", p.source, "n-gram scenarios (builder 'ngram')")
     target, draft = sc.build()

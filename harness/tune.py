@@ -48,7 +48,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     ap.add_argument("--context", default="512,4096", help="comma-separated context lengths (tokens)")
     ap.add_argument("--prompts", type=Path, default=None, help="a text file, one prompt a line (default: built-in)")
-    ap.add_argument("--algorithms", default="chain,block,tree2", help="comma-separated (harness.algorithms names)")
+    ap.add_argument("--algorithms", default="chain,block,tree2", help="comma-separated (harness.laws.algorithms names)")
     ap.add_argument("--k", default="1,2,3,4,6,8", help="comma-separated draft lengths")
     ap.add_argument("--n-sequences", type=int, default=64, help="prompts used for acceptance")
     ap.add_argument("--max-new-tokens", type=int, default=48)
@@ -74,7 +74,7 @@ def _ints(option: str, text: str) -> list[int]:
 
 def _check(args):
     """Every option, before any work: (hardware or None for local, algorithms, ks, batches, contexts)."""
-    from harness.algorithms import Algorithm
+    from harness.laws.algorithms import Algorithm
     from harness.core.errors import UsageError
     from harness.core.options import check_option, check_out, check_seed, check_threads
     from harness.roofline import ConfigError, hardware_names, load_hardware
@@ -154,7 +154,7 @@ def _prompts(args, target) -> list[list[int]]:
 @torch.no_grad()
 def measure_acceptance(target, draft, prompts, algorithms, ks, max_new_tokens: int, seed: int = 0):
     """(acceptance rows per (algorithm, k): E and its 95 % interval; the chain's alpha per position at max k)."""
-    from harness.algorithms import Algorithm
+    from harness.laws.algorithms import Algorithm
     from harness.stats import clopper_pearson
     rows, alpha = [], pd.DataFrame()
     for name in algorithms:
@@ -181,7 +181,7 @@ def measure_acceptance(target, draft, prompts, algorithms, ks, max_new_tokens: i
 
 def _tokens_scored(algorithms, ks) -> tuple[list[int], list[int]]:
     """(target n, draft n) every round of these algorithms scores (harness.roofline_speedup.round_seconds)."""
-    from harness.algorithms import Algorithm
+    from harness.laws.algorithms import Algorithm
     from harness.costmodel_tree import draft_tokens_per_call
     tn, dn = {1}, {1, 2}
     for name in algorithms:

@@ -65,7 +65,7 @@ def test_other_kinds_in_the_same_folder_stay(tmp_path):
 
 
 def test_verify_rerun_without_figures_leaves_no_stale_figures(tmp_path):
-    from harness.scenarios import load_scenario, load_settings
+    from harness.laws.scenarios import load_scenario, load_settings
     from harness.verify.pipeline import verify
     out = tmp_path / "out"
     kw = dict(sampler=None, sampler_label="reference", scenarios=[load_scenario("base")], settings=load_settings(),

@@ -1,5 +1,5 @@
 """Block verification (specimpl.block): the pure step by hand and exactly, its sampler against the exact
-laws of harness.exact_tree, and the published example of Sun et al. (target (1/3, 2/3), draft (2/3, 1/3),
+laws of harness.laws.rounds, and the published example of Sun et al. (target (1/3, 2/3), draft (2/3, 1/3),
 k = 2: 10/9 accepted drafts per block token by token, 11/9 with block verification).
 
 Statistical tests use a per-test false-alarm rate of 1e-6 (a lossless sampler fails one with
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.bugs_tree import quick_law_check
-from harness.exact_tree import ExactRounds, accepted_mean_test
+from harness.laws.rounds import ExactRounds, accepted_mean_test
 from specimpl import NGramModel, SamplingConfig, noisy_draft, random_ngram, speculative_generate
 from specimpl.block import BlockSampler, block_generate, block_weights, verify_block_jointly
 from specimpl.speculative import verify_block
@@ -168,7 +168,7 @@ def test_law_with_eos_topk_ragged_blocks():
 
 
 def test_acceptance_statistics_match_the_exact_law_over_a_generation():
-    """SpecStats of a whole generation (EOS, truncation) against harness.exact_tree.acceptance_law: the
+    """SpecStats of a whole generation (EOS, truncation) against harness.laws.rounds.acceptance_law: the
     per-sequence histogram of accepted drafts, within 6 standard errors of its exact expectation (normal
     approximation, two-sided 2e-9 per cell; the variance bounded by E[count^2] <= N E[count])."""
     t = random_ngram(5, 2, concentration=0.6, seed=2)

@@ -12,8 +12,8 @@ import torch
 
 from harness.battery import Accumulator, plan_tests
 from harness.bugs import BUGGY, CATALOGUE, LOSSLESS, VN_CONTROLS, as_sampler_function, get_control
-from harness.exact import ExactLaw
-from harness.scenarios import list_scenarios, load_scenario
+from harness.laws.ngram import ExactLaw
+from harness.laws.scenarios import list_scenarios, load_scenario
 from specimpl.speculative import SpeculativeSampler
 
 FAMILY_LEVEL = 1e-6

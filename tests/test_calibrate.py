@@ -6,7 +6,7 @@ import pytest
 from harness.calibrate import _kinds, _ks_per_kind, _pvalues, qq_figure
 from harness.cli import main
 from harness.core.provenance import atomic_write_parquet
-from harness.scenarios import load_scenario, load_settings
+from harness.laws.scenarios import load_scenario, load_settings
 
 
 def _fake_pvalues(seed=0, n=400):

@@ -5,7 +5,7 @@ from scipy import stats as sps
 
 from harness import stats
 from harness.calibrate_null import GATE_LEVEL, NullCase, _rate_row, exact_size, null_cases, simulate
-from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 
 
 def _binomial_chi2_size(n, e, alpha, pvalue):

@@ -13,7 +13,7 @@ from harness.stats.bounds import _binomial_mad
 from harness.battery import tv_interval, tv_interval_expected_upper, tv_interval_n_for
 from harness.cli import main
 from harness.core.errors import UsageError
-from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import epsilons_for, parse_epsilon_option
 
 
@@ -135,8 +135,8 @@ def test_warp_guard_refuses_a_support_flip_the_old_tv_guard_missed():
     compared now; every shipped scenario still loads."""
     from types import SimpleNamespace
 
-    from harness.exact import warp_mismatch, warp_support_mismatch
-    from harness.scenarios import list_scenarios
+    from harness.laws.ngram import warp_mismatch, warp_support_mismatch
+    from harness.laws.scenarios import list_scenarios
     from harness.verify.draw import scenario_law
     from specimpl import SamplingConfig
     from specimpl.ngram import NGramModel

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from harness.battery import (AcceptancePlan, _acc_lengths, acceptance_notes, hoeffding_test, hotelling_test,
                              plan_acceptance)
-from harness.exact import ExactLaw, warp_mismatch
-from harness.scenarios import load_scenario, load_settings, scenario_from_dict
+from harness.laws.ngram import ExactLaw, warp_mismatch
+from harness.laws.scenarios import load_scenario, load_settings, scenario_from_dict
 from harness.verify import verify
 
 SETTINGS = load_settings()

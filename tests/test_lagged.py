@@ -7,9 +7,9 @@ import torch
 from harness import stats
 from harness.battery import Accumulator, plan_tests
 from harness.bugs import get_control
-from harness.exact import ExactLaw
+from harness.laws.ngram import ExactLaw
 from harness.stats.lagged import LaggedTables
-from harness.scenarios import load_scenario
+from harness.laws.scenarios import load_scenario
 from specimpl.speculative import speculative_generate
 
 

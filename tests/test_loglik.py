@@ -9,11 +9,11 @@ import torch
 
 from harness.battery import Accumulator, plan_pit_value_tests, plan_tests
 from harness.bugs import get_control
-from harness.exact import ExactLaw
+from harness.laws.ngram import ExactLaw
 from harness.stats.loglik import (MIXTURE_SCALE, LoglikSums, bernstein_min_detectable_shift, bernstein_n_for_shift,
                             edgeworth_ok, loglik_test, martingale_terms, martingale_test, min_detectable_shift,
                             mixture_min_detectable_shift, mixture_n_for_shift, mixture_pvalue, n_for_shift)
-from harness.scenarios import load_scenario
+from harness.laws.scenarios import load_scenario
 from specimpl.ngram import random_ngram
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate

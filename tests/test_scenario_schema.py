@@ -7,7 +7,7 @@ import pytest
 from harness.cli import main
 from harness.core.config import VERIFY_DIR
 from harness.core.errors import UsageError
-from harness.scenarios import list_scenarios, load_scenario, load_settings
+from harness.laws.scenarios import list_scenarios, load_scenario, load_settings
 
 
 def _dir(tmp_path, text, default_extra=""):

@@ -10,7 +10,7 @@ from harness.core.backends import LocalPool, SerialBackend
 from harness.bugs import CATALOGUE
 from harness.cli import main
 from harness.core.errors import UsageError
-from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify import pipeline
 from harness.verify.sequential import FAMILY, RunEProcess, sequential_level
 

@@ -13,7 +13,7 @@ from harness.core.backends import LocalPool, SerialBackend, TaskLost, check_back
 from harness.battery import Accumulator, pit_of_codes, state_symbol_codes
 from harness.cli import main
 from harness.core.errors import UsageError
-from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify import pipeline
 from harness.verify.draw import scenario_law
 from harness.verify.shards import resolve_sampler, sampler_recipe
@@ -122,7 +122,7 @@ def test_codes_and_pit_pairs_match_the_exact_law_and_stats():
 def test_sampler_recipes_resolve_to_the_same_function():
     from harness.bugs import CATALOGUE
     from harness.bugs_tree import CATALOGUE as TREE
-    from harness.algorithms import Algorithm
+    from harness.laws.algorithms import Algorithm
     assert sampler_recipe(speculative_generate, "reference")[0] == "import"
     for c in (CATALOGUE[0], TREE[0]):
         r = sampler_recipe(c.sampler, c.name)

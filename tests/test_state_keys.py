@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from harness.core import fingerprint as fpmod
-from harness.scenarios import load_scenario, load_settings
+from harness.laws.scenarios import load_scenario, load_settings
 from harness.verify import draw as drawmod
 from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler

@@ -8,7 +8,7 @@ import torch
 
 from harness import costmodel as cm
 from harness.costmodel_tree import TimedTreeModel, draft_tokens_per_call, round_seconds, tree_speedup
-from harness.exact_tree import ExactRounds, block_round_law, tree_round_law
+from harness.laws.rounds import ExactRounds, block_round_law, tree_round_law
 from harness.synthetic import CallCost, VirtualClock, synthetic_pair
 from harness.sweep_algorithms import Algorithm
 from specimpl.ngram import disjoint_draft, random_ngram

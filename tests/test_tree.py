@@ -1,6 +1,6 @@
 """Token-tree verification (specimpl.tree, specimpl.tree_models): tree shapes, the pure step by hand,
 one chain = the token-level rule bit for bit, the n-gram tree forward against sequential scoring, and
-the samplers against the exact laws of harness.exact_tree (accepted drafts per round) and the target's
+the samplers against the exact laws of harness.laws.rounds (accepted drafts per round) and the target's
 exact law (output), with and without replacement.
 
 Statistical tests: per-test false-alarm rate 1e-6 (Bonferroni inside a test), fixed seeds.
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from harness.bugs_tree import quick_law_check
-from harness.exact import ExactLaw
-from harness.exact_tree import ExactRounds, accepted_mean_test
+from harness.laws.ngram import ExactLaw
+from harness.laws.rounds import ExactRounds, accepted_mean_test
 from harness.stats import chi2_gof
 from specimpl import NGramModel, SamplingConfig, noisy_draft, random_ngram
 from specimpl.speculative import SpeculativeSampler, verify_block

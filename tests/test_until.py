@@ -6,7 +6,7 @@ import json
 import pytest
 
 from harness.cli import main
-from harness.scenarios import SCENARIO_DIR, load_settings
+from harness.laws.scenarios import SCENARIO_DIR, load_settings
 from harness.verify.until import round_draws, round_seed, round_settings
 
 LOOSE = ("--epsilon", "position=0.3,pair=0.5,joint=0.5,real=0.5")  # what ~120+ tiny-scenario sequences certify

@@ -17,8 +17,8 @@ from harness.battery import (TEST_COLUMNS, chunk_t_min_detectable, chunk_t_n_for
 from harness.stats import clopper_pearson
 from harness.bugs import AcceptEverything, as_sampler_function
 from harness.cli import main
-from harness.exact import ExactLaw
-from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.laws.ngram import ExactLaw
+from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify import SamplerSpecError, load_sampler
 from specimpl import SamplingConfig, speculative_generate
 from specimpl.ngram import exact_acceptance, exact_joint, exact_marginals, noisy_draft, random_ngram

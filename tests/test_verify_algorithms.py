@@ -9,12 +9,12 @@ fixed seed; ~30 s on one core.
 import numpy as np
 import pytest
 
-from harness.algorithms import Algorithm, acceptance_for
+from harness.laws.algorithms import Algorithm, acceptance_for
 from harness.battery import plan_tests
 from harness.bugs_tree import CATALOGUE, get_control
-from harness.exact import ExactLaw
-from harness.exact_tree import ExactRounds
-from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.laws.ngram import ExactLaw
+from harness.laws.rounds import ExactRounds
+from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.draw import RunState, draw_all
 from harness.verify.family import evaluate_family, plan_family
 from harness.verify.runs import (RunSet, Sizes, algorithm_exact_runs, algorithm_runs, baselines_for,

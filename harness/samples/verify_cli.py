@@ -75,7 +75,7 @@ class SamplesVerdict:
 
 
 def _settings(alpha: Optional[float]):
-    from harness.scenarios import load_settings
+    from harness.laws.scenarios import load_settings
     s = load_settings()
     return dataclasses.replace(s, family_alpha=alpha) if alpha is not None else s
 

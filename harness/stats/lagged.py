@@ -9,7 +9,7 @@ holds, for one exact-law run, the sufficient statistics of two groups of tests p
   pairs per lag (:func:`harness.stats.pit_pair_phases`; lag 1 stays in ``Accumulator.pit_pairs``).  The
   PIT values are the accumulator's own (one uniform per token, drawn once): no extra randomness.
 * the counts of the symbols at positions [N − J, N) (the ``tail`` joint; none when N ≤ J, where it would
-  repeat the first-J joint), tested against :meth:`harness.exact.ExactLaw.joint_at`.
+  repeat the first-J joint), tested against :meth:`harness.laws.ngram.ExactLaw.joint_at`.
 
 Mergeable (:meth:`LaggedTables.merge`), so sharded runs can add their parts.
 """

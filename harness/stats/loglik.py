@@ -1,6 +1,6 @@
 """The whole-sequence log-likelihood test: no enumeration of sequences, any length, real models too.
 
-n-gram laws (an exact law, :class:`harness.exact.ExactLaw`).  S = Σ_t log P(x_t | state_t) over a
+n-gram laws (an exact law, :class:`harness.laws.ngram.ExactLaw`).  S = Σ_t log P(x_t | state_t) over a
 whole N-symbol sequence (PAD after EOS adds log 1 = 0) has an exact mean μ, variance σ² and third
 central moment under the target (:meth:`ExactLaw.logprob_moments`, dynamic programming on the chain).
 Over n independent sequences of a sampler, :func:`loglik_test` tests Σ S against n μ:
@@ -154,7 +154,7 @@ def edgeworth_ok(n: int, skewness: float, alpha: float) -> bool:
 
 def loglik_test(sums: LoglikSums, moments, *, alpha: float, power: float) -> LoglikResult:
     """Test that the mean of S over ``sums``'s sequences is the exact ``moments.mean``
-    (:class:`harness.exact.LogprobMoments`): z test where :func:`edgeworth_ok`, else Bernstein."""
+    (:class:`harness.laws.ngram.LogprobMoments`): z test where :func:`edgeworth_ok`, else Bernstein."""
     n, mu, var = sums.n, moments.mean, moments.var
     sd = math.sqrt(var)
     obs = sums.total / n if n else math.nan

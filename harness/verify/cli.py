@@ -16,14 +16,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.algorithms import NAMES, Algorithm
+from harness.laws.algorithms import NAMES, Algorithm
 from harness.core.backends import Backend, add_backend_arguments, check_backend_options, make_backend
 from harness.core.config import RESULTS, overlay, read_toml
 from harness.core.errors import UsageError
 from harness.core.threads import with_threads
 from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
-from harness.scenarios import SCENARIO_DIR, load_scenario, load_settings
+from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import parse_epsilon_option
 from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler, sampler_failure

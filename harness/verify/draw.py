@@ -36,7 +36,7 @@ from harness import stats
 from harness.core.backends import Backend, SerialBackend, TaskLost
 from harness.battery import Accumulator, plan_chunks
 from harness.core.config import derive_seed
-from harness.exact import ExactLaw, warp_mismatch, warp_support_mismatch
+from harness.laws.ngram import ExactLaw, warp_mismatch, warp_support_mismatch
 from harness.core.fingerprint import code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint, short
 from harness.core.provenance import atomic_write_bytes
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
-from harness.algorithms import acceptance_for
+from harness.laws.algorithms import acceptance_for
 from harness.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, plan_pit_value_tests, plan_tests,
                              plan_von_neumann_tests)
 from harness.core.forkmap import fork_map
@@ -102,7 +102,7 @@ def _loglik_of(draw):
 def run_acceptance(r, law, cache: Optional[dict] = None, notes: Optional[list] = None):
     """The exact acceptance law a run is judged against (:func:`harness.battery.plan_tests`'s
     ``acceptance``): None for the chain rule (the scenario law's own), else its algorithm's law
-    (:func:`harness.algorithms.acceptance_for`, cached per scenario, algorithm and k in ``cache``), or
+    (:func:`harness.laws.algorithms.acceptance_for`, cached per scenario, algorithm and k in ``cache``), or
     False, with a note, where the algorithm has no exact law there."""
     if r.algorithm == "chain":
         return None

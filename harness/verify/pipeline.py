@@ -15,7 +15,7 @@ import pandas as pd
 
 from harness.core.backends import Backend
 from harness.realmodel import RealModelSpec
-from harness.scenarios import SCENARIO_DIR
+from harness.laws.scenarios import SCENARIO_DIR
 from harness.verify import report
 from harness.verify.draw import RunState, draw_all, draw_von_neumann
 from harness.verify.family import FamilyLevels, evaluate_family, family_config, plan_family
@@ -58,7 +58,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     scenario's settings (None: no real-model scenario); the sampler under test draws
     ``real_model_sequences`` (default: the spec's, or its ``full_n_sequences`` with ``full``) and, with
     ``real_model_controls`` (default: ``controls``), the spec's controls run too.  ``algorithm``: the
-    verification algorithm (:class:`harness.algorithms.Algorithm` name) whose exact acceptance law the
+    verification algorithm (:class:`harness.laws.algorithms.Algorithm` name) whose exact acceptance law the
     sampler is judged against (default: the sampler's ``algorithm`` attribute, else ``chain``); with the
     reference sampler, the block / tree reference runs and controls of default.toml's ``[algorithms]``
     join the run.  ``backend``: where the exact-law shards are drawn (:mod:`harness.core.backends`; None: in

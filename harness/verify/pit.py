@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 from harness.core.config import RESULTS
 from harness.realmodel import RealModelSpec
-from harness.scenarios import load_settings
+from harness.laws.scenarios import load_settings
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_unique
 from harness.core.threads import with_threads

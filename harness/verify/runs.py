@@ -25,7 +25,7 @@ from typing import Callable, Optional
 from harness.battery import Accumulator
 from harness.core.config import derive_seed
 from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
-from harness.scenarios import Scenario, load_scenario
+from harness.laws.scenarios import Scenario, load_scenario
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 
@@ -41,7 +41,7 @@ UNDER_TEST = ("reference", "sampler")
 class RunSpec:
     """One sampler on one scenario.  role: 'reference' | 'sampler' | 'lossy' | 'lossy-by-design' | 'lossless'.
     ``algorithm``: the verification algorithm whose exact acceptance law the run is judged against
-    (:class:`harness.algorithms.Algorithm` name: chain, block, tree<n>[-wor])."""
+    (:class:`harness.laws.algorithms.Algorithm` name: chain, block, tree<n>[-wor])."""
 
     label: str
     role: str
@@ -177,8 +177,8 @@ class AlgorithmRuns:
 
 def algorithm_runs(scenario_dir: Path) -> Optional[AlgorithmRuns]:
     """The ``[algorithms]`` table of ``scenario_dir``'s default.toml (None when it has none)."""
-    from harness.algorithms import Algorithm
-    from harness.scenarios import read_defaults
+    from harness.laws.algorithms import Algorithm
+    from harness.laws.scenarios import read_defaults
     table = read_defaults(scenario_dir).get("algorithms")
     if table is None:
         return None
@@ -203,7 +203,7 @@ def algorithm_exact_runs(a: AlgorithmRuns, chosen: dict, cache: dict, sizes: Siz
                     scenario_dir: Path) -> list[RunSpec]:
     """Block / tree reference runs on the chosen scenarios they list, then the block / tree controls.
     Sizes: ``a``'s; given --draws / --control-draws (``sizes.explicit``) no more than those."""
-    from harness.algorithms import Algorithm
+    from harness.laws.algorithms import Algorithm
     from harness.bugs_tree import CATALOGUE as TREE_CATALOGUE
     draws = a.full_draws if full else a.draws
     control_draws = a.full_control_draws if full else a.control_draws

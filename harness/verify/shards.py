@@ -196,7 +196,7 @@ def _resolve(recipe: tuple) -> Callable:
     if kind == "control":
         return importlib.import_module(recipe[1]).get_control(recipe[2]).sampler
     if kind == "algorithm":
-        from harness.algorithms import Algorithm
+        from harness.laws.algorithms import Algorithm
         return Algorithm.parse(recipe[1], "algorithm").sampler()
     if kind == "import":
         obj = importlib.import_module(recipe[1])

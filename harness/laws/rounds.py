@@ -2,7 +2,7 @@
 
 Notation as in :mod:`specimpl.block` and :mod:`specimpl.tree`: P, Q the warped target and draft tables
 at one common order (contexts c = 0..C-1, ``nxt[c, x]`` the context after token x), k drafts, D the
-depth of a tree, n the drafts accepted in a round (0..k or 0..D), EOS as in :mod:`harness.exact`.
+depth of a tree, n the drafts accepted in a round (0..k or 0..D), EOS as in :mod:`harness.laws.ngram`.
 
 A *round law* is an array ``out`` (C, D+1, C, 2): from the context c after the round's pending token,
 the probability that the round accepts n drafts, ends in context c' (after its final token) and emits
@@ -18,7 +18,7 @@ an EOS among its tokens (flag 1).  It is computed exactly:
   (:func:`tree_round_law`).  One chain with replacement is the token-level rule.
 
 :func:`acceptance_law` propagates a round law over a generation of N tokens exactly as
-:meth:`harness.exact.ExactLaw.acceptance_law` does for the reference sampler, giving the expected
+:meth:`harness.laws.ngram.ExactLaw.acceptance_law` does for the reference sampler, giving the expected
 per-sequence :class:`specimpl.speculative.SpecStats` counts; :class:`ExactRounds` ties it to a pair of
 n-gram models.  Everything is float64 numpy.
 """
@@ -30,7 +30,7 @@ from typing import Optional
 
 import numpy as np
 
-from harness.exact import AcceptanceLaw
+from harness.laws.ngram import AcceptanceLaw
 from specimpl.errors import check_arg
 from specimpl.ngram import NGramModel, context_of, warped_table
 from specimpl.sampling import SamplingConfig
@@ -273,10 +273,10 @@ class ExactRounds:
 
     @classmethod
     def from_law(cls, law) -> "ExactRounds":
-        """The round laws of the scenario whose :class:`harness.exact.ExactLaw` is ``law``: its warped
+        """The round laws of the scenario whose :class:`harness.laws.ngram.ExactLaw` is ``law``: its warped
         tables, start context, length and EOS, reused as they are (nothing recomputed)."""
         check_arg(all(hasattr(law, a) for a in ("P", "Q", "nxt", "start", "N", "eos")) and law.Q is not None,
-                  "law", type(law).__name__, "a harness.exact.ExactLaw with a draft")
+                  "law", type(law).__name__, "a harness.laws.ngram.ExactLaw with a draft")
         self = cls.__new__(cls)
         self.P, self.Q, self.nxt = law.P, law.Q, law.nxt
         self.start, self.n_tokens, self.eos = law.start, law.N, law.eos

@@ -6,7 +6,7 @@ default scenario list) and the defaults every scenario inherits (``[scenario]``)
 (target and draft constructors with their parameters) × sampling controls × k × length × prompt (× EOS).
 
 Model pairs are built by a *builder*: ``"ngram"`` (tabular toy models of :mod:`specimpl.ngram`, whose
-exact law :class:`harness.exact.ExactLaw` gives) or ``"package.module:function"`` taking the scenario's
+exact law :class:`harness.laws.ngram.ExactLaw` gives) or ``"package.module:function"`` taking the scenario's
 ``[target]`` and ``[draft]`` tables and returning ``(target, draft)`` LanguageModels (real models: no
 exact law, so the battery uses its target-scoring tests only).
 

@@ -4,7 +4,7 @@ Names: ``chain`` (token-level, the reference sampler :func:`specimpl.speculative
 (Sun et al. 2024, :func:`specimpl.block.block_generate`), ``tree<n>`` (n i.i.d. chains verified by
 recursive rejection sampling, :func:`specimpl.tree.tree_generate`) and ``tree<n>-wor`` (the same tree
 drawn without replacement); k is the depth.  :meth:`Algorithm.round_law` is the algorithm's exact
-round law on an n-gram pair (:mod:`harness.exact_tree`), :func:`acceptance_for` its expected
+round law on an n-gram pair (:mod:`harness.laws.rounds`), :func:`acceptance_for` its expected
 per-sequence SpecStats counts on a scenario's exact law (what the acceptance tests of
 :func:`harness.battery.plan_tests` compare a run against).
 """
@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from harness.exact_tree import ExactRounds, RoundLaw, acceptance_law
+from harness.laws.rounds import ExactRounds, RoundLaw, acceptance_law
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
 
@@ -24,7 +24,7 @@ __all__ = ["Algorithm", "acceptance_for", "NAMES"]
 
 NAMES = "'chain', 'block', 'tree<n>' or 'tree<n>-wor' (n >= 1)"
 _NAME = re.compile(r"^(chain|block|tree(\d+)(-wor)?)$")
-_ENUM_LIMIT = 4_000_000  # C V^k block enumeration (harness.exact_tree.block_round_law's own limit)
+_ENUM_LIMIT = 4_000_000  # C V^k block enumeration (harness.laws.rounds.block_round_law's own limit)
 _WOR_LIMIT = 200_000  # C V^(n-1) sequences of rejected siblings enumerated without replacement
 
 
@@ -93,8 +93,8 @@ class Algorithm:
 
 
 def acceptance_for(algorithm: str, law, k: int):
-    """Expected per-sequence SpecStats counts (:class:`harness.exact.AcceptanceLaw`) of ``algorithm`` on
-    the scenario whose exact law is ``law`` (:class:`harness.exact.ExactLaw`): the reference sampler's
+    """Expected per-sequence SpecStats counts (:class:`harness.laws.ngram.AcceptanceLaw`) of ``algorithm`` on
+    the scenario whose exact law is ``law`` (:class:`harness.laws.ngram.ExactLaw`): the reference sampler's
     own law for ``chain``, else the round law propagated over the generation."""
     algo = Algorithm.parse(algorithm, "algorithm")
     if algo.kind == "chain":
