@@ -268,7 +268,7 @@ GOOD_SAMPLER = """
 """
 
 LOSSY_SAMPLER = """
-    # a lossy sampler: the acceptance uniforms are 0, so every draft is accepted (harness.bugs.AcceptEverything)
+    # a lossy sampler: the acceptance uniforms are 0, so every draft is accepted (harness.controls.chain.AcceptEverything)
     import torch
     from specimpl import SamplingConfig, SpeculativeSampler
 

@@ -175,7 +175,7 @@ class RealModelSpec:
                        asks for it explicitly)
     n_sequences        sequences of the sampler under test (× max_new_tokens tokens); ``full_n_sequences``
                        with ``--full``
-    controls           control name -> sequences: names from ``specimpl.hf_bugs.HF_BUGS`` (must be caught)
+    controls           control name -> sequences: names from ``harness.controls.hf.HF_BUGS`` (must be caught)
                        and ``HF_LOSSLESS_CONTROLS`` (must pass); run only for the reference sampler
     """
 
@@ -192,7 +192,7 @@ class RealModelSpec:
 
     def control_samplers(self) -> list[tuple[str, str, Callable, int]]:
         """(name, role 'lossy' | 'lossless', sampler, sequences) per control."""
-        from specimpl import hf_bugs
+        from harness.controls import hf as hf_bugs
         out = []
         for name, n in self.controls:
             if name in hf_bugs.HF_BUGS:
@@ -205,7 +205,7 @@ class RealModelSpec:
 def load_real_model_spec(table: Optional[dict]) -> RealModelSpec:
     """A :class:`RealModelSpec` from a parsed ``[real_model]`` TOML table (None or {}: the defaults).
     Bad values raise ValueError naming the key."""
-    from specimpl import hf_bugs
+    from harness.controls import hf as hf_bugs
     t = dict(table or {})
     known = {"enabled", "n_sequences", "full_n_sequences", "max_new_tokens", "k", "prompt_lengths", "batch_size",
              "sampling", "controls"}

@@ -21,7 +21,7 @@ What lives here: :func:`verify_block`, the accept/resample step, a pure function
 (uniforms included) so tests can hand it fixed numbers; :class:`SpeculativeSampler`, the round
 loop over any :class:`specimpl.model.LanguageModel`, which draws those uniforms from an explicit
 ``torch.Generator`` (the same seed gives bit-identical output) and whose steps are small methods
-so a catalogue of buggy variants can override exactly one (see ``harness.bugs``); and
+so a catalogue of buggy variants can override exactly one (see ``harness.controls.chain``); and
 :func:`speculative_generate`, the sampler call signature the harness verifies.  The same round
 loop on lookup tables, for n-gram toy models, is :mod:`specimpl.tabular`; the output type is
 :mod:`specimpl.result`.

@@ -18,7 +18,7 @@ They are used only where a caller opts in: ``SpeculativeSampler(..., tabular=Tru
 :func:`specimpl.speculative.speculative_generate` passes) and ``autoregressive_generate(...,
 tabular=True)`` (the default); :func:`is_tabular_pair` / :func:`is_tabular_model` say whether the
 models qualify.  A sampler variant that overrides a step of the reference (the controls in
-``harness.bugs``) does not opt in and runs the generic loop.
+``harness.controls.chain``) does not opt in and runs the generic loop.
 
 Notation as in :mod:`specimpl.speculative`.  J is the joint context id of a sequence at order
 m = max(target.order, draft.order), one of C = V^(m-1); appending token x maps J -> (J V + x) mod C.

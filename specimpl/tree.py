@@ -256,7 +256,7 @@ class TreeSampler:
     target scores [pending, all N nodes] in one ``forward_tree``; both commit [pending, accepted path].
 
     Subclass and override one of :meth:`warp_target`, :meth:`warp_draft`, :meth:`draw_children`,
-    :meth:`uniforms`, :meth:`proposal_laws`, :meth:`verify` to build a variant (see ``harness.bugs_tree``).
+    :meth:`uniforms`, :meth:`proposal_laws`, :meth:`verify` to build a variant (see ``harness.controls.tree``).
     """
 
     compact_below = 0.5  # as the reference sampler: keeps the uniforms' batch layout identical

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.bugs_tree import quick_law_check
+from harness.controls.tree import quick_law_check
 from harness.laws.rounds import ExactRounds, accepted_mean_test
 from specimpl import NGramModel, SamplingConfig, noisy_draft, random_ngram, speculative_generate
 from specimpl.block import BlockSampler, block_generate, block_weights, verify_block_jointly

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.battery import Accumulator, plan_tests
-from harness.bugs import BUGGY, CATALOGUE, LOSSLESS, VN_CONTROLS, as_sampler_function, get_control
+from harness.controls.chain import BUGGY, CATALOGUE, LOSSLESS, VN_CONTROLS, as_sampler_function, get_control
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import list_scenarios, load_scenario
 from specimpl.speculative import SpeculativeSampler

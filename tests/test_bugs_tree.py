@@ -1,8 +1,8 @@
-"""Controls for block and tree verification (harness.bugs_tree): every buggy sampler differs from the
+"""Controls for block and tree verification (harness.controls.tree): every buggy sampler differs from the
 target in law, every lossless one does not, each changes one step.
 
 One fixed-seed run per control (60,000 sequences; 150,000 for the subtle token-residual bug) of the
-small trigram scenario of :func:`harness.bugs_tree.control_scenario`, χ² of every position and of the
+small trigram scenario of :func:`harness.controls.tree.control_scenario`, χ² of every position and of the
 joint of 3 tokens against the exact law, Bonferroni at a family level of 1e-6: a lossless control
 fails with probability <= 1e-6.
 """
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from harness.bugs_tree import BUGGY, CATALOGUE, LOSSLESS, get_control, quick_law_check
+from harness.controls.tree import BUGGY, CATALOGUE, LOSSLESS, get_control, quick_law_check
 from specimpl.block import BlockSampler
 from specimpl.tree import TreeSampler
 

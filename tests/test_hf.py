@@ -321,7 +321,7 @@ def test_shipped_pair_is_small_and_matches():
 @pytest.mark.parametrize("bug", ["kv_not_rolled_back", "ragged_shared_positions", "ragged_leaky_mask"])
 def test_wrapper_bugs_break_greedy_equality(pair, bug):
     """Greedy equality alone already exposes each cache/mask/position bug on a ragged batch."""
-    from specimpl.hf_bugs import HF_BUGS
+    from harness.controls.hf import HF_BUGS
     target, draft = pair
     prompts = tiny_pair_prompts(16, length=40, min_length=4, seed=21)
     ref = autoregressive_generate(target, prompts, max_new_tokens=24, config=GREEDY)
@@ -331,7 +331,7 @@ def test_wrapper_bugs_break_greedy_equality(pair, bug):
 
 def test_draft_cache_not_rolled_back_is_lossless_in_greedy(pair):
     """Only q changes (it is still the law the draft drew from): output identical, acceptance lower."""
-    from specimpl.hf_bugs import draft_no_rollback_generate
+    from harness.controls.hf import draft_no_rollback_generate
     target, draft = pair
     prompts = tiny_pair_prompts(16, length=40, min_length=4, seed=22)
     ref = speculative_generate(target, draft, prompts, k=4, max_new_tokens=24, config=GREEDY)

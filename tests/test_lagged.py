@@ -6,7 +6,7 @@ import torch
 
 from harness import stats
 from harness.battery import Accumulator, plan_tests
-from harness.bugs import get_control
+from harness.controls.chain import get_control
 from harness.laws.ngram import ExactLaw
 from harness.stats.lagged import LaggedTables
 from harness.laws.scenarios import load_scenario

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.battery import Accumulator, plan_pit_value_tests, plan_tests
-from harness.bugs import get_control
+from harness.controls.chain import get_control
 from harness.laws.ngram import ExactLaw
 from harness.stats.loglik import (MIXTURE_SCALE, LoglikSums, bernstein_min_detectable_shift, bernstein_n_for_shift,
                             edgeworth_ok, loglik_test, martingale_terms, martingale_test, min_detectable_shift,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness.core.backends import LocalPool, SerialBackend
-from harness.bugs import CATALOGUE
+from harness.controls.chain import CATALOGUE
 from harness.cli import main
 from harness.core.errors import UsageError
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings

@@ -120,8 +120,8 @@ def test_codes_and_pit_pairs_match_the_exact_law_and_stats():
 
 
 def test_sampler_recipes_resolve_to_the_same_function():
-    from harness.bugs import CATALOGUE
-    from harness.bugs_tree import CATALOGUE as TREE
+    from harness.controls.chain import CATALOGUE
+    from harness.controls.tree import CATALOGUE as TREE
     from harness.laws.algorithms import Algorithm
     assert sampler_recipe(speculative_generate, "reference")[0] == "import"
     for c in (CATALOGUE[0], TREE[0]):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.bugs_tree import quick_law_check
+from harness.controls.tree import quick_law_check
 from harness.laws.ngram import ExactLaw
 from harness.laws.rounds import ExactRounds, accepted_mean_test
 from harness.stats import chi2_gof

@@ -15,7 +15,7 @@ from conftest import TINY  # the shared tiny scenario (tests/conftest.py, with t
 from harness.battery import (TEST_COLUMNS, chunk_t_min_detectable, chunk_t_n_for_deviation, chunk_t_test,
                              hotelling_test, ks_uniform_binned, plan_chunks, tv_interval)
 from harness.stats import clopper_pearson
-from harness.bugs import AcceptEverything, as_sampler_function
+from harness.controls.chain import AcceptEverything, as_sampler_function
 from harness.cli import main
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
@@ -104,8 +104,8 @@ def test_sampler_with_wrong_output_fails_with_reason(scen_dir, tmp_path):
     ("specimpl", "must be 'package.module:function'"),
     ("a:b:c", "must be 'package.module:function'"),
     ("no_such_pkg.mod:fn", "No module named 'no_such_pkg'"),
-    ("harness.bugs:no_such_fn", "no attribute 'no_such_fn'"),
-    ("harness.bugs:CATALOGUE", "must name a callable"),
+    ("harness.controls.chain:no_such_fn", "no attribute 'no_such_fn'"),
+    ("harness.controls.chain:CATALOGUE", "must name a callable"),
     ("/no/such/file.py:fn", "does not exist"),
 ])
 def test_bad_sampler_spec_names_the_argument(spec, fragment, capsys, scen_dir, tmp_path):

@@ -1,6 +1,6 @@
 """Block and tree verification inside `python -m harness verify` (issue 12, items 3-4): each algorithm's
 reference sampler judged against its own exact acceptance law (lossless, as efficient as exact), and
-the block / tree controls of harness.bugs_tree in one Holm family (buggy caught, lossless passing).
+the block / tree controls of harness.controls.tree in one Holm family (buggy caught, lossless passing).
 
 The small family run (test_small_family_run) draws the reference runs of default.toml's [algorithms]
 on `base` (30,000 sequences each) and every block / tree control on its scenario (100,000 sequences),
@@ -11,7 +11,7 @@ import pytest
 
 from harness.laws.algorithms import Algorithm, acceptance_for
 from harness.battery import plan_tests
-from harness.bugs_tree import CATALOGUE, get_control
+from harness.controls.tree import CATALOGUE, get_control
 from harness.laws.ngram import ExactLaw
 from harness.laws.rounds import ExactRounds
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings

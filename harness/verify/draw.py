@@ -403,8 +403,8 @@ def _pair_fingerprint(state: RunState) -> Optional[str]:
 # ------------------------------------------------------------------------------------- von Neumann
 def draw_von_neumann(proposals: int, seed: int, controls: bool = True) -> list[VonNeumannRun]:
     """The reference von Neumann sampler at M = 2.8 and 5.6 and (with ``controls``) the broken envelopes
-    of :data:`harness.bugs.VN_CONTROLS`, ``proposals`` proposals each."""
-    from harness.bugs import VN_CONTROLS
+    of :data:`harness.controls.chain.VN_CONTROLS`, ``proposals`` proposals each."""
+    from harness.controls.chain import VN_CONTROLS
     from specimpl.von_neumann import SNUG_M, TwoPeakDensity, two_peak_sampler
     d = TwoPeakDensity.with_peak(SNUG_M)
     cdf = lambda x: np.asarray(d.cdf(np.asarray(x)), dtype=np.float64)  # noqa: E731

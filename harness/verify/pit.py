@@ -14,7 +14,7 @@ drawn (:mod:`harness.verify.draw`), put in one family with a Holm adjustment at 
 (:mod:`harness.verify.report`) by the same code; only the catalogue is larger.
 
 Roles: the reference and ``--sampler`` samplers and the lossless controls must pass, the bugs of
-``specimpl.hf_bugs.HF_BUGS`` must be caught, transformers' assisted generation is a *peer*: reported,
+``harness.controls.hf.HF_BUGS`` must be caught, transformers' assisted generation is a *peer*: reported,
 not judged.  Exit status 0 when every run is as its role requires, 1 otherwise, 2 for bad arguments, 3
 when the reference or a ``--sampler`` failed, 130 when interrupted (:mod:`harness.core.errors`).
 The report goes to ``results/hf/pit/`` (``--out``); an interrupted run resumes from its finished draws.
@@ -67,8 +67,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def catalogue(include_peer: bool) -> dict[str, tuple[str, Callable]]:
     """name -> (role, sampler): the reference sampler, the lossless controls and the bugs of
-    :mod:`specimpl.hf_bugs`, and (``include_peer``) transformers' assisted generation."""
-    from specimpl import hf_bugs
+    :mod:`harness.controls.hf`, and (``include_peer``) transformers' assisted generation."""
+    from harness.controls import hf as hf_bugs
     from specimpl.speculative import speculative_generate
     cat = {"reference": ("reference", speculative_generate)}
     cat.update({n: ("lossless", f) for n, f in hf_bugs.HF_LOSSLESS_CONTROLS.items()})

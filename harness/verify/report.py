@@ -273,7 +273,7 @@ def _scenarios(main, table, runs, laws) -> list[str]:
 def _controls(ctrl) -> list[str]:
     if not len(ctrl):
         return []
-    from harness.bugs import CATALOGUE
+    from harness.controls.chain import CATALOGUE
     cat = {c.name: c for c in CATALOGUE}
     L = ["## Controls (detection table)",
          "Buggy samplers must be caught (a loss test rejects after Holm); lossless ones must pass. "

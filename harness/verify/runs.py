@@ -142,10 +142,10 @@ def exact_runs(fn: Callable, label: str, role: str, scenarios: list, sizes: Size
                scenario_dir: Path, algorithm: str = "chain", algorithms: Optional["AlgorithmRuns"] = None
                ) -> list[RunSpec]:
     """The sampler (judged against ``algorithm``'s acceptance law) on each scenario, then (with
-    ``controls``) every control of :data:`harness.bugs.CATALOGUE` on its own scenario; with ``algorithms``
+    ``controls``) every control of :data:`harness.controls.chain.CATALOGUE` on its own scenario; with ``algorithms``
     the block / tree reference runs on the scenarios they list (those of ``scenarios`` only) and (with
-    ``controls``) the block / tree controls of :data:`harness.bugs_tree.CATALOGUE`."""
-    from harness.bugs import CATALOGUE
+    ``controls``) the block / tree controls of :data:`harness.controls.tree.CATALOGUE`."""
+    from harness.controls.chain import CATALOGUE
     runs = [RunSpec(label, role, fn, sc, max(2, round(sizes.draws * (sc.full_weight if full else sc.weight))),
                     algorithm) for sc in scenarios]
     cache = {sc.name: sc for sc in scenarios}
@@ -164,7 +164,7 @@ def exact_runs(fn: Callable, label: str, role: str, scenarios: list, sizes: Size
 class AlgorithmRuns:
     """The ``[algorithms]`` table of default.toml: sequences per block / tree reference run and per
     block / tree control (``full_*`` with --full), ``runs``: algorithm name -> scenario names, and
-    ``control_scenario``: where the controls that :data:`harness.bugs_tree.CATALOGUE` places on ``base``
+    ``control_scenario``: where the controls that :data:`harness.controls.tree.CATALOGUE` places on ``base``
     run instead (None: on ``base``)."""
 
     draws: int
@@ -192,7 +192,7 @@ def algorithm_runs(scenario_dir: Path) -> Optional[AlgorithmRuns]:
 
 
 def control_algorithm(control) -> str:
-    """The algorithm whose acceptance law a :class:`harness.bugs_tree.TreeControl` is compared with."""
+    """The algorithm whose acceptance law a :class:`harness.controls.tree.TreeControl` is compared with."""
     if control.family == "block":
         return "block"
     n = control.kwargs.get("n_drafts", 2)
@@ -204,7 +204,7 @@ def algorithm_exact_runs(a: AlgorithmRuns, chosen: dict, cache: dict, sizes: Siz
     """Block / tree reference runs on the chosen scenarios they list, then the block / tree controls.
     Sizes: ``a``'s; given --draws / --control-draws (``sizes.explicit``) no more than those."""
     from harness.laws.algorithms import Algorithm
-    from harness.bugs_tree import CATALOGUE as TREE_CATALOGUE
+    from harness.controls.tree import CATALOGUE as TREE_CATALOGUE
     draws = a.full_draws if full else a.draws
     control_draws = a.full_control_draws if full else a.control_draws
     if sizes.explicit:

@@ -11,8 +11,8 @@ p-value is the same whichever process, machine or backend drew which shard.
 
 A :class:`ShardTask` travels to a worker without models or functions: the worker rebuilds the
 scenario's models and exact law (cached per process) and resolves the sampler from a *recipe*
-(:func:`sampler_recipe`: an importable function, a control of :mod:`harness.bugs` /
-:mod:`harness.bugs_tree` by name, a block / tree algorithm by name, a ``--sampler`` file).  A sampler
+(:func:`sampler_recipe`: an importable function, a control of :mod:`harness.controls.chain` /
+:mod:`harness.controls.tree` by name, a block / tree algorithm by name, a ``--sampler`` file).  A sampler
 no recipe reproduces is drawn in the driver (:attr:`ShardTask.portable` False).
 """
 from __future__ import annotations
@@ -139,8 +139,8 @@ def sampler_recipe(fn: Callable, label: str) -> tuple:
 def _candidate_recipes(fn: Callable, label: str):
     inner = getattr(fn, "__wrapped__", fn)
     guarded = inner is not fn
-    yield ("control", "harness.bugs", label)
-    yield ("control", "harness.bugs_tree", label)
+    yield ("control", "harness.controls.chain", label)
+    yield ("control", "harness.controls.tree", label)
     yield ("algorithm", label)
     module, name = getattr(inner, "__module__", None), getattr(inner, "__qualname__", "")
     if module and module in sys.modules and _importable(module):
