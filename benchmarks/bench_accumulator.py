@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from harness import stats
-from harness.battery import Accumulator
+from harness.verify.battery import Accumulator
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import load_scenario
 from specimpl.speculative import speculative_generate

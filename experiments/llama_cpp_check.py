@@ -12,7 +12,7 @@ them too), tests.csv (every test of the family, Holm-adjusted), runs.csv (one ve
 summary.json (provenance included).  This script verifies them in one family:
 
 * scored: every output token's randomized PIT under the float64 HF target (plain sampling: the law is the
-  softmax of the logits), tested by :func:`harness.battery.plan_pit_value_tests` (pooled KS with a DKW
+  softmax of the logits), tested by :func:`harness.verify.battery.plan_pit_value_tests` (pooled KS with a DKW
   bound, KS per position, PIT pairs) for the API runs; the server runs (ragged: EOS and lost bytes end a
   completion early) get pooled and per-position KS only (see :mod:`harness.engines.llama_cpp`);
 * two-sample: speculation on vs off, per-position token homogeneity (χ², cells pooled from the combined
@@ -45,7 +45,7 @@ import pandas as pd
 import torch
 
 from harness import stats
-from harness.battery import TestRow, TestSpec, plan_pit_value_tests
+from harness.verify.battery import TestRow, TestSpec, plan_pit_value_tests
 from harness.engines import llama_cpp as L
 from harness.engines.gguf_export import export_gguf
 from harness.core.provenance import atomic_write_csv, atomic_write_json, metadata

@@ -30,7 +30,7 @@ import torch
 
 from harness.stats import clopper_pearson
 from harness.core.config import RESULTS
-from harness.realmodel import tiny_pair
+from specimpl.hf import load_tiny_pair as tiny_pair
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
 

@@ -38,5 +38,5 @@ def thread_counts(_=None) -> tuple[int, list[int]]:
     (scipy, with its own OpenBLAS) are loaded as a shard task loads them."""
     import torch
     from threadpoolctl import threadpool_info
-    import harness.battery  # noqa: F401
+    import harness.verify.battery  # noqa: F401
     return torch.get_num_threads(), [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]

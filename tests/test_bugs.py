@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.battery import Accumulator, plan_tests
+from harness.verify.battery import Accumulator, plan_tests
 from harness.controls.chain import BUGGY, CATALOGUE, LOSSLESS, VN_CONTROLS, as_sampler_function, get_control
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import list_scenarios, load_scenario

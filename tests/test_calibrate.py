@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.calibrate import _kinds, _ks_per_kind, _pvalues, qq_figure
+from harness.verify.calibrate import _kinds, _ks_per_kind, _pvalues, qq_figure
 from harness.cli import main
 from harness.core.provenance import atomic_write_parquet
 from harness.laws.scenarios import load_scenario, load_settings
@@ -32,7 +32,7 @@ def test_qq_figure_from_stored_results_is_byte_reproducible(tmp_path):
 
 def test_real_model_tests_get_their_own_kinds():
     t = pd.DataFrame({"family": ["pit", "pit"], "test": ["pooled", "pooled"], "scenario": ["base", "real_model"]})
-    from harness.realmodel import REAL_MODEL_SCENARIO
+    from harness.verify.realmodel import REAL_MODEL_SCENARIO
     t.loc[1, "scenario"] = REAL_MODEL_SCENARIO
     assert _kinds(t).tolist() == ["pit.pooled", "real_model:pit.pooled"]
 

@@ -1,10 +1,10 @@
-"""The lattice-corrected χ² p-value and the null calibration without the sampler (harness.calibrate_null)."""
+"""The lattice-corrected χ² p-value and the null calibration without the sampler (harness.verify.calibrate_null)."""
 import numpy as np
 import pytest
 from scipy import stats as sps
 
 from harness import stats
-from harness.calibrate_null import GATE_LEVEL, NullCase, _rate_row, exact_size, null_cases, simulate
+from harness.verify.calibrate_null import GATE_LEVEL, NullCase, _rate_row, exact_size, null_cases, simulate
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 
 

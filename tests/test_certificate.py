@@ -10,7 +10,7 @@ from scipy import stats as sps
 from conftest import TINY  # the shared tiny scenario (tests/conftest.py, with the scen_dir fixture)
 from harness import stats as S
 from harness.stats.bounds import _binomial_mad
-from harness.battery import tv_interval, tv_interval_expected_upper, tv_interval_n_for
+from harness.verify.battery import tv_interval, tv_interval_expected_upper, tv_interval_n_for
 from harness.cli import main
 from harness.core.errors import UsageError
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings

@@ -8,7 +8,7 @@ import threading
 import pandas as pd
 import pytest
 
-import harness.calibrate
+import harness.verify.calibrate
 import harness.verify
 from harness.cli import main
 from harness.core.errors import EXIT_CODES, SamplerError, UsageError
@@ -178,13 +178,13 @@ def test_calibrate_exits_1_when_the_family_wise_rate_is_inconsistent(tmp_path, m
     def fake(settings, scenarios, **kw):
         fam = pd.DataFrame({"family_level": [1e-4, 0.01], "consistent": [False, True]})
         return {"family": fam, "console": "calibrate: 2 seeds"}
-    monkeypatch.setattr(harness.calibrate, "calibrate", fake)
+    monkeypatch.setattr(harness.verify.calibrate, "calibrate", fake)
     assert main(["calibrate", "--scenario", "base", "--seeds", "2", "--draws", "500", "--out", str(tmp_path)]) == 1
     assert "inconsistent" in capsys.readouterr().err
 
     def fake_ok(settings, scenarios, **kw):
         return {"family": pd.DataFrame({"family_level": [1e-4], "consistent": [True]}), "console": "ok"}
-    monkeypatch.setattr(harness.calibrate, "calibrate", fake_ok)
+    monkeypatch.setattr(harness.verify.calibrate, "calibrate", fake_ok)
     assert main(["calibrate", "--scenario", "base", "--seeds", "2", "--draws", "500", "--out", str(tmp_path)]) == 0
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness.battery import (AcceptancePlan, _acc_lengths, acceptance_notes, hoeffding_test, hotelling_test,
+from harness.verify.battery import (AcceptancePlan, _acc_lengths, acceptance_notes, hoeffding_test, hotelling_test,
                              plan_acceptance)
 from harness.laws.ngram import ExactLaw, warp_mismatch
 from harness.laws.scenarios import load_scenario, load_settings, scenario_from_dict

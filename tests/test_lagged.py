@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harness import stats
-from harness.battery import Accumulator, plan_tests
+from harness.verify.battery import Accumulator, plan_tests
 from harness.controls.chain import get_control
 from harness.laws.ngram import ExactLaw
 from harness.stats.lagged import LaggedTables

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.battery import Accumulator, plan_pit_value_tests, plan_tests
+from harness.verify.battery import Accumulator, plan_pit_value_tests, plan_tests
 from harness.controls.chain import get_control
 from harness.laws.ngram import ExactLaw
 from harness.stats.loglik import (MIXTURE_SCALE, LoglikSums, bernstein_min_detectable_shift, bernstein_n_for_shift,

@@ -1,4 +1,4 @@
-"""The numerics floor (harness/numerics.py): exact laws of low-precision sampling arithmetic.
+"""The numerics floor (harness/verify/numerics.py): exact laws of low-precision sampling arithmetic.
 
 Every exact law is checked against the sampler's own arithmetic run many times (chi-square at 1e-6, so
 a wrong model of the uniforms, of the CDF rounding or of the clamping fails), and one by hand."""
@@ -8,8 +8,8 @@ import torch
 from scipy import stats
 
 from harness.core.errors import UsageError
-from harness.numerics import STEPS, accept_prob, draw_law, speculative_law, step_tvs, uniform_law
-from harness.numerics_floor import draw_figure, floor_table, load_config
+from harness.verify.numerics import STEPS, accept_prob, draw_law, speculative_law, step_tvs, uniform_law
+from harness.verify.numerics_floor import draw_figure, floor_table, load_config
 from specimpl.sampling import SamplingConfig, sample_categorical, warp
 from specimpl.speculative import verify_block
 

@@ -31,7 +31,7 @@ def test_metadata_records_no_absolute_path(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv0, typed", [
     ("harness/__main__.py", "python -m harness"),
-    ("harness/realmodel.py", "python -m harness.realmodel"),
+    ("harness/verify/realmodel.py", "python -m harness.verify.realmodel"),
     ("experiments/train_tiny_pair.py", "python experiments/train_tiny_pair.py"),
 ])
 def test_command_is_recorded_as_typed(argv0, typed):

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from harness.cli import main
-from harness.realmodel import tiny_pair
+from harness.verify.realmodel import tiny_pair
 from harness.samples.format import Controls, SampleWriter, read_samples
 from harness.samples.openai import EndpointSpec, produce_openai, request_body
 from harness.samples.openai_stub import OpenAIStub

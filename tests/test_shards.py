@@ -10,7 +10,7 @@ import torch
 
 from harness import stats
 from harness.core.backends import LocalPool, SerialBackend, TaskLost, check_backend_options, make_backend
-from harness.battery import Accumulator, pit_of_codes, state_symbol_codes
+from harness.verify.battery import Accumulator, pit_of_codes, state_symbol_codes
 from harness.cli import main
 from harness.core.errors import UsageError
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
@@ -65,7 +65,7 @@ def test_shards_merged_in_order_equal_one_accumulator_fed_the_same_calls(name):
 def test_compact_shards_with_logprob_room_merge_to_the_same_statistics():
     """What a shard sends (counts in the smallest unsigned type; only the log-probabilities its run still keeps)
     merges into exactly what the full int64 statistics give."""
-    from harness.battery import compact_counts
+    from harness.verify.battery import compact_counts
     sc, law, calls = _calls("base", [700, 1100, 900])
     full, sent = _acc(sc, law, None), _acc(sc, law, None)
     first = 0
@@ -146,7 +146,7 @@ def _same_tables(a: pd.DataFrame, b: pd.DataFrame):
 
 def _verify_real(backend):
     """The real-model scenario alone (the shipped tiny pair, 6 sequences, no controls) on ``backend``."""
-    from harness.realmodel import load_real_model_spec
+    from harness.verify.realmodel import load_real_model_spec
     return pipeline.verify(sampler=None, sampler_label="reference", scenarios=[], settings=SETTINGS, draws=3000,
                            controls=False, out=None, figures=False, progress=False, von_neumann=False,
                            real_model=load_real_model_spec({}), real_model_sequences=6, backend=backend)

@@ -116,7 +116,7 @@ def test_canonical_config():
 def test_calibrate_seed_keyed_on_scenario_config(tmp_path):
     import dataclasses
 
-    from harness.calibrate import _pvalues
+    from harness.verify.calibrate import _pvalues
     settings, sc = load_settings(), load_scenario("base")
     store = tmp_path / "_tmp_seeds"
     store.mkdir()

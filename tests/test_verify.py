@@ -12,7 +12,7 @@ import torch
 from scipy import stats as sps
 
 from conftest import TINY  # the shared tiny scenario (tests/conftest.py, with the scen_dir fixture)
-from harness.battery import (TEST_COLUMNS, chunk_t_min_detectable, chunk_t_n_for_deviation, chunk_t_test,
+from harness.verify.battery import (TEST_COLUMNS, chunk_t_min_detectable, chunk_t_n_for_deviation, chunk_t_test,
                              hotelling_test, ks_uniform_binned, plan_chunks, tv_interval)
 from harness.stats import clopper_pearson
 from harness.controls.chain import AcceptEverything, as_sampler_function
@@ -265,7 +265,7 @@ def test_tv_interval_covers_a_known_tv_over_many_seeds():
 
 def test_tv_interval_asymptotic_bound_is_reported_apart():
     """The noncentral-chi-square inversion is labelled asymptotic and never the interval's upper end."""
-    from harness.battery import tv_upper_asymptotic
+    from harness.verify.battery import tv_upper_asymptotic
     P = np.full(4, 0.25)
     c = np.random.default_rng(0).multinomial(100_000, P)
     up_asym, how = tv_upper_asymptotic(c, P, 1e-3)
@@ -355,7 +355,7 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     sequences it was missed in 2 seeds of 2, so the test uses 128."""
     pytest.importorskip("transformers")
     from harness.core.config import read_toml
-    from harness.realmodel import load_real_model_spec
+    from harness.verify.realmodel import load_real_model_spec
     from harness.verify import verify
     settings = load_settings(real_scen_dir)
     spec = load_real_model_spec(read_toml(real_scen_dir / "default.toml")["real_model"])
@@ -408,7 +408,7 @@ def test_real_model_from_the_command_line(real_scen_dir, tmp_path, capsys):
 
 
 def test_real_model_spec_errors_name_the_key():
-    from harness.realmodel import load_real_model_spec
+    from harness.verify.realmodel import load_real_model_spec
     with pytest.raises(ValueError, match="real_model.controls"):
         load_real_model_spec({"controls": {"no_such_bug": 10}})
     with pytest.raises(ValueError, match="real_model.n_sequences"):
@@ -419,7 +419,7 @@ def test_real_model_spec_errors_name_the_key():
 def test_pit_value_tests_level_and_pairs():
     """Level over 400 seeds of iid U(0,1) values (pooled KS, one position, the even pair grid): rejection rate
     at 0.1 within the binomial tolerance of 0.1; and only the pair test sees coupled consecutive values."""
-    from harness.battery import plan_pit_value_tests
+    from harness.verify.battery import plan_pit_value_tests
     rng = np.random.default_rng(3)
     reps, level = 400, 0.1
     rejections = np.zeros(3, int)

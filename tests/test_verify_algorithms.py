@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from harness.laws.algorithms import Algorithm, acceptance_for
-from harness.battery import plan_tests
+from harness.verify.battery import plan_tests
 from harness.controls.tree import CATALOGUE, get_control
 from harness.laws.ngram import ExactLaw
 from harness.laws.rounds import ExactRounds

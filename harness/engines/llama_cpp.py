@@ -15,7 +15,7 @@ Two levels of verification, and why:
 
 * **Python API, token level.**  ``Llama.generate`` takes token ids and yields token ids, so the records
   hold exactly what was sampled.  Generation continues past EOS (``engine.eos``: every completion has
-  ``max_new_tokens`` tokens, as in :mod:`harness.realmodel`); the scorer conditions on EOS like any token.
+  ``max_new_tokens`` tokens, as in :mod:`harness.verify.realmodel`); the scorer conditions on EOS like any token.
 * **HTTP server, byte level up to the first lost token.**  The server accepts only text prompts and
   returns text: each token of a byte-level vocabulary is decoded on its own with ``errors="ignore"``, so
   a byte >= 0x80 (and EOS) comes back as an empty string.  :func:`http_record` recovers the ids from the

@@ -6,7 +6,7 @@ recursive rejection sampling, :func:`specimpl.tree.tree_generate`) and ``tree<n>
 drawn without replacement); k is the depth.  :meth:`Algorithm.round_law` is the algorithm's exact
 round law on an n-gram pair (:mod:`harness.laws.rounds`), :func:`acceptance_for` its expected
 per-sequence SpecStats counts on a scenario's exact law (what the acceptance tests of
-:func:`harness.battery.plan_tests` compare a run against).
+:func:`harness.verify.battery.plan_tests` compare a run against).
 """
 from __future__ import annotations
 

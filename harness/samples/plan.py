@@ -1,6 +1,6 @@
 """The tests of ``verify-samples``: scored mode, two-sample mode, and independence across completions.
 
-Every function returns :class:`harness.battery.TestSpec` s; the command puts all of them in ONE family,
+Every function returns :class:`harness.verify.battery.TestSpec` s; the command puts all of them in ONE family,
 evaluates each at the Bonferroni level and adjusts by Holm (:mod:`harness.verify.family`), so the
 family-wise false-alarm rate is ``--alpha`` and each row states the deviation it detects with the
 run's power (``min_detectable``; NaN where a test has no planner: the deterministic checks, which
@@ -9,7 +9,7 @@ completions of a prompt share it).
 
 Scored mode (the target's scores, :mod:`harness.samples.scoring`):
     pit            sequential randomized PIT: pooled, per position, consecutive pairs
-                   (:func:`harness.battery.plan_pit_value_tests`, reused as ``pit``/``verify`` run them)
+                   (:func:`harness.verify.battery.plan_pit_value_tests`, reused as ``pit``/``verify`` run them)
     support        tokens the warped target law gives probability 0 (impossible under H0: p = 0)
     ending         completions that end before max_new_tokens without the EOS token while the recorded
                    controls apply no stop string (truncation the controls do not explain: p = 0)
@@ -37,7 +37,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harness import stats
-from harness.battery import TestRow, TestSpec, plan_pit_value_tests
+from harness.verify.battery import TestRow, TestSpec, plan_pit_value_tests
 from harness.samples.format import SampleRecord
 
 __all__ = ["plan_scored", "plan_two_sample", "prompt_groups", "completion_pairs", "position_cells", "check_row",

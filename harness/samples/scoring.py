@@ -9,8 +9,8 @@ Each row is scored in one batched forward of prompt + output[:-1] through the ta
 lengths share the batch), the logits warped in float64 with the recorded controls
 (:func:`specimpl.sampling.warp`; :func:`harness.samples.producers.config_of` refuses controls it cannot
 apply).  Under H0 (the engine samples the target's law with those controls) the sequential randomized
-PIT values of a row are iid U(0, 1) (:mod:`harness.realmodel`); after a row's end the entry is filled
-with a fresh uniform (U = V), so the tests of :func:`harness.battery.plan_pit_value_tests` apply as they
+PIT values of a row are iid U(0, 1) (:mod:`harness.verify.realmodel`); after a row's end the entry is filled
+with a fresh uniform (U = V), so the tests of :func:`harness.verify.battery.plan_pit_value_tests` apply as they
 are.  The same pass yields what the other checks need: log p_t(x_t) (engine-logprob agreement, sequence
 probabilities for the duplicate test) and the entropy and variance of log p_t (the log-likelihood
 martingale).

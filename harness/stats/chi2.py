@@ -178,7 +178,7 @@ def chi2_pvalue(statistic, df, n, e_min):
 def chi2_gof_pvalues(obs, probs_pooled, n: int, statistic: str = "pearson") -> tuple[np.ndarray, np.ndarray]:
     """Statistics and asymptotic (lattice-corrected) p-values of :func:`chi2_gof` for a batch of pooled count
     vectors ``obs`` (R, G) of ``n`` draws each against pooled probabilities ``probs_pooled`` (G,), G ≥ 2:
-    the one place the gof statistic and its p-value are computed (also for :mod:`harness.calibrate_null`)."""
+    the one place the gof statistic and its p-value are computed (also for :mod:`harness.verify.calibrate_null`)."""
     pp = np.asarray(probs_pooled, dtype=np.float64)
     exp = n * pp
     stat = _statistic(np.asarray(obs, dtype=np.float64), exp, statistic)

@@ -3,7 +3,7 @@
 Round-structured bugs couple tokens that sit a round apart (k + 1 positions for k drafts a round), and a
 bug that only shows once the chain has run a while is invisible in the first J tokens.  :class:`LaggedTables`
 holds, for one exact-law run, the sufficient statistics of two groups of tests planned by
-:func:`harness.battery.plan_tests`:
+:func:`harness.verify.battery.plan_tests`:
 
 * PIT pairs (U_t, U_t+L) at lags L = 2..max_lag on the run's m × m grid, two tables of non-overlapping
   pairs per lag (:func:`harness.stats.pit_pair_phases`; lag 1 stays in ``Accumulator.pit_pairs``).  The

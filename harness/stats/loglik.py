@@ -15,7 +15,7 @@ Over n independent sequences of a sampler, :func:`loglik_test` tests Σ S agains
 A sequence the target cannot produce (S = −∞) rejects outright.  Temperature, sharpening and softmax
 bugs move E S (flatter output: lower log-likelihood; sharper: higher), whatever the order of token ids.
 
-Real models (no exact law; :mod:`harness.realmodel` scores each output with the target).  With p_t the
+Real models (no exact law; :mod:`harness.verify.realmodel` scores each output with the target).  With p_t the
 target's warped conditional at output position t, M = Σ_t [log p_t(x_t) + H(p_t)] is a martingale with
 mean 0 under H0 and predictable variance V = Σ_t Var_{p_t}(log p_t), both from the same scoring pass.
 :func:`martingale_test` pools the sequences: Σ M / √(Σ V) is standard normal under H0 (martingale CLT;

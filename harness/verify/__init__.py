@@ -11,14 +11,14 @@ A *sampler* is any callable with the signature of :func:`specimpl.speculative_ge
 
 Each scenario (``harness/configs/verify/*.toml``) draws ``draws × weight`` sequences from the sampler and
 as many from target-only sampling, folds them into sufficient statistics, and runs the battery of
-:mod:`harness.battery`.  All tests of the whole run — every scenario, every control, the von Neumann
+:mod:`harness.verify.battery`.  All tests of the whole run — every scenario, every control, the von Neumann
 sampler — form ONE family: the family-wise false-alarm budget (``family_alpha``, 1e-4) is split over
 them by Holm, and every test states the smallest deviation it detects with probability ``power`` at
 its Bonferroni level.
 
 The *real-model scenario* (``[real_model]`` in default.toml, on by default; ``--no-real-model``) runs
 the sampler on the shipped tiny transformers pair and applies the sequential randomized-PIT tests
-(pooled, per position, consecutive pairs; :func:`harness.battery.plan_pit_value_tests`) to its output
+(pooled, per position, consecutive pairs; :func:`harness.verify.battery.plan_pit_value_tests`) to its output
 scored by the target: no exact law is needed.  Its tests join the same family and the same Holm
 adjustment; for the reference sampler its controls run too (a target KV cache that is not rolled back
 after a rejection must be caught; a draft cache that is never rolled back, lossless, must pass).
@@ -42,6 +42,17 @@ One module per step:
     report     tables, summary and figures of the report folder
     pipeline   :func:`verify`: the steps above in order
     pit        ``python -m harness pit``: the real-model catalogue through the same family
+
+and what the steps rest on:
+
+    battery    one run's sufficient statistics (Accumulator) and its planned tests
+    realmodel  the real-model scenario: a sampler on the shipped transformers pair, scored by the target
+    epsilon, sequential, until, shards   tolerances, sequential stopping, --until-certified, draw shards
+    calibrate, calibrate_null            ``python -m harness calibrate``: the battery's false-alarm rate
+    numerics, numerics_floor             ``python -m harness numerics``: the numerics floor
+
+May import: :mod:`harness.controls`, :mod:`harness.laws`, :mod:`harness.stats`, :mod:`harness.core`; never
+:mod:`harness.speedup` or :mod:`harness.samples`.
 """
 from harness.verify.cli import add_arguments, run
 from harness.verify.pipeline import VerifyResult, verify

@@ -22,7 +22,7 @@ from harness.core.config import RESULTS, overlay, read_toml
 from harness.core.errors import UsageError
 from harness.core.threads import with_threads
 from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
-from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
+from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import parse_epsilon_option
 from harness.verify.pipeline import verify

@@ -1,12 +1,12 @@
 """Drawing the runs of a verification, with resume.
 
 Exact-law runs are drawn as shards (:mod:`harness.verify.shards`: one per sampler call of
-:func:`harness.battery.plan_chunks`, each seeded from the run seed, scenario, sampler and shard index)
+:func:`harness.verify.battery.plan_chunks`, each seeded from the run seed, scenario, sampler and shard index)
 on a backend (:mod:`harness.core.backends`: this process, a local process pool, Ray) and merged run by run
-in shard order into an :class:`harness.battery.Accumulator` (:class:`ShardedRun`), so the statistics
+in shard order into an :class:`harness.verify.battery.Accumulator` (:class:`ShardedRun`), so the statistics
 do not depend on the backend or the number of workers.  Real-model runs are tasks on the same backend
 (:class:`harness.verify.shards.RealTask`, one per run, submitted first: they are the longest), drawn and
-scored by :func:`harness.realmodel.real_model_draw`; one whose sampler cannot leave this process is drawn
+scored by :func:`harness.verify.realmodel.real_model_draw`; one whose sampler cannot leave this process is drawn
 in a thread here, beside the shards (:class:`_Background`); the von Neumann runs propose once.  Every random
 stream is seeded by :func:`harness.core.config.derive_seed` from the run seed and the run's names, so a
 run's draws do not depend on which other runs share the command.
@@ -34,12 +34,12 @@ import torch
 
 from harness import stats
 from harness.core.backends import Backend, SerialBackend, TaskLost
-from harness.battery import Accumulator, plan_chunks
+from harness.verify.battery import Accumulator, plan_chunks
 from harness.core.config import derive_seed
 from harness.laws.ngram import ExactLaw, warp_mismatch, warp_support_mismatch
 from harness.core.fingerprint import code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint, short
 from harness.core.provenance import atomic_write_bytes
-from harness.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
+from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
 from harness.verify.shards import RealTask, ShardTask, draw_real_task, draw_task, draw_task_in_worker, sampler_recipe

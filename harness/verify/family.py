@@ -1,13 +1,13 @@
 """The test family of a verification and its Holm adjustment.
 
-Every test of the whole command — each exact-law run (:func:`harness.battery.plan_tests`), each
-real-model run (:func:`harness.battery.plan_pit_value_tests`), each von Neumann run
-(:func:`harness.battery.plan_von_neumann_tests`) — forms ONE family.  The tests are listed first
+Every test of the whole command — each exact-law run (:func:`harness.verify.battery.plan_tests`), each
+real-model run (:func:`harness.verify.battery.plan_pit_value_tests`), each von Neumann run
+(:func:`harness.verify.battery.plan_von_neumann_tests`) — forms ONE family.  The tests are listed first
 (:func:`plan_family`), so their number m is known before any is evaluated; each is then evaluated at
 the Bonferroni level ``family_alpha / m`` (the level its planner states a detectable deviation at),
 each TV or Kolmogorov bound at confidence ``1 - (1 - tv_confidence) / (number of bounds)``, and all
 p-values are adjusted by Holm, which keeps the family-wise false-alarm rate at ``family_alpha``
-(:func:`evaluate_family`).  The result is the table of :class:`harness.battery.TestRow`.
+(:func:`evaluate_family`).  The result is the table of :class:`harness.verify.battery.TestRow`.
 """
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ import pandas as pd
 
 from harness import stats
 from harness.laws.algorithms import acceptance_for
-from harness.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, plan_pit_value_tests, plan_tests,
+from harness.verify.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, plan_pit_value_tests, plan_tests,
                              plan_von_neumann_tests)
 from harness.core.forkmap import fork_map
-from harness.realmodel import REAL_MODEL_SCENARIO
+from harness.verify.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import RunSet
 from harness.verify.sequential import sequential_spec
 
@@ -47,7 +47,7 @@ class PlannedTest:
 class FamilyPlan(list):
     """The planned tests (a list of :class:`PlannedTest`) and ``notes``: the tests left out of the family
     by the plan alone (sizes, reachable positions), with the reason, e.g. ``dropped: acceptance at draft
-    positions 8..31 ...`` (see :func:`harness.battery.acceptance_notes`)."""
+    positions 8..31 ...`` (see :func:`harness.verify.battery.acceptance_notes`)."""
 
     def __init__(self, tests=(), notes=()):
         super().__init__(tests)
@@ -100,7 +100,7 @@ def _loglik_of(draw):
 
 
 def run_acceptance(r, law, cache: Optional[dict] = None, notes: Optional[list] = None):
-    """The exact acceptance law a run is judged against (:func:`harness.battery.plan_tests`'s
+    """The exact acceptance law a run is judged against (:func:`harness.verify.battery.plan_tests`'s
     ``acceptance``): None for the chain rule (the scenario law's own), else its algorithm's law
     (:func:`harness.laws.algorithms.acceptance_for`, cached per scenario, algorithm and k in ``cache``), or
     False, with a note, where the algorithm has no exact law there."""
@@ -168,7 +168,7 @@ def holm_adjust(rows: list[TestRow], family_alpha: float) -> list[TestRow]:
 
 
 def rows_table(rows: list[TestRow]) -> pd.DataFrame:
-    """The rows as a DataFrame with the columns of ``tests.csv`` (:data:`harness.battery.TEST_COLUMNS`)."""
+    """The rows as a DataFrame with the columns of ``tests.csv`` (:data:`harness.verify.battery.TEST_COLUMNS`)."""
     return pd.DataFrame([vars(r) for r in rows], columns=list(TEST_COLUMNS))
 
 

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from harness.core.backends import Backend
-from harness.realmodel import RealModelSpec
+from harness.verify.realmodel import RealModelSpec
 from harness.laws.scenarios import SCENARIO_DIR
 from harness.verify import report
 from harness.verify.draw import RunState, draw_all, draw_von_neumann

@@ -8,7 +8,7 @@
 Each sampler runs on the shipped tiny transformers pair with the settings of ``[real_model]`` in
 ``harness/configs/verify/default.toml`` (``--max-new-tokens``, ``--k``, ``--temperature`` override
 them); its output is scored by the target and tested by the sequential randomized-PIT tests of
-:func:`harness.battery.plan_pit_value_tests`.  These are the tests of ``verify``'s real-model scenario,
+:func:`harness.verify.battery.plan_pit_value_tests`.  These are the tests of ``verify``'s real-model scenario,
 drawn (:mod:`harness.verify.draw`), put in one family with a Holm adjustment at ``--alpha``
 (:mod:`harness.verify.family`), judged (:mod:`harness.verify.verdicts`) and reported
 (:mod:`harness.verify.report`) by the same code; only the catalogue is larger.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from harness.core.config import RESULTS
-from harness.realmodel import RealModelSpec
+from harness.verify.realmodel import RealModelSpec
 from harness.laws.scenarios import load_settings
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_unique

@@ -4,7 +4,7 @@ Files written to the report folder (all carrying the run's provenance; staged be
 in together by :func:`harness.core.atomic.staged_report`, which also removes files of an earlier report there
 that this one did not write, e.g. ``figures/`` after a ``--no-figures`` rerun):
 
-    tests.parquet, tests.csv        one row per test (:class:`harness.battery.TestRow`): scenario, run, test,
+    tests.parquet, tests.csv        one row per test (:class:`harness.verify.battery.TestRow`): scenario, run, test,
                                     statistic, p-value, Holm-adjusted p-value, minimum detectable effect (and
                                     its unit), TV estimate and bounds, verdict
     runs.csv                        one row per (sampler, scenario) (:class:`harness.verify.verdicts.RunVerdict`):
@@ -31,7 +31,7 @@ from harness.core.backends import default_workers
 from harness.core.forkmap import fork_map
 from harness.core.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
                                 atomic_write_text, metadata)
-from harness.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
+from harness.verify.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
 from harness.verify.family import run_acceptance
 from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST
 
@@ -106,7 +106,7 @@ def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passe
 
 
 def _write(d: Path, table, verdicts, dist_pit, meta, summary, figures: bool, workers: int = 1) -> None:
-    """The report's files, into folder ``d`` (the table's columns are harness.battery.TEST_COLUMNS, in order)."""
+    """The report's files, into folder ``d`` (the table's columns are harness.verify.battery.TEST_COLUMNS, in order)."""
     dist, pit = dist_pit
     atomic_write_parquet(d / "tests.parquet", table, meta)
     atomic_write_csv(d / "tests.csv", table, meta)

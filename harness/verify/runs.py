@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.battery import Accumulator
+from harness.verify.battery import Accumulator
 from harness.core.config import derive_seed
-from harness.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
+from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
 from harness.laws.scenarios import Scenario, load_scenario
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
@@ -69,7 +69,7 @@ class RealRun:
     n_sequences: int
     seed: int
     batch_size: Optional[int] = None
-    draw: object = None  # harness.realmodel.RealModelDraw, filled by the runner
+    draw: object = None  # harness.verify.realmodel.RealModelDraw, filled by the runner
     wall_s: float = 0.0
 
     @property

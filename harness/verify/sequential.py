@@ -31,7 +31,7 @@ from typing import Optional
 import numpy as np
 from scipy.special import logsumexp
 
-from harness.battery import TestRow, TestSpec
+from harness.verify.battery import TestRow, TestSpec
 from harness.stats.eprocess import METHOD as EPROCESS_METHOD, MixtureE, eprocess_min_detectable_kl
 
 __all__ = ["RunEProcess", "sequential_level", "sequential_spec", "FAMILY", "TEST"]
@@ -48,7 +48,7 @@ def sequential_level(settings, n_runs: int) -> float:
 @dataclass
 class RunEProcess:
     """The e-process of one run: ``laws`` the exact laws of its statistics (positions, pairs, joint), looked
-    at with the run's :class:`harness.battery.Accumulator`; ``level``: stop once min(1, 1/max E) ≤ it."""
+    at with the run's :class:`harness.verify.battery.Accumulator`; ``level``: stop once min(1, 1/max E) ≤ it."""
 
     laws: list
     level: float

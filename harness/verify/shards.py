@@ -1,12 +1,12 @@
 """Shards: the units of work of a verification, drawn anywhere and merged exactly.
 
 An exact-law run (one sampler on one scenario, or a scenario's target-only baseline) is a fixed list of
-shards, one per sampler call of :func:`harness.battery.plan_chunks`.  Shard ``c`` of run ``label`` on
+shards, one per sampler call of :func:`harness.verify.battery.plan_chunks`.  Shard ``c`` of run ``label`` on
 scenario ``sc`` draws its ``B`` sequences with the generator seeded ``derive_seed(seed, label, sc.name,
 c)`` and its PIT uniforms from ``derive_seed(seed, label, sc.name, c, "pit")``, and returns the
-statistics of an :class:`harness.battery.Accumulator` fed that one call (:class:`ShardResult`).  Every
+statistics of an :class:`harness.verify.battery.Accumulator` fed that one call (:class:`ShardResult`).  Every
 random stream is fixed by (run seed, scenario, sampler, shard index) alone, and the driver merges the
-shards of a run in shard order (:meth:`harness.battery.Accumulator.merge`), so every statistic and
+shards of a run in shard order (:meth:`harness.verify.battery.Accumulator.merge`), so every statistic and
 p-value is the same whichever process, machine or backend drew which shard.
 
 A :class:`ShardTask` travels to a worker without models or functions: the worker rebuilds the
@@ -30,7 +30,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from harness.battery import Accumulator
+from harness.verify.battery import Accumulator
 from harness.core.config import derive_seed
 
 __all__ = ["ShardTask", "ShardResult", "RealTask", "RealResult", "draw_shard", "draw_shard_in_worker", "draw_real_task",
@@ -92,8 +92,8 @@ class ShardResult:
 class RealTask:
     """One real-model run as one task: ``index`` (the driver's index of the run), ``n_sequences`` prompts on
     the shipped tiny pair in calls of ``batch_size``, drawn by ``sampler`` (a recipe) from ``seed`` under
-    ``spec`` (:class:`harness.realmodel.RealModelSpec`).  One task, not shards: the run's draws come from
-    one generator (:func:`harness.realmodel.real_model_draw`), so they are those of the driver's own draw."""
+    ``spec`` (:class:`harness.verify.realmodel.RealModelSpec`).  One task, not shards: the run's draws come from
+    one generator (:func:`harness.verify.realmodel.real_model_draw`), so they are those of the driver's own draw."""
 
     index: int
     label: str
@@ -114,7 +114,7 @@ class RealTask:
 
 @dataclass(frozen=True)
 class RealResult:
-    """What a real-model task sends back: the :class:`harness.realmodel.RealModelDraw` (its ``error`` set when
+    """What a real-model task sends back: the :class:`harness.verify.realmodel.RealModelDraw` (its ``error`` set when
     the sampler failed) and the seconds it took."""
 
     index: int
@@ -272,7 +272,7 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
 
 def draw_real_task(task: RealTask) -> RealResult:
     """Draw one real-model run (the tiny pair loaded once per process) and score it."""
-    from harness.realmodel import real_model_draw
+    from harness.verify.realmodel import real_model_draw
     spec, tic = task.spec, time.perf_counter()
     draw = real_model_draw(resolve_sampler(task.sampler), n_sequences=task.n_sequences,
                            max_new_tokens=spec.max_new_tokens, k=spec.k, config=spec.config,

@@ -5,12 +5,12 @@ The verdict of a run is three-valued (issue 10):
 * **lossy** — one of its loss tests rejects after Holm;
 * **certified** — nothing rejects *and* every upper confidence bound of the run lies below its tolerance ε
   (:mod:`harness.verify.epsilon`): TV(sampler, target) per position, per consecutive pair and on the joint of
-  the first J tokens (exact-law runs: finite-sample bounds only, :func:`harness.battery.tv_interval`), or the
+  the first J tokens (exact-law runs: finite-sample bounds only, :func:`harness.verify.battery.tv_interval`), or the
   Kolmogorov distance of the pooled PIT law from U(0, 1) (real-model runs, DKW).  All bounds of the command
   hold simultaneously with confidence ``tv_confidence`` (Bonferroni-split): an interval-inclusion equivalence
   test at that confidence;
 * **inconclusive** — neither; ``certify_draws`` then says how many sequences would certify a lossless
-  sampler (the bound planners :func:`harness.battery.tv_interval_n_for`,
+  sampler (the bound planners :func:`harness.verify.battery.tv_interval_n_for`,
   :func:`harness.stats.kolmogorov_upper_bound_n_for`; computed for every certifiable run).
 
 Whether that passes depends on the role (:mod:`harness.verify.runs`): a buggy control must be lossy; the
@@ -29,9 +29,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from harness.battery import tv_interval_n_for
+from harness.verify.battery import tv_interval_n_for
 from harness.core.forkmap import fork_map
-from harness.realmodel import REAL_MODEL_SCENARIO
+from harness.verify.realmodel import REAL_MODEL_SCENARIO
 from harness.stats import kolmogorov_upper_bound_n_for
 from harness.verify.epsilon import Epsilons, epsilons_for
 from harness.verify.runs import MUST_BE_CAUGHT, RealRun, RunSet, RunSpec, VonNeumannRun
@@ -186,7 +186,7 @@ class Certifier:
 
     def draws_for(self, scenario: str, test: str, position: int, eps: float, probs) -> int:
         """Sequences at which a lossless sampler's expected bound of this test reaches ``eps``
-        (:func:`harness.battery.tv_interval_n_for`), computed once per scenario, test and ε."""
+        (:func:`harness.verify.battery.tv_interval_n_for`), computed once per scenario, test and ε."""
         key = (scenario, test, position, eps)
         if key not in self.planned:
             self.planned[key] = tv_interval_n_for(probs(), eps, self.delta)

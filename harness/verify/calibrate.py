@@ -66,7 +66,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="also draw default.toml's block / tree reference runs per seed (slow)")
     ap.add_argument("--null", action="store_true",
                     help="calibrate the statistics without the sampler: count vectors drawn from the exact laws "
-                         "(harness.calibrate_null); writes to <out>/null")
+                         "(harness.verify.calibrate_null); writes to <out>/null")
     ap.add_argument("--replicates", type=int, default=2_000_000, help="--null: replicates per kind of test")
     ap.add_argument("--null-draws", type=int, default=None, help="--null: sequences per scenario (default: "
                     "default.toml's draws, as make verify)")
@@ -84,7 +84,7 @@ def run(args) -> int:
     settings = load_settings(args.scenario_dir)
     scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
     if args.null:
-        from harness import calibrate_null
+        from harness.verify import calibrate_null
         args.out = Path(args.out) / "null"
         return calibrate_null.run(args, settings, scenarios)
     real = real_model_spec(Path(args.scenario_dir) / "default.toml") if args.real_model_sequences else None
@@ -181,7 +181,7 @@ def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progre
 def _kinds(allp: pd.DataFrame) -> pd.Series:
     """Kind of each test: ``family.test`` without its bracketed range, prefixed ``real_model:`` for the
     real-model scenario's tests (raw PIT values of a scored transformer, not counts under an exact law)."""
-    from harness.realmodel import REAL_MODEL_SCENARIO
+    from harness.verify.realmodel import REAL_MODEL_SCENARIO
     kind = allp.family + "." + allp.test.str.replace(r"\[.*\]", "", regex=True)
     return kind.where(allp.scenario != REAL_MODEL_SCENARIO, "real_model:" + kind)
 

@@ -96,7 +96,7 @@ class BinnedKSResult:
 
 def ks_uniform_binned_pvalues(hists) -> tuple[np.ndarray, np.ndarray]:
     """Statistics and p-values of :func:`ks_uniform_binned` for a batch of histograms ``hists`` (R, B) with one
-    total n ≥ 1: the one place the binned KS statistic is computed (also for :mod:`harness.calibrate_null`)."""
+    total n ≥ 1: the one place the binned KS statistic is computed (also for :mod:`harness.verify.calibrate_null`)."""
     h = np.asarray(hists, dtype=np.float64)
     n = int(h[0].sum())
     cdf = np.cumsum(h, axis=-1) / n  # (R, B)
@@ -886,7 +886,7 @@ def _ks_pit_values(x, with_bound: bool):
 
 def plan_pit_value_tests(u, *, max_lag: int = 1, loglik=None) -> list[TestSpec]:
     """The sequential randomized-PIT tests on PIT values ``u`` (N, T), iid U(0, 1) under H0 (real models:
-    no exact law, only target scoring; see :mod:`harness.realmodel`): the pooled values (KS, exact
+    no exact law, only target scoring; see :mod:`harness.verify.realmodel`): the pooled values (KS, exact
     null; its row also carries a DKW upper bound on the PIT law's Kolmogorov distance from U(0, 1) at the
     run's TV confidence), each position (KS), and pairs (U_t, U_t+L) at lags L = 1..``max_lag`` (< T) on an
     m × m grid, two tables of non-overlapping pairs per lag (χ², exactly multinomial;

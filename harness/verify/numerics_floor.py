@@ -2,7 +2,7 @@
 
 For each logit source (synthetic Zipf-profile rows at V = 32k and 150k and three entropies; the shipped
 tiny pair's own logits), each sampling setting and each dtype, the exact TV from the float64 target law of
-every step of :data:`harness.numerics.STEPS` (:func:`harness.numerics.step_tvs`), as the mean and the
+every step of :data:`harness.verify.numerics.STEPS` (:func:`harness.verify.numerics.step_tvs`), as the mean and the
 maximum over the rows.  The experiment is one data file (``harness/configs/numerics/default.toml``);
 the results (``numerics.csv`` per cell, ``rows.csv`` per row, ``table.md``, ``figures/``, ``meta.json``)
 are written whole or not at all (:func:`harness.core.atomic.staged_report`).
@@ -22,7 +22,7 @@ import torch
 
 from harness.core.atomic import staged_report
 from harness.core.config import CONFIGS, RESULTS, derive_seed, read_toml
-from harness.numerics import DTYPES, STEPS, step_tvs
+from harness.verify.numerics import DTYPES, STEPS, step_tvs
 from harness.core.options import check_out, check_option
 from harness.core.provenance import atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.core.schema import integer, number, one_of, text, validate
@@ -167,7 +167,7 @@ def table_md(table: pd.DataFrame, meta: dict) -> str:
     """Markdown: per source and sampling, the largest TV over rows and entropies, steps x dtypes."""
     lines = ["# The numerics floor: exact TV from the float64 target law", "",
              "Largest TV over the rows (and, for the synthetic rows, over the entropies) of each step run in "
-             "the dtype (the rest in float64); exact laws, no sampling (`harness/numerics.py`).", "",
+             "the dtype (the rest in float64); exact laws, no sampling (`harness/verify/numerics.py`).", "",
              "Steps: " + "; ".join(f"**{k}**: {v}" for k, v in STEPS.items()) + ".", ""]
     table = table.assign(cell=[_cell_label(r) for r in table.itertuples()])
     for (cell, sampling), sub in table.groupby(["cell", "sampling"], sort=False, observed=True):

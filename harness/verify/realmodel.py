@@ -1,6 +1,6 @@
 """The real-model scenario: a sampler's output on a real (transformers) target/draft pair, scored by the target.
 
-    from harness.realmodel import real_model_draw
+    from harness.verify.realmodel import real_model_draw
     d = real_model_draw(sampler, n_sequences=384, max_new_tokens=64, seed=0)   # the shipped tiny pair
     d.u                     # (N, T) randomized PIT of every emitted token under the target
 
@@ -19,7 +19,7 @@ its predictable variance V = Σ_t Var_{p_t}(log p_t) and squared increments Q (:
 
 This module draws and scores; it tests nothing.  The tests of the PIT values (pooled KS, KS per
 position, χ² of PIT pairs at lags 1..k+1) and the martingale test
-(:func:`harness.battery.plan_pit_value_tests`) run in the family of
+(:func:`harness.verify.battery.plan_pit_value_tests`) run in the family of
 ``python -m harness verify`` (its real-model scenario, ``[real_model]`` in
 harness/configs/verify/default.toml, :class:`RealModelSpec`) and of ``python -m harness pit`` (the
 whole real-model catalogue), with one Holm adjustment over the command.  ``python -m harness alpha``
