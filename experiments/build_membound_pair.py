@@ -4,10 +4,10 @@
     python experiments/build_membound_pair.py --width 4 --extra-layers 0
 
 Writes ``build/membound_pair/w<width>_x<extra>_<key>/target`` (not committed: ~1.35 GB in float32; the key
-hashes the tiny target's files, the settings and harness/widen.py, so a rebuild happens only when one of
+hashes the tiny target's files, the settings and harness/speedup/membound/widen.py, so a rebuild happens only when one of
 them changes, and a reuse is announced).  The draft of the pair is the shipped tiny draft
 (specimpl/assets/tiny_pair/draft) or any of its variants: the widened target's output law is the tiny
-target's, so acceptance is the tiny pair's.  The construction is documented in harness/widen.py; the sweep
+target's, so acceptance is the tiny pair's.  The construction is documented in harness/speedup/membound/widen.py; the sweep
 suite ``membound`` (harness/configs/sweep/membound.toml) builds it on demand the same way.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.widen import DEFAULT_EXTRA_LAYERS, DEFAULT_WIDTH, build_widened  # noqa: E402
+from harness.speedup.membound.widen import DEFAULT_EXTRA_LAYERS, DEFAULT_WIDTH, build_widened  # noqa: E402
 
 
 def main(argv=None) -> int:

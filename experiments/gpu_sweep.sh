@@ -5,7 +5,7 @@
 #   2. the measured tiny-pair sweep on the GPU (k in {1, 2, 4, 8}, batch 1 and 8, interleaved arms),
 #   3. T(n, B, L) of the ~1.1B target and ~68M draft (random weights built from their configs, no
 #      downloads) over n = 1..17, batch 1..64, context 128..2048, CUDA events; the GPU's hardware file's
-#      roofline fitted to them; the speedup grid from the measured costs (harness.roofline_measure),
+#      roofline fitted to them; the speedup grid from the measured costs (harness.speedup.roofline.measure),
 #   4. the figures and tables, from the stored results (the roofline ones titled "measured on GPU").
 # Settings: harness/configs/sweep/gpu.toml.  Results: results/sweep/gpu/ and results/roofline/gpu/
 # (device named in every cell's metadata).  The sweep is resumable: if the time limit cuts it, run this
@@ -27,7 +27,7 @@ DRY_RUN=${DRY_RUN:-0}
 if [ "$DRY_RUN" = 1 ]; then
   echo "gpu_sweep.sh: dry run on the CPU (no GPU needed): plan, stage 3 at tiny sizes, report"
   "$PY" -m harness sweep --config harness/configs/sweep/gpu.toml --device cpu --out "$OUT" --list | tail -3
-  "$PY" -m harness.roofline_measure --dry-run --out "$ROOF_OUT"
+  "$PY" -m harness.speedup.roofline.measure --dry-run --out "$ROOF_OUT"
   "$PY" -m harness report --results "$ROOF_OUT" --formats png
   exit 0
 fi
@@ -46,7 +46,7 @@ if [ "$rc" -ne 0 ]; then
   "$PY" -m harness sweep --config harness/configs/sweep/gpu.toml --device cuda --out "$OUT" --list | grep -c todo || true
 fi
 rrc=0
-timeout -s INT "$ROOF_LIMIT" "$PY" -m harness.roofline_measure --device cuda --out "$ROOF_OUT" || rrc=$?
+timeout -s INT "$ROOF_LIMIT" "$PY" -m harness.speedup.roofline.measure --device cuda --out "$ROOF_OUT" || rrc=$?
 [ "$rrc" -eq 0 ] || echo "gpu_sweep.sh: the T(n, B, L) measurement stopped (exit $rrc)" >&2
 "$PY" -m harness report --results "$OUT"
 [ "$rrc" -ne 0 ] || "$PY" -m harness report --results "$ROOF_OUT"

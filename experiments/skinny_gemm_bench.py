@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
-from harness.skinny_linear import skinny_linear  # noqa: E402
+from harness.speedup.membound.skinny_linear import skinny_linear  # noqa: E402
 
 ROWS = (1, 2, 3, 5, 9, 16, 36, 80, 144, 512)
 

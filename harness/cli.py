@@ -26,13 +26,13 @@ COMMANDS = {
     "verify": ("harness.verify", "prove a sampler lossless on a set of scenarios (the battery)"),
     "pit": ("harness.verify.pit", "the real-model battery (sequential randomized PIT on the shipped tiny "
                                   "transformers pair): reference, real-model bugs, HF assisted generation"),
-    "alpha": ("harness.alpha", "acceptance of every draft variant on the shipped tiny transformers pair"),
+    "alpha": ("harness.speedup.alpha", "acceptance of every draft variant on the shipped tiny transformers pair"),
     "calibrate": ("harness.verify.calibrate", "measure the battery's false-alarm rate over many seeds"),
-    "sweep": ("harness.sweep", "speedup as a function of alpha, c and k: cost model and measured runs"),
-    "report": ("harness.report", "draw figures and tables from stored results"),
+    "sweep": ("harness.speedup.sweep.cli", "speedup as a function of alpha, c and k: cost model and measured runs"),
+    "report": ("harness.speedup.report.cli", "draw figures and tables from stored results"),
     "numerics": ("harness.verify.numerics_floor", "the numerics floor: exact TV of sampling arithmetic in float32 / "
                                            "bfloat16 / float16 against float64"),
-    "tune": ("harness.tune", "choose the algorithm and k per batch size for a pair on a machine (roofline or profiled)"),
+    "tune": ("harness.speedup.tune", "choose the algorithm and k per batch size for a pair on a machine (roofline or profiled)"),
     "sample": ("harness.samples.sample_cli", "write an engine sample file (ours, transformers, an OpenAI-compatible "
                                              "endpoint)"),
     "verify-samples": ("harness.samples.verify_cli", "verify an engine from its samples: scored by the target or "

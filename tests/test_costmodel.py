@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import costmodel as cm
+from harness.speedup import costmodel as cm
 
 
 # -- analytic model ------------------------------------------------------------------------------

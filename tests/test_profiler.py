@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.profiler import NullModel, Timer, profile_model, profile_pair, profile_sampler_overhead
-from harness.synthetic import CallCost, TimedModel, VirtualClock, WallClock, synthetic_pair
+from harness.speedup.profiler import NullModel, Timer, profile_model, profile_pair, profile_sampler_overhead
+from harness.speedup.synthetic import CallCost, TimedModel, VirtualClock, WallClock, synthetic_pair
 from specimpl.ngram import random_ngram
 from specimpl.speculative import SpeculativeSampler
 
@@ -58,7 +58,7 @@ def test_sampler_overhead_is_zero_on_the_virtual_clock_and_finite_on_the_wall():
 
 
 def test_profile_pair_gives_every_operation_the_cost_model_needs():
-    from harness.costmodel import CostTable
+    from harness.speedup.costmodel import CostTable
     clock = VirtualClock()
     target, draft, _, _ = synthetic_pair(0.5, 0.25, CallCost(0.01, 0.1), clock=clock)
     prof = profile_pair(target, draft, [2, 4], [1], prompt_len=6, max_new_tokens=16, repeats=2, warmup=0,

@@ -1,11 +1,11 @@
-"""In-situ profiling (harness.profiler.profile_in_situ): the calls of real runs, and the rest of each run."""
+"""In-situ profiling (harness.speedup.profiler.profile_in_situ): the calls of real runs, and the rest of each run."""
 import numpy as np
 import pytest
 import torch
 
-from harness.costmodel import CostTable, predict_from_counts
-from harness.profiler import CallRecorder, Timer, profile_in_situ
-from harness.synthetic import CallCost, VirtualClock, synthetic_pair
+from harness.speedup.costmodel import CostTable, predict_from_counts
+from harness.speedup.profiler import CallRecorder, Timer, profile_in_situ
+from harness.speedup.synthetic import CallCost, VirtualClock, synthetic_pair
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
 

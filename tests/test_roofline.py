@@ -1,4 +1,4 @@
-"""The roofline cost model (harness.roofline), its speedup model, the fidelity table and its figures."""
+"""The roofline cost model (harness.speedup.roofline.model), its speedup model, the fidelity table and its figures."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import costmodel as cm
-from harness.roofline import (ConfigError, ModelShape, Roofline, calibrate, forward_cost, hardware_names,
+from harness.speedup import costmodel as cm
+from harness.speedup.roofline.model import (ConfigError, ModelShape, Roofline, calibrate, forward_cost, hardware_names,
                               load_hardware)
-from harness.roofline_speedup import PairCosts, crossover_batch, speedup, speedup_table, tokens_per_round
+from harness.speedup.roofline.speedup import PairCosts, crossover_batch, speedup, speedup_table, tokens_per_round
 from specimpl.hf import TINY_PAIR_DIR
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,7 +164,7 @@ def test_speculation_stops_paying_with_batch_on_a_gpu_roofline():
 # -- fidelity table -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def published():
-    from harness.roofline_fidelity import fidelity_table, load_published
+    from harness.speedup.roofline.fidelity import fidelity_table, load_published
     pub = load_published()
     return pub, fidelity_table(pub)
 
@@ -186,7 +186,7 @@ def test_a40_case_gains_at_batch_1_and_loses_at_batch_32(published):
 
 
 def test_published_file_with_a_missing_field_is_named(tmp_path):
-    from harness.roofline_fidelity import PUBLISHED, load_published
+    from harness.speedup.roofline.fidelity import PUBLISHED, load_published
     text = PUBLISHED.read_text().replace('quantity = "ar_ms_per_token"\n', "", 1)
     p = tmp_path / "p.toml"
     p.write_text(text)
@@ -208,7 +208,7 @@ def _small_results(path: Path, source: str = "roofline") -> Path:
 
 
 def test_roofline_figures_are_byte_reproducible(tmp_path):
-    from harness.report import make_report
+    from harness.speedup.report.cli import make_report
     res = _small_results(tmp_path / "r")
     a = make_report(res, tmp_path / "a", formats=("png",))
     b = make_report(res, tmp_path / "b", formats=("png",))
@@ -220,7 +220,7 @@ def test_roofline_figures_are_byte_reproducible(tmp_path):
 
 def test_measured_on_gpu_marker():
     import pandas as pd
-    from harness.report_roofline import marker
+    from harness.speedup.report.roofline import marker
     assert "measured on GPU" in marker(pd.DataFrame({"source": ["measured-gpu"]}))
     assert "roofline" in marker(pd.DataFrame({"source": ["roofline"]}))
 
@@ -238,9 +238,9 @@ def test_gpu_sweep_dry_run_on_cpu(tmp_path):
 
 
 def test_measured_model_runs_on_roofline_costs_and_agrees_in_steady_state():
-    """cost_frame plugs T(n, B, L) into harness.costmodel's measured model; with long runs and B = 1 its
+    """cost_frame plugs T(n, B, L) into harness.speedup.costmodel's measured model; with long runs and B = 1 its
     prediction tends to the steady-state S of roofline_speedup (prefill and the last round aside)."""
-    from harness.roofline_speedup import cost_frame
+    from harness.speedup.roofline.speedup import cost_frame
     s = ModelShape.from_dict(LLAMA7B)
     hw = load_hardware("h100")
     costs = PairCosts(Roofline(s, hw), Roofline(replace(s, layers=2), hw))
@@ -254,7 +254,7 @@ def test_local_roofline_fits_the_committed_tiny_pair_profile():
     """The 'local' calibration on the committed profile (72 forwards of the tiny pair), with fixed probe
     numbers so nothing is timed: the roofline with per-layer overhead explains the profile to ~10 %."""
     import pandas as pd
-    from harness.roofline_local import calibrate_local, profile_points, tiny_shape, TINY_SHAPES
+    from harness.speedup.roofline.local import calibrate_local, profile_points, tiny_shape, TINY_SHAPES
     prof = pd.read_csv(REPO / "results" / "sweep" / "default" / "profiles.csv", comment="#")
     pts = profile_points(prof, {m: tiny_shape(r) for m, r in TINY_SHAPES.items()})
     assert len(pts) == 72 and {p[0].name for p in pts} == {"tiny:target", "tiny:draft"}

@@ -265,7 +265,7 @@ def test_workers_and_the_verify_command_run_one_torch_and_one_blas_thread(monkey
 def test_a_sweep_on_two_workers_stores_every_cell_as_one_worker_does(tmp_path):
     import json
 
-    from harness import sweep
+    from harness.speedup.sweep import cli as sweep
     from test_sweep import TINY, _args
     (tmp_path / "tiny.toml").write_text(TINY)
     stored = {}

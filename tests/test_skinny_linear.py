@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from harness.skinny_linear import SkinnyLinear, load_kernel, skinny_linear, use_skinny_linear
+from harness.speedup.membound.skinny_linear import SkinnyLinear, load_kernel, skinny_linear, use_skinny_linear
 
 
 @pytest.mark.parametrize("M", [1, 2, 3, 4, 5, 7, 9, 16, 37])
@@ -62,7 +62,7 @@ def test_bad_dtype_names_it():
 
 
 def test_missing_compiler_is_a_clear_error(monkeypatch):
-    import harness.skinny_linear as sl
+    import harness.speedup.membound.skinny_linear as sl
     monkeypatch.setattr(sl, "_LIB", None)
     monkeypatch.setenv("CC", "/nonexistent/cc")
     with pytest.raises(RuntimeError, match="`prepack`.*C compiler.*nonexistent"):
@@ -71,7 +71,7 @@ def test_missing_compiler_is_a_clear_error(monkeypatch):
 
 def test_library_is_cached_by_content():
     lib = load_kernel()
-    built = list(__import__("harness.skinny_linear", fromlist=["BUILD_DIR"]).BUILD_DIR.glob("*/libskinny_gemm.so"))
+    built = list(__import__("harness.speedup.membound.skinny_linear", fromlist=["BUILD_DIR"]).BUILD_DIR.glob("*/libskinny_gemm.so"))
     assert built and lib is load_kernel()
 
 

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import report, sweep
-from harness.sweep_tables import StoredCell, measured_row
+from harness.speedup.report import cli as report
+from harness.speedup.sweep import cli as sweep
+from harness.speedup.sweep.tables import StoredCell, measured_row
 
 TINY = """
 name = "tiny"

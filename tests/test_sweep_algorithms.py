@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness import costmodel as cm
-from harness.costmodel_tree import TimedTreeModel, draft_tokens_per_call, round_seconds, tree_speedup
+from harness.speedup import costmodel as cm
+from harness.speedup.costmodel_tree import TimedTreeModel, draft_tokens_per_call, round_seconds, tree_speedup
 from harness.laws.rounds import ExactRounds, block_round_law, tree_round_law
-from harness.synthetic import CallCost, VirtualClock, synthetic_pair
-from harness.sweep_algorithms import Algorithm
+from harness.speedup.synthetic import CallCost, VirtualClock, synthetic_pair
+from harness.speedup.sweep.algorithms import Algorithm
 from specimpl.ngram import disjoint_draft, random_ngram
 from specimpl.tree import TokenTree
 from specimpl.tree_models import NGramTreeModel
@@ -99,9 +99,9 @@ SMALL = {"suites": ["algorithms"], "algorithms": {
 
 
 def test_small_sweep_end_to_end(tmp_path):
-    from harness.report import make_report
-    from harness.sweep import finalize, load_config, plan, run_cell, store_cell
-    from harness.sweep_algorithms import algorithms_table
+    from harness.speedup.report.cli import make_report
+    from harness.speedup.sweep.cli import finalize, load_config, plan, run_cell, store_cell
+    from harness.speedup.sweep.algorithms import algorithms_table
     cfg = load_config(None, SMALL)
     cells = plan(cfg)
     assert [c.params.kind for c in cells] == ["scenario", "synthetic"]
@@ -123,8 +123,8 @@ def test_small_sweep_end_to_end(tmp_path):
 
 
 def test_default_plan_has_the_suite():
-    from harness.sweep import load_config, plan
-    from harness.sweep_suites import SUITES
+    from harness.speedup.sweep.cli import load_config, plan
+    from harness.speedup.sweep.suites import SUITES
     assert "algorithms" in SUITES
     cfg = load_config()
     cells = [c for c in plan(cfg) if c.suite == "algorithms"]
@@ -134,6 +134,6 @@ def test_default_plan_has_the_suite():
 
 
 def test_bad_table_is_one_clear_error():
-    from harness.sweep import load_config
+    from harness.speedup.sweep.cli import load_config
     with pytest.raises(ValueError, match="algorithms"):
         load_config(None, {"algorithms": {"algorithms": ["chain", "trees"]}})

@@ -1,10 +1,10 @@
-"""Sweep cells are keyed on content (harness.sweep.cell_key): a cell stored by other code is recomputed,
+"""Sweep cells are keyed on content (harness.speedup.sweep.cli.cell_key): a cell stored by other code is recomputed,
 a reused cell keeps its own provenance, and the tables are staged and moved in together."""
 import argparse
 import json
 
 from harness.core import fingerprint
-from harness import sweep
+from harness.speedup.sweep import cli as sweep
 
 TINY = """
 name = "tiny"

@@ -5,9 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import sweep, widen
+from harness.speedup.sweep import cli as sweep
+from harness.speedup.membound import widen
 from harness.core.errors import UsageError
-from harness.sweep_tables import StoredCell, measured_row
+from harness.speedup.sweep.tables import StoredCell, measured_row
 
 MEMBOUND = sweep.DEFAULT_CONFIG.parent / "membound.toml"
 
@@ -57,7 +58,7 @@ def test_a_small_membound_cell_runs_with_in_situ_costs(small_sweep):
 
 
 def test_report_draws_the_membound_figure_and_table(small_sweep):
-    from harness.report import make_report
+    from harness.speedup.report.cli import make_report
     d, _ = small_sweep
     written = make_report(d / "out")
     assert "membound_speedup" in written and "membound" in written

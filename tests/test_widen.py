@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from harness.widen import build_widened, parameter_count, widen_state_dict, widened_config
+from harness.speedup.membound.widen import build_widened, parameter_count, widen_state_dict, widened_config
 from specimpl.hf import TINY_PAIR_DIR, HFModel, load_tiny_pair
 
 
@@ -71,7 +71,7 @@ def test_width_must_be_a_power_of_two(bad):
 
 
 def test_prepacked_model_gives_the_same_logits(small_widened):
-    from harness.widen import prepack_mkldnn
+    from harness.speedup.membound.widen import prepack_mkldnn
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this PyTorch build has no oneDNN")
     path, _ = small_widened

@@ -23,7 +23,7 @@ position, χ² of PIT pairs at lags 1..k+1) and the martingale test
 ``python -m harness verify`` (its real-model scenario, ``[real_model]`` in
 harness/configs/verify/default.toml, :class:`RealModelSpec`) and of ``python -m harness pit`` (the
 whole real-model catalogue), with one Holm adjustment over the command.  ``python -m harness alpha``
-(:mod:`harness.alpha`) measures the acceptance of draft variants on the same pair.
+(:mod:`harness.speedup.alpha`) measures the acceptance of draft variants on the same pair.
 """
 from __future__ import annotations
 

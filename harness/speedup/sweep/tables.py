@@ -2,7 +2,7 @@
 
 A stored cell is read back as a :class:`StoredCell` (typed settings of its suite, the payload, the
 provenance).  Each measured cell gives one row of ``measured.csv`` (:func:`measured_row`): its settings,
-the acceptance metrics of :func:`harness.costmodel.acceptance_metrics`, the measured speedup and the
+the acceptance metrics of :func:`harness.speedup.costmodel.acceptance_metrics`, the measured speedup and the
 predictions of the analytic model, the measured model and the cost accounting, on the cell's own clock
 and — for real models on a CPU device — on process CPU time.  :func:`fidelity` summarises
 |predicted − measured| / measured.
@@ -16,8 +16,8 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from harness import costmodel as cm
-from harness.sweep_suites import SUITES, Measurement
+from harness.speedup import costmodel as cm
+from harness.speedup.sweep.suites import SUITES, Measurement
 
 __all__ = ["StoredCell", "measured_row", "fidelity", "timings_table", "profiles_table", "PREDICTIONS"]
 
@@ -38,7 +38,7 @@ class StoredCell:
     loadavg_before_after: list
     meta: dict
     payload: dict
-    key: Optional[str] = None  # fingerprint of what computed it (harness.sweep.cell_key); None: older cell
+    key: Optional[str] = None  # fingerprint of what computed it (harness.speedup.sweep.cli.cell_key); None: older cell
 
     @classmethod
     def from_record(cls, rec: dict) -> "StoredCell":

@@ -119,7 +119,7 @@ class TimedModel(LanguageModel):
 
     def __init__(self, inner: LanguageModel, cost: CallCost, clock=None, name: Optional[str] = None):
         check_arg(isinstance(inner, LanguageModel), "inner", type(inner).__name__, "a specimpl LanguageModel")
-        check_arg(isinstance(cost, CallCost), "cost", cost, "a harness.synthetic.CallCost")
+        check_arg(isinstance(cost, CallCost), "cost", cost, "a harness.speedup.synthetic.CallCost")
         self.inner, self.cost = inner, cost
         self.clock = WallClock() if clock is None else clock
         self.vocab_size = inner.vocab_size

@@ -1,6 +1,6 @@
 """Per-call timing of target and draft forwards, and of the sampler's own logic.
 
-What is timed (``op`` column; the names :class:`harness.costmodel.CostTable` looks up)
+What is timed (``op`` column; the names :class:`harness.speedup.costmodel.CostTable` looks up)
     <role>.forward   one ``model.forward`` scoring n tokens for each of B sequences, from a state
                      holding ``context_len`` tokens (rolled back after each call, so the context
                      stays fixed);  n = 1 .. k + 1
@@ -25,7 +25,7 @@ in situ, and the model fed with it over-predicted the speedup.  In-situ rows car
 
 How it is timed
     CPU: the clock (``time.perf_counter`` unless a clock is injected, e.g. the virtual clock of
-    :mod:`harness.synthetic`) around each call.  CUDA: ``torch.cuda.Event(enable_timing=True)``
+    :mod:`harness.speedup.synthetic`) around each call.  CUDA: ``torch.cuda.Event(enable_timing=True)``
     recorded around the call and read after ``torch.cuda.synchronize()``; the synchronised wall
     time is kept too (``wall_s``).  ``warmup`` full passes are discarded first; then ``repeats``
     passes visit every (op, n, B) once each, in a fresh random order per pass, so load spikes
@@ -260,7 +260,7 @@ def profile_sampler_overhead(vocab_size: int, ks: Sequence[int], batch_sizes: Se
     and subtracts the null calls' own (profiled) time, so what is left is warping, drawing,
     verification and book-keeping — the part of a round that neither model's forward pays for.
     ``wrap_target`` / ``wrap_draft`` (model -> model) may give the null models the real ones'
-    timing behaviour (e.g. :class:`harness.synthetic.TimedModel` waits), so that the overhead is
+    timing behaviour (e.g. :class:`harness.speedup.synthetic.TimedModel` waits), so that the overhead is
     measured between calls like the real ones (caches cooled by a wait, a CPU handed to another
     process); their calls' profiled time is subtracted all the same.
     """
@@ -303,11 +303,11 @@ def profile_pair(target: LanguageModel, draft: LanguageModel, ks: Sequence[int],
                  prompt_len: int = 16, max_new_tokens: int = 64, config: SamplingConfig = SamplingConfig(),
                  repeats: int = 15, warmup: int = 2, clock=None, seed: int = 0,
                  overhead_like_models: bool = False) -> pd.DataFrame:
-    """Everything :class:`harness.costmodel.CostTable` needs for a (target, draft) pair and these k, B.
+    """Everything :class:`harness.speedup.costmodel.CostTable` needs for a (target, draft) pair and these k, B.
 
     Forwards are timed at the context a run sees half-way: prompt_len + max_new_tokens // 2 tokens.
     With ``overhead_like_models``, a model with a ``timed_like(model) -> model`` method
-    (:class:`harness.synthetic.TimedModel`) lends its call timing to the null models of the overhead
+    (:class:`harness.speedup.synthetic.TimedModel`) lends its call timing to the null models of the overhead
     profile (slower: every null call then waits as long as the real one).
     """
     ks = _check_ints("ks", ks)
@@ -369,7 +369,7 @@ def _in_situ_run(timer: Timer, run, log: list, op: str, n: int, B: int, per) -> 
 def profile_in_situ(target: LanguageModel, draft: LanguageModel, prompts: Prompts, k: int, max_new_tokens: int,
                     config: SamplingConfig = SamplingConfig(), seed: int = 0, clock=None, passes: int = 1,
                     sampler=None) -> pd.DataFrame:
-    """Every operation :class:`harness.costmodel.CostTable` needs, timed inside ``passes`` real target-only
+    """Every operation :class:`harness.speedup.costmodel.CostTable` needs, timed inside ``passes`` real target-only
     and speculative runs (``sampler``, default :func:`specimpl.speculative.speculative_generate`) of
     ``prompts`` with draft length ``k``.  Rows as :func:`summarise`'s, one per (op, n, B) met; the
     forwards' samples are every call the runs made."""

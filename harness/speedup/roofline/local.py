@@ -1,15 +1,15 @@
 """This machine as a roofline: measure its bandwidth and matmul throughput, fit the rest to profiles.
 
-    python -m harness.roofline_local                      # probe, fit to the committed tiny-pair profile,
+    python -m harness.speedup.roofline.local                      # probe, fit to the committed tiny-pair profile,
                                                           # write harness/configs/hardware/local.toml
-    python -m harness.roofline_local --profiles P.csv --out my.toml
+    python -m harness.speedup.roofline.local --profiles P.csv --out my.toml
 
 :func:`probe` measures, with the threads torch is set to (1 by default here, as the sweep runs):
     bandwidth   a 256 MiB float32 tensor copied (read + write = 2 x 256 MiB per copy), fastest of 15
     peak        a 1024 x 1024 float32 matmul (2 n^3 FLOPs), fastest of 15 after a warm-up
-:func:`profile_points` turns forward rows of :mod:`harness.profiler` (``<role>.forward`` or
+:func:`profile_points` turns forward rows of :mod:`harness.speedup.profiler` (``<role>.forward`` or
 ``model.forward``: n, batch, context_len, median_s) of the tiny pair into roofline points, and
-:func:`harness.roofline.calibrate` fits the efficiency factors and the per-call and per-layer overheads.
+:func:`harness.speedup.roofline.model.calibrate` fits the efficiency factors and the per-call and per-layer overheads.
 The probe is a timing of this machine at one moment (under whatever load it had): the file records the
 load average and says so.
 """
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.roofline import HARDWARE_DIR, Calibration, Hardware, ModelShape, calibrate
+from harness.speedup.roofline.model import HARDWARE_DIR, Calibration, Hardware, ModelShape, calibrate
 
 __all__ = ["probe", "profile_points", "calibrate_local", "local_toml"]
 
@@ -88,7 +88,7 @@ def calibrate_local(profiles: pd.DataFrame, measured: dict) -> Calibration:
 def local_toml(measured: dict, cal: Calibration, profiles_path: str) -> str:
     h = cal.hardware
     return "\n".join([
-        "# This machine, measured: bandwidth and float32 matmul peak probed by `python -m harness.roofline_local`",
+        "# This machine, measured: bandwidth and float32 matmul peak probed by `python -m harness.speedup.roofline.local`",
         f"# ({measured['threads']} thread(s), load average {', '.join(f'{v:.2f}' for v in measured['loadavg'])} at the time:",
         "# a shared machine's numbers vary with its load); efficiency factors and overheads fitted by least squares",
         f"# on log T to the tiny pair's forward profile {profiles_path} ({cal.points} points; relative error",
@@ -111,7 +111,7 @@ def local_toml(measured: dict, cal: Calibration, profiles_path: str) -> str:
 
 def main(argv=None) -> int:
     from harness.core.provenance import atomic_write_text
-    ap = argparse.ArgumentParser(prog="python -m harness.roofline_local", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.speedup.roofline.local", description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", default="results/sweep/default/profiles.csv")
     ap.add_argument("--out", type=Path, default=HARDWARE_DIR / "local.toml")
     ap.add_argument("--threads", type=int, default=1)

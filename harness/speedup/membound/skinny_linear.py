@@ -4,7 +4,7 @@ Why: on this project's CPU (AVX2, no AVX-512) PyTorch's float32 ``linear`` runs 
 for one token row but a general matrix product for two or more, which re-reads and repacks the weights:
 scoring 2 rows of a 64 MB layer costs about 2x one, 5 rows about 5x (results/skinny_gemm/bench.md).
 Decoding engines use kernels built for this shape (few rows of activations against a large weight).
-:file:`harness/csrc/skinny_gemm.c` is one: each panel of weight rows is read from memory once and dotted
+:file:`harness/speedup/membound/csrc/skinny_gemm.c` is one: each panel of weight rows is read from memory once and dotted
 with every activation row while in cache, so 2 rows cost about 1.15x one and 5 rows about 1.8x; it is
 faster than PyTorch's up to 144 rows and 3 % slower at 512 (experiments/skinny_gemm_bench.py).  It runs on one
 thread (the sweeps run ``threads = 1``).
@@ -35,7 +35,7 @@ from specimpl.errors import check_arg
 __all__ = ["SkinnyLinear", "use_skinny_linear", "skinny_linear", "load_kernel", "SOURCE", "BUILD_DIR"]
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "skinny_gemm.c"
-BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "skinny_gemm"
+BUILD_DIR = Path(__file__).resolve().parents[3] / "build" / "skinny_gemm"
 _FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
 _LIB = None
 
@@ -106,6 +106,6 @@ def use_skinny_linear(model):
     """Replace every ``torch.nn.Linear`` of ``model`` (an :class:`specimpl.hf.HFModel`, float32, on the CPU)
     by :class:`SkinnyLinear` (the same weights); returns ``model``."""
     check_arg(str(model.device) == "cpu", "model.device", str(model.device), "'cpu' (the skinny kernel is for CPUs)")
-    from harness.widen import replace_linears
+    from harness.speedup.membound.widen import replace_linears
     load_kernel()
     return replace_linears(model, SkinnyLinear)

@@ -9,18 +9,18 @@ Three kinds of cell, listed in the sweep file's ``[algorithms]`` table:
                algorithm draws ``sequences`` sequences in ``chunks`` calls; mean accepted drafts per
                round and tokens per target call, measured against the exact laws of
                :mod:`harness.laws.rounds`, with a chunk standard error.  No timing.
-    synthetic  synthetic-cost n-gram pairs (:func:`harness.synthetic.synthetic_pair`: acceptance exactly
+    synthetic  synthetic-cost n-gram pairs (:func:`harness.speedup.synthetic.synthetic_pair`: acceptance exactly
                alpha, draft cost c times the target's, calls that sleep): every algorithm at every k and
                target-only decoding, timed with ``time.perf_counter`` side by side in one cell (one
                warm-up run of each arm, then ``repeats`` rounds over the arms in rotated order; medians);
                tokens per target call measured (and in a large untimed run on a virtual clock) against
-               exact; speedup measured against the cost model of :mod:`harness.costmodel_tree`.
+               exact; speedup measured against the cost model of :mod:`harness.speedup.costmodel_tree`.
     tiny       the shipped tiny HF pair with a draft variant: the same timed protocol (tree attention
                in one target forward per round); no exact law.
 
 A cell's payload is ``rows``: one record per (algorithm, k) (:func:`algorithms_table` gathers them
-with the cell's settings).  The suite is registered in :data:`harness.sweep_suites.SUITES` by
-:func:`algorithms_suite`; the figures are in :mod:`harness.report_algorithms`.
+with the cell's settings).  The suite is registered in :data:`harness.speedup.sweep.suites.SUITES` by
+:func:`algorithms_suite`; the figures are in :mod:`harness.speedup.report.algorithms`.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 
 from harness.laws.algorithms import Algorithm
-from harness.costmodel_tree import TimedTreeModel, tree_speedup
+from harness.speedup.costmodel_tree import TimedTreeModel, tree_speedup
 from harness.laws.rounds import ExactRounds, acceptance_law
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
@@ -93,7 +93,7 @@ def _params(table: dict, kind: str, source: str, keys: tuple, **more) -> Algorit
 
 def _cells(table: dict, cfg: dict) -> list:
     from harness.laws.scenarios import load_scenario
-    from harness.sweep_suites import Cell
+    from harness.speedup.sweep.suites import Cell
 
     def cell(name, p):  # id = readable name + hash of every setting and the suite's name, as the other suites
         digest = hashlib.sha1(json.dumps({**asdict(p), "suite": "algorithms"}, sort_keys=True, default=str).encode())
@@ -235,7 +235,7 @@ def _arms(target, draft, tree_target, tree_draft, prompts, p: AlgorithmParams, g
 
 
 def _synthetic_models(p: AlgorithmParams, seed: int, clock):
-    from harness.synthetic import CallCost, synthetic_pair
+    from harness.speedup.synthetic import CallCost, synthetic_pair
     tc = CallCost(p.target_ms / 1e3, p.token_slope)
     target, draft, ptab, qtab = synthetic_pair(p.alpha, p.c, tc, p.vocab_size, p.support, seed=seed % 2**31,
                                                clock=clock)
@@ -243,7 +243,7 @@ def _synthetic_models(p: AlgorithmParams, seed: int, clock):
 
 
 def _run_synthetic(p: AlgorithmParams, seed: int) -> dict:
-    from harness.synthetic import VirtualClock, WallClock
+    from harness.speedup.synthetic import VirtualClock, WallClock
     target, draft, ptab, qtab, tc = _synthetic_models(p, seed, WallClock())
     g = torch.Generator().manual_seed(seed)
     prompts = torch.randint(0, p.vocab_size, (p.batch, p.prompt_len), generator=g).tolist()
@@ -284,7 +284,7 @@ def _add_count_runs(rows: list, p: AlgorithmParams, seed: int, clock, grid: list
 
 
 def _run_tiny(p: AlgorithmParams, seed: int) -> dict:
-    from harness.sweep_suites import resolve_model
+    from harness.speedup.sweep.suites import resolve_model
     from specimpl.hf import tiny_pair_prompts
     from specimpl.tree_models import as_tree_model
     target, draft = resolve_model("tiny:target", p.device, p.dtype), resolve_model(f"tiny:{p.source}", p.device, p.dtype)
@@ -301,8 +301,8 @@ def _run(p: AlgorithmParams, seed: int) -> dict:
 
 # -- registry and table -----------------------------------------------------------------------------
 def algorithms_suite():
-    """The :class:`harness.sweep_suites.Suite` of this module (imported lazily: sweep_suites registers it)."""
-    from harness.sweep_suites import Suite
+    """The :class:`harness.speedup.sweep.suites.Suite` of this module (imported lazily: sweep_suites registers it)."""
+    from harness.speedup.sweep.suites import Suite
     return Suite("algorithms", AlgorithmParams, _cells, _run, _check, frozenset())
 
 

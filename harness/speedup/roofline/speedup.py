@@ -1,8 +1,8 @@
 """Speedup of speculative decoding over (alpha_i, c, k, B, L, algorithm) with roofline forward costs.
 
-The per-call costs are functions T(n, B, L) (a :class:`harness.roofline.Roofline`, or a measured table
+The per-call costs are functions T(n, B, L) (a :class:`harness.speedup.roofline.model.Roofline`, or a measured table
 wrapped as one): n tokens scored per sequence, batch B, context L.  One round of each algorithm
-(:mod:`harness.laws.algorithms` names) costs, as in :mod:`harness.costmodel` and :mod:`harness.costmodel_tree`:
+(:mod:`harness.laws.algorithms` names) costs, as in :mod:`harness.speedup.costmodel` and :mod:`harness.speedup.costmodel_tree`:
 
     chain, block   T_d(2) + (k - 1) T_d(1) + T_t(k + 1) + O_round       (the draft's first call of a
                                                                         round feeds 2 tokens)
@@ -21,7 +21,7 @@ and emits E tokens per sequence (steady state, no truncation):
     S = E (T_t(1) + O_token) / t_round          goodput = B E / t_round tokens/s  (target-only: B / T_ar)
 
 Leviathan's c is T_d(1) / T_t(1) at the (B, L) in question.  :func:`speedup_table` evaluates a grid and
-returns the rows the figures of :mod:`harness.report_roofline` are drawn from; :func:`crossover_batch`
+returns the rows the figures of :mod:`harness.speedup.report.roofline` are drawn from; :func:`crossover_batch`
 interpolates the batch where S falls through 1 (in log B).
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from harness.laws.algorithms import Algorithm
-from harness.costmodel_tree import draft_tokens_per_call
+from harness.speedup.costmodel_tree import draft_tokens_per_call
 from specimpl.errors import check_arg
 
 __all__ = ["PairCosts", "alphas_for", "tokens_per_round", "round_seconds", "speedup", "best_k", "crossover_batch",
@@ -149,8 +149,8 @@ def speedup_table(scenario: str, costs: PairCosts, alpha, algorithms: Sequence[s
 
 def cost_frame(costs: PairCosts, ks: Sequence[int], batches: Sequence[int], L: float,
                prompt_len: int = 16) -> pd.DataFrame:
-    """The rows :class:`harness.costmodel.CostTable` reads (op, n, batch, median_s) at context L, from T:
-    so the measured model (:func:`harness.costmodel.predict_measured`: per-position alpha_i, ragged batches,
+    """The rows :class:`harness.speedup.costmodel.CostTable` reads (op, n, batch, median_s) at context L, from T:
+    so the measured model (:func:`harness.speedup.costmodel.predict_measured`: per-position alpha_i, ragged batches,
     the last round cut at max_new_tokens) runs on roofline costs.  Prefill is T(prompt_len - 1, B, 0);
     roll-backs are free; the sampler's overheads come from ``costs``."""
     rows = []

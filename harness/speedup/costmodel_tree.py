@@ -6,7 +6,7 @@ that scores the pending token and every node, n k + 1 tokens, and k draft calls,
     t_round = T_target(n k + 1) + sum_{d=1..k} T_draft(m_d)
     S       = E[tokens per round] T_target(1) / t_round          (speedup over target-only decoding)
 
-with T(m) = t1 (1 + token_slope (m - 1)) the per-call cost of :class:`harness.synthetic.CallCost`.
+with T(m) = t1 (1 + token_slope (m - 1)) the per-call cost of :class:`harness.speedup.synthetic.CallCost`.
 The draft's m_d depends on how it drafts: ``cached`` (a draft that keeps the tree's keys/values
 scores only the new level: m_1 = 1, the pending token, then m_d = n) or ``rescored`` (what
 :class:`specimpl.tree.TreeSampler` does: each level's ``forward_tree`` scores the pending token and
@@ -16,7 +16,7 @@ acceptance, not the calls.  E[tokens per round] = 1 + E[accepted drafts]
 comes from the exact laws (:mod:`harness.laws.rounds`) or from measurement.  Overheads (prefill, the
 sampler's own work) are left out: this is the model the measured speedups are compared with.
 
-:class:`TimedTreeModel` gives a :class:`harness.synthetic.TimedModel` over an n-gram table the two tree
+:class:`TimedTreeModel` gives a :class:`harness.speedup.synthetic.TimedModel` over an n-gram table the two tree
 methods, ``forward_tree`` charged T(tokens scored) on the model's clock like ``forward``, and
 ``commit_path`` free (moving accepted keys/values, no forward pass).
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.synthetic import CallCost, TimedModel
+from harness.speedup.synthetic import CallCost, TimedModel
 from specimpl.errors import check_arg
 from specimpl.tree_models import NGramTreeModel, TreeAdapter
 
@@ -60,7 +60,7 @@ class TimedTreeModel(TreeAdapter):
     tokens scored, like ``forward``) and ``commit_path`` (free)."""
 
     def __init__(self, timed: TimedModel):
-        check_arg(isinstance(timed, TimedModel), "timed", type(timed).__name__, "a harness.synthetic.TimedModel")
+        check_arg(isinstance(timed, TimedModel), "timed", type(timed).__name__, "a harness.speedup.synthetic.TimedModel")
         super().__init__(timed)
         self.lookup = NGramTreeModel(timed.inner)  # the table's tree scoring (no cost)
 

@@ -15,7 +15,7 @@ the footer and in the PNG's metadata):
 and the tables ``measured_table.tex`` (real-model runs, booktabs), ``synthetic_table.tex``,
 ``fidelity.md`` (median and worst |predicted - measured| / measured) and ``summary.md`` (the
 negative-speedup cells, machine load).  Curves of the analytic model are evaluated from
-:mod:`harness.costmodel` at stored values (alpha_hat, c); nothing is run or timed here.
+:mod:`harness.speedup.costmodel` at stored values (alpha_hat, c); nothing is run or timed here.
 
 Reproducible: what is written depends on the stored results alone.  The provenance figures and tables
 carry (footer, PNG metadata, a first line in each table) is that of the results they were drawn from,
@@ -38,12 +38,12 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from harness import costmodel as cm
+from harness.speedup import costmodel as cm
 from harness.core.config import RESULTS
 from harness.core.atomic import staged_report
 from harness.core.figures import pyplot as _plt, results_line, save_figure as _save
 from harness.core.provenance import atomic_savefig, atomic_write_text
-from harness.sweep_tables import PREDICTIONS, fidelity
+from harness.speedup.sweep.tables import PREDICTIONS, fidelity
 
 __all__ = ["add_arguments", "run", "make_report", "SweepResults", "FIGURES", "TABLES", "SUITE_STYLES"]
 
@@ -379,7 +379,7 @@ def latex_table(m: pd.DataFrame, caption: str, label: str, meta: Optional[dict] 
 
 def fidelity_md(measured: pd.DataFrame) -> str:
     """Median / worst |predicted - measured| / measured per group of runs and time basis
-    (:func:`harness.sweep_tables.fidelity`, the figures of ``fidelity.json``, as a markdown table)."""
+    (:func:`harness.speedup.sweep.tables.fidelity`, the figures of ``fidelity.json``, as a markdown table)."""
     lines = ["| runs | time | cells | analytic median | analytic worst | measured model median | measured model worst "
              "| accounting median | accounting worst |", "|---|---|---|---|---|---|---|---|---|"]
     for name, fid in fidelity(measured).items():
@@ -428,7 +428,7 @@ SUITE_STYLES = {
     "real": SuiteStyle(_real_panels, "s", "+", "draft", False, (
         "measured_table", "measured_table.tex", "Speculative sampling with the shipped tiny pair: measured against "
         "target-only decoding (interleaved, same run). Bold: negative speedup.", "tab:measured")),
-    "membound": SuiteStyle(lambda m: [], "D", "1", "draft", False, (  # its speedup figure: harness.report_membound
+    "membound": SuiteStyle(lambda m: [], "D", "1", "draft", False, (  # its speedup figure: harness.speedup.report.membound
         "membound_table", "membound_table.tex", "The memory-bound pair (the tiny target widened, same law): "
         "measured against target-only decoding (interleaved, same run).", "tab:membound")),
 }
@@ -475,12 +475,12 @@ TABLES = tuple(_suite_table(s, st) for s, st in SUITE_STYLES.items()) + (
     Output("summary", _has_measured, lambda r: summary_md(r.measured, r.meta), "summary.md"),
 )
 
-from harness import report_algorithms as _algorithms  # noqa: E402  issue 12's suite (imports this module lazily)
+from harness.speedup.report import algorithms as _algorithms  # noqa: E402  issue 12's suite (imports this module lazily)
 FIGURES += tuple(Output(*f) for f in _algorithms.FIGURES)
 TABLES += tuple(Output(*t) for t in _algorithms.TABLES)
-from harness import report_roofline as _roofline  # noqa: E402  issue 14's roofline figures (roofline.csv)
+from harness.speedup.report import roofline as _roofline  # noqa: E402  issue 14's roofline figures (roofline.csv)
 FIGURES += tuple(Output(*f) for f in _roofline.FIGURES)
-from harness import report_membound as _membound  # noqa: E402  issue 14's memory-bound pair
+from harness.speedup.report import membound as _membound  # noqa: E402  issue 14's memory-bound pair
 FIGURES += tuple(Output(*f) for f in _membound.FIGURES)
 TABLES += tuple(Output(*t) for t in _membound.TABLES)
 

@@ -9,11 +9,11 @@
    tokens per round per sequence (1 + mean accepted), with a 95 % interval (normal approximation over
    rounds: rounds of one sequence are treated as independent), and the chain's alpha per draft position
    with exact 95 % Clopper-Pearson intervals.  Block's and tree's E are measured, not bounded.
-2. Costs: ``--hardware local`` profiles this machine's forwards (:func:`harness.profiler.profile_model`,
+2. Costs: ``--hardware local`` profiles this machine's forwards (:func:`harness.speedup.profiler.profile_model`,
    at each context) and the sampler's own per-round and per-token overheads, in process CPU time (robust
    to other work on a shared machine; run with ``--threads 1``); any other hardware uses the
-   roofline (:mod:`harness.roofline`) of the two configs on that hardware file.
-3. S and goodput for every (algorithm, k, B, L) (:mod:`harness.roofline_speedup`), the best (algorithm, k)
+   roofline (:mod:`harness.speedup.roofline.model`) of the two configs on that hardware file.
+3. S and goodput for every (algorithm, k, B, L) (:mod:`harness.speedup.roofline.speedup`), the best (algorithm, k)
    per (B, L) with S's interval from E's, and the batch beyond which speculation should be off (the S = 1
    crossover of the best configuration; on ``local`` only within the profiled batches).
 
@@ -56,7 +56,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--prepack", choices=("none", "mkldnn", "skinny"), default="none",
-                    help="how the target's linear layers run (CPU, float32; harness.widen.apply_prepack): mkldnn, "
+                    help="how the target's linear layers run (CPU, float32; harness.speedup.membound.widen.apply_prepack): mkldnn, "
                          "oneDNN's pre-packed layout; skinny, the weight-streaming kernel the sweep's membound suite "
                          "runs the memory-bound pair with")
     ap.add_argument("--out", type=Path, default=None)
@@ -77,7 +77,7 @@ def _check(args):
     from harness.laws.algorithms import Algorithm
     from harness.core.errors import UsageError
     from harness.core.options import check_option, check_out, check_seed, check_threads
-    from harness.roofline import ConfigError, hardware_names, load_hardware
+    from harness.speedup.roofline.model import ConfigError, hardware_names, load_hardware
     check_seed(args.seed)
     check_threads(args.threads)
     for name, v in (("--n-sequences", args.n_sequences), ("--max-new-tokens", args.max_new_tokens),
@@ -105,7 +105,7 @@ def _check(args):
 def _shapes(args):
     """(target, draft) ModelShape from the configs: a missing field or a vocabulary mismatch is exit 2."""
     from harness.core.errors import UsageError
-    from harness.roofline import ConfigError, ModelShape
+    from harness.speedup.roofline.model import ConfigError, ModelShape
     shapes = []
     for opt, path in (("--target", args.target), ("--draft", args.draft)):
         try:
@@ -127,7 +127,7 @@ def _models(args):
     except (OSError, ValueError) as e:
         raise UsageError(f"`--target` / `--draft`: cannot load the pair: {' '.join(str(e).split())[:300]}") from None
     if args.prepack != "none":
-        from harness.widen import apply_prepack
+        from harness.speedup.membound.widen import apply_prepack
         try:
             apply_prepack(target, args.prepack)
         except (ValueError, RuntimeError) as e:
@@ -180,9 +180,9 @@ def measure_acceptance(target, draft, prompts, algorithms, ks, max_new_tokens: i
 
 
 def _tokens_scored(algorithms, ks) -> tuple[list[int], list[int]]:
-    """(target n, draft n) every round of these algorithms scores (harness.roofline_speedup.round_seconds)."""
+    """(target n, draft n) every round of these algorithms scores (harness.speedup.roofline.speedup.round_seconds)."""
     from harness.laws.algorithms import Algorithm
-    from harness.costmodel_tree import draft_tokens_per_call
+    from harness.speedup.costmodel_tree import draft_tokens_per_call
     tn, dn = {1}, {1, 2}
     for name in algorithms:
         algo = Algorithm.parse(name, "algorithm")
@@ -195,9 +195,9 @@ def _tokens_scored(algorithms, ks) -> tuple[list[int], list[int]]:
 
 def local_costs(target, draft, algorithms, ks, batches, contexts, repeats: int, seed: int = 0):
     """(PairCosts over the profiled contexts, the profile frame): forwards timed here at each context."""
-    from harness.costmodel import CostTable
-    from harness.profiler import profile_model, profile_sampler_overhead
-    from harness.roofline_speedup import PairCosts
+    from harness.speedup.costmodel import CostTable
+    from harness.speedup.profiler import profile_model, profile_sampler_overhead
+    from harness.speedup.roofline.speedup import PairCosts
     tn, dn = _tokens_scored(algorithms, ks)
     frames = []
     for L in contexts:
@@ -220,14 +220,14 @@ def local_costs(target, draft, algorithms, ks, batches, contexts, repeats: int, 
 
 
 def roofline_costs(tshape, dshape, hw):
-    from harness.roofline import Roofline
-    from harness.roofline_speedup import PairCosts
+    from harness.speedup.roofline.model import Roofline
+    from harness.speedup.roofline.speedup import PairCosts
     return PairCosts(Roofline(tshape, hw), Roofline(dshape, hw))
 
 
 def _grid(costs, acc: pd.DataFrame, batches, contexts, name: str, source: str, fits=None, bound=None) -> pd.DataFrame:
-    """The speedup grid (harness.roofline_speedup.COLUMNS) at the measured E, with S's interval from E's."""
-    from harness.roofline_speedup import speedup_table
+    """The speedup grid (harness.speedup.roofline.speedup.COLUMNS) at the measured E, with S's interval from E's."""
+    from harness.speedup.roofline.speedup import speedup_table
     frames = []
     for a in acc.itertuples():
         t = speedup_table(name, costs, 0.0, [a.algorithm], [a.k], batches, contexts,
@@ -240,7 +240,7 @@ def _grid(costs, acc: pd.DataFrame, batches, contexts, name: str, source: str, f
 def recommend(grid: pd.DataFrame, batches) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per (B, L) in ``batches``: the best algorithm and k or 'off'; per L: the batch beyond which
     speculation should be off, the S = 1 crossover of the best configuration over the grid's batches)."""
-    from harness.roofline_speedup import crossover_batch
+    from harness.speedup.roofline.speedup import crossover_batch
     g = grid[grid.fits.astype(bool)] if "fits" in grid else grid
     best = g.sort_values(["context", "batch", "speedup", "k"], ascending=[True, True, False, True]) \
         .groupby(["context", "batch"], as_index=False).first()
@@ -279,7 +279,7 @@ def _md(rec: pd.DataFrame, off: pd.DataFrame, alpha: pd.DataFrame, header: str) 
 
 def _costs(args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts):
     """(PairCosts, profile frame or None, batches of the grid, fits, bound, source)."""
-    from harness.roofline_fidelity import bound_of, fits_of
+    from harness.speedup.roofline.fidelity import bound_of, fits_of
     if hw is None:
         costs, prof = local_costs(target, draft, algos, ks, batches, contexts, args.repeats, args.seed)
         return costs, prof, batches, None, None, "measured"

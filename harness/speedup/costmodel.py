@@ -24,7 +24,7 @@ Measured model (this module's :func:`predict_measured`)
       first draft call of a round feeds 2 tokens, the other k - 1 feed 1), prefill and roll-back
       costs, and the fixed per-round overhead of the sampler's own logic O_spec(k, B) (warping,
       drawing, verification, book-keeping), and O_ar(B) per token for the target-only baseline.
-      The sweep's real-model cells profile all of these in situ (:func:`harness.profiler.profile_in_situ`:
+      The sweep's real-model cells profile all of these in situ (:func:`harness.speedup.profiler.profile_in_situ`:
       instrumented runs of the cell itself; the overheads are the runs' time outside the model calls).
       Profiled apart — each model alone, the overhead on zero-cost models — they described another
       state than the runs': on the tiny pair the overhead outside the forwards was 1.5-3x the

@@ -1,8 +1,8 @@
 """The roofline against published measurements, and the speedup-vs-batch scenarios drawn in the report.
 
-    python -m harness.roofline_fidelity                       # -> results/roofline/
-    python -m harness.roofline_fidelity --file F.toml --out DIR
-    python -m harness report --results results/roofline      # the figures (harness.report_roofline)
+    python -m harness.speedup.roofline.fidelity                       # -> results/roofline/
+    python -m harness.speedup.roofline.fidelity --file F.toml --out DIR
+    python -m harness report --results results/roofline      # the figures (harness.speedup.report.roofline)
 
 Reads ``harness/configs/fidelity/published.toml`` (its header explains the rows).  For each row the
 models' shapes come from their config fields, the hardware from ``harness/configs/hardware/<name>.toml``; a
@@ -27,13 +27,14 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from harness.roofline import ConfigError, ModelShape, Roofline, calibrate, forward_cost, load_hardware
-from harness.roofline_speedup import PairCosts, crossover_batch, speedup, speedup_table, tokens_per_round
+from harness.core.config import CONFIGS
+from harness.speedup.roofline.model import ConfigError, ModelShape, Roofline, calibrate, forward_cost, load_hardware
+from harness.speedup.roofline.speedup import PairCosts, crossover_batch, speedup, speedup_table, tokens_per_round
 
 __all__ = ["PUBLISHED", "load_published", "row_costs", "predict_row", "fidelity_table", "scenario_tables",
            "crossover_table", "fidelity_md", "write_fidelity", "bound_of", "fits_of"]
 
-PUBLISHED = Path(__file__).resolve().parent / "configs" / "fidelity" / "published.toml"
+PUBLISHED = CONFIGS / "fidelity" / "published.toml"
 QUANTITIES = ("ar_ms_per_token", "draft_ms_per_call", "c", "speedup", "tokens_per_s_ar", "tokens_per_s_spec")
 _ROW_KEYS = ("id", "source", "quantity", "measured", "hardware", "target", "draft", "k", "batch", "context",
              "taken", "assumed")
@@ -237,14 +238,14 @@ def write_fidelity(path=PUBLISHED, out=Path("results/roofline")) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.roofline_fidelity", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.speedup.roofline.fidelity", description=__doc__.splitlines()[0])
     ap.add_argument("--file", type=Path, default=PUBLISHED)
     ap.add_argument("--out", type=Path, default=Path("results/roofline"))
     args = ap.parse_args(argv)
     try:
         written = write_fidelity(args.file, args.out)
     except ConfigError as e:
-        print(f"python -m harness.roofline_fidelity: error: {e}")
+        print(f"python -m harness.speedup.roofline.fidelity: error: {e}")
         return 2
     print((args.out / "fidelity_published.md").read_text())
     for p in written.values():

@@ -5,11 +5,11 @@ A suite turns its table of the sweep file into cells — one frozen settings rec
 :data:`SUITES` is the registry the sweep looks suites up in; adding a suite is adding an entry.
 
     grid       :class:`GridParams`: the analytic model S(alpha, c, k) on a grid (a DataFrame payload)
-    synthetic  :class:`SyntheticParams`: timed n-gram pairs with exact alpha and set c (:mod:`harness.synthetic`)
+    synthetic  :class:`SyntheticParams`: timed n-gram pairs with exact alpha and set c (:mod:`harness.speedup.synthetic`)
     real       :class:`RealParams`: the shipped tiny HF pair and its draft variants
     profile    :class:`ProfileParams`: per-call cost curves T(n, B) of named models (random weights allowed)
     membound   :class:`MemboundParams`: the tiny draft (or a variant) against the widened, memory-bound target
-               of :mod:`harness.widen` (built on demand, cached): the tiny target's law at a large model's cost
+               of :mod:`harness.speedup.membound.widen` (built on demand, cached): the tiny target's law at a large model's cost
 
 The measured suites (synthetic, real) share one protocol, :func:`measure_pair`: ``repeats``
 interleaved pairs (target-only, speculative; the order alternates) after one warm-up pair, and between
@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.widen import PREPACKS
+from harness.speedup.membound.widen import PREPACKS
 
-from harness import costmodel as cm
-from harness.profiler import profile_in_situ, profile_model, profile_pair, summarise
-from harness.synthetic import CallCost, HybridClock, VirtualClock, WallClock, synthetic_pair
+from harness.speedup import costmodel as cm
+from harness.speedup.profiler import profile_in_situ, profile_model, profile_pair, summarise
+from harness.speedup.synthetic import CallCost, HybridClock, VirtualClock, WallClock, synthetic_pair
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
@@ -164,7 +164,7 @@ class RealParams(_MeasuredParams):
 
 @dataclass(frozen=True)
 class MemboundParams(RealParams):
-    """One memory-bound cell: the widened target (:func:`harness.widen.build_widened` at ``width``,
+    """One memory-bound cell: the widened target (:func:`harness.speedup.membound.widen.build_widened` at ``width``,
     ``extra_layers``) against tiny-pair draft variant ``draft`` on ``device``."""
 
     width: int
@@ -304,9 +304,9 @@ _WIDE: dict = {}
 
 
 def _widened(width: int, extra_layers: int, device: str, dtype: str, prepack: str = "none"):
-    """The widened target of :mod:`harness.widen` (built on first use, cached on disk by content; one in
-    memory), its linear layers converted as ``prepack`` says (:func:`harness.widen.apply_prepack`)."""
-    from harness.widen import apply_prepack, build_widened
+    """The widened target of :mod:`harness.speedup.membound.widen` (built on first use, cached on disk by content; one in
+    memory), its linear layers converted as ``prepack`` says (:func:`harness.speedup.membound.widen.apply_prepack`)."""
+    from harness.speedup.membound.widen import apply_prepack, build_widened
     from specimpl.hf import HFModel
     key = (width, extra_layers, str(device), dtype, prepack)
     if key not in _WIDE:
@@ -351,7 +351,7 @@ class Measurement:
     timings        one row per run: rep, arm ('ar' or 'spec'), seconds, cpu_seconds, tokens (+ rounds)
     accepted_hist  rounds with n = 0..k accepted drafts, over every speculative run
     round_batches  the active batch of each round, one list per speculative run
-    profile        the in-cell profile (rows of :func:`harness.profiler.summarise`)
+    profile        the in-cell profile (rows of :func:`harness.speedup.profiler.summarise`)
     """
 
     timings: list
@@ -415,8 +415,8 @@ class _SpecTally:
 
 def _profile_between(target, draft, prompts, k, N, config, seed, clock, profile_repeats, in_situ) -> pd.DataFrame:
     """One profile pass between two timed pairs: in situ (``profile_repeats`` instrumented target-only and
-    speculative runs of the cell's own prompts, :func:`harness.profiler.profile_in_situ`) or isolated (each
-    model's calls on their own and the sampler on null models, :func:`harness.profiler.profile_pair`)."""
+    speculative runs of the cell's own prompts, :func:`harness.speedup.profiler.profile_in_situ`) or isolated (each
+    model's calls on their own and the sampler on null models, :func:`harness.speedup.profiler.profile_pair`)."""
     if in_situ:  # runs of their own: not the draws of the timed runs (whose generator starts at ``seed``)
         return profile_in_situ(target, draft, prompts, k, N, config, seed=seed + 1_000_003, clock=clock,
                                passes=profile_repeats)
@@ -540,5 +540,5 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           frozenset({"measured", "profiles"})),
 )}
 
-from harness.sweep_algorithms import algorithms_suite  # noqa: E402  issue 12's suite (it imports this module lazily)
+from harness.speedup.sweep.algorithms import algorithms_suite  # noqa: E402  issue 12's suite (it imports this module lazily)
 SUITES["algorithms"] = algorithms_suite()

@@ -1,19 +1,19 @@
 """T(n, B, L) measured on this device, the roofline fitted to it, and the speedup grid from the measured costs.
 
-    python -m harness.roofline_measure --device cuda --out results/roofline/gpu          # experiments/gpu_sweep.sh
-    python -m harness.roofline_measure --dry-run --out /tmp/x                           # CPU, tiny sizes (tests)
+    python -m harness.speedup.roofline.measure --device cuda --out results/roofline/gpu          # experiments/gpu_sweep.sh
+    python -m harness.speedup.roofline.measure --dry-run --out /tmp/x                           # CPU, tiny sizes (tests)
 
 Models are built from their configs with random weights (timing does not depend on weights; nothing is
-downloaded): ``random:<shape>`` of :data:`harness.sweep_suites.SHAPES` (default: a ~1.1B Llama-shaped
+downloaded): ``random:<shape>`` of :data:`harness.speedup.sweep.suites.SHAPES` (default: a ~1.1B Llama-shaped
 target, TinyLlama-1.1B's shape, and a ~68M draft), or ``tiny:target`` / ``tiny:draft``.  Each forward
-scoring n tokens for B sequences at context L is timed by :func:`harness.profiler.profile_model` (CUDA
+scoring n tokens for B sequences at context L is timed by :func:`harness.speedup.profiler.profile_model` (CUDA
 events and synchronize on a GPU, perf_counter on a CPU; warm-up passes discarded, medians).  Then:
 
     costs.csv                 the measured T (op, n, batch, context, median_s, ...; on a CPU the process CPU
                               time, cpu_median_s, is what the rest uses)
     roofline_vs_measured.csv  the hardware file's roofline, its efficiencies and overheads fitted to the
-                              measured points (:func:`harness.roofline.calibrate`), and each point's error
-    roofline.csv              the speedup grid (:mod:`harness.roofline_speedup`) from the *measured* costs at
+                              measured points (:func:`harness.speedup.roofline.model.calibrate`), and each point's error
+    roofline.csv              the speedup grid (:mod:`harness.speedup.roofline.speedup`) from the *measured* costs at
                               an assumed iid alpha (random weights have no meaningful acceptance), source
                               'measured-gpu' on a GPU: its figures say "measured on GPU"
     meta.json                 provenance (device named)
@@ -35,10 +35,10 @@ GPU_NAMES = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("A40", "a40"
 
 
 def shape_of(spec: str, dtype: str):
-    """The :class:`harness.roofline.ModelShape` of a 'random:<shape>' or 'tiny:<role>' model spec."""
-    from harness.roofline import ModelShape
-    from harness.roofline_local import tiny_shape
-    from harness.sweep_suites import SHAPES
+    """The :class:`harness.speedup.roofline.model.ModelShape` of a 'random:<shape>' or 'tiny:<role>' model spec."""
+    from harness.speedup.roofline.model import ModelShape
+    from harness.speedup.roofline.local import tiny_shape
+    from harness.speedup.sweep.suites import SHAPES
     kind, _, name = spec.partition(":")
     if kind == "tiny":
         return tiny_shape(name)
@@ -55,7 +55,7 @@ def detect_hardware(device: str) -> str:
 
 def measure_costs(models: dict, ns, batches, contexts, repeats: int, seed: int = 0) -> pd.DataFrame:
     """{role: model} -> rows of profile_model for each context (column ``context``)."""
-    from harness.profiler import profile_model
+    from harness.speedup.profiler import profile_model
     frames = []
     for i, L in enumerate(contexts):
         for role, m in models.items():
@@ -68,8 +68,8 @@ def measure_costs(models: dict, ns, batches, contexts, repeats: int, seed: int =
 
 def measured_pair_costs(costs: pd.DataFrame, value: str = "median_s"):
     """PairCosts whose T(n, B, L) interpolates the measured table (column ``value``) at each measured context."""
-    from harness.costmodel import CostTable
-    from harness.roofline_speedup import PairCosts
+    from harness.speedup.costmodel import CostTable
+    from harness.speedup.roofline.speedup import PairCosts
     tables = {int(L): CostTable(g, value=value) for L, g in costs.groupby("context")}
 
     def t(role):
@@ -80,7 +80,7 @@ def measured_pair_costs(costs: pd.DataFrame, value: str = "median_s"):
 
 def fit_roofline(costs: pd.DataFrame, shapes: dict, hardware: str, value: str = "median_s") -> pd.DataFrame:
     """Each measured forward beside the hardware file's roofline, before and after fitting its efficiencies."""
-    from harness.roofline import Roofline, calibrate, load_hardware
+    from harness.speedup.roofline.model import Roofline, calibrate, load_hardware
     hw = load_hardware(hardware)
     fw = costs[costs.op.str.endswith(".forward")]
     pts = [(shapes[r.op.split(".")[0]], int(r.n), int(r.batch), int(r.context), float(getattr(r, value)))
@@ -102,9 +102,9 @@ def _ints(text: str) -> list[int]:
 
 def main(argv=None) -> int:
     from harness.core.provenance import atomic_write_csv, atomic_write_json, metadata
-    from harness.roofline_speedup import speedup_table
-    from harness.sweep_suites import resolve_model
-    ap = argparse.ArgumentParser(prog="python -m harness.roofline_measure", description=__doc__.splitlines()[0])
+    from harness.speedup.roofline.speedup import speedup_table
+    from harness.speedup.sweep.suites import resolve_model
+    ap = argparse.ArgumentParser(prog="python -m harness.speedup.roofline.measure", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--target", default="random:llama-1.1b")
     ap.add_argument("--draft", default="random:llama-68m")

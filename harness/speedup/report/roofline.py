@@ -8,10 +8,10 @@
     roofline_goodput            goodput (emitted tokens per second, all sequences) against batch at the best
                                 k, per (scenario, context), with target-only decoding
 
-``roofline.csv`` is written by ``python -m harness.roofline_fidelity`` (published scenarios),
+``roofline.csv`` is written by ``python -m harness.speedup.roofline.fidelity`` (published scenarios),
 ``python -m harness tune`` (a pair on a machine) and ``experiments/gpu_sweep.sh`` (costs measured with
 CUDA events: rows with ``source`` = 'measured-gpu' get "measured on GPU" in every title).  Registered in
-:mod:`harness.report`'s FIGURES; drawn with its ``_save`` (provenance of the stored results only).
+:mod:`harness.speedup.report.cli`'s FIGURES; drawn with its ``_save`` (provenance of the stored results only).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.roofline_speedup import crossover_batch
+from harness.speedup.roofline.speedup import crossover_batch
 
 __all__ = ["FIGURES", "load_grid", "best_by_batch", "marker"]
 

@@ -21,7 +21,7 @@ read); a missing or malformed field is a :class:`ConfigError` naming the file an
 hardware comes from ``harness/configs/hardware/<name>.toml`` (:func:`load_hardware`): bandwidth, peak matmul
 throughput per dtype, the per-call overhead, the efficiency factors, and the datasheet they come from.
 :func:`calibrate` fits the efficiency factors and the overhead to measured forward profiles
-(:mod:`harness.profiler` rows) by least squares on log T, and :class:`Roofline` is the function
+(:mod:`harness.speedup.profiler` rows) by least squares on log T, and :class:`Roofline` is the function
 T(n, B, L) that a measured cost model can plug in (``roofline(n, B, L)`` -> seconds).
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Optional
 
 import numpy as np
 
+from harness.core.config import CONFIGS
 from specimpl.errors import check_arg
 
 __all__ = ["DTYPE_BYTES", "ConfigError", "ModelShape", "Hardware", "HARDWARE_DIR", "hardware_names",
@@ -42,7 +43,7 @@ __all__ = ["DTYPE_BYTES", "ConfigError", "ModelShape", "Hardware", "HARDWARE_DIR
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1, "int4": 0.5}
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
                   "fp8": "float8", "awq": "int4", "gptq": "int4"}
-HARDWARE_DIR = Path(__file__).resolve().parent / "configs" / "hardware"
+HARDWARE_DIR = CONFIGS / "hardware"
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 
 

@@ -2,18 +2,18 @@
 
 A sweep is data: ``harness/configs/sweep/default.toml`` (commented) and overlays on it, read with
 :func:`harness.core.config.read_toml` and laid over strictly (:func:`harness.core.config.overlay`: an unknown key is
-an error).  The plan is a list of cells (:class:`harness.sweep_suites.Cell`); each cell writes one JSON
+an error).  The plan is a list of cells (:class:`harness.speedup.sweep.suites.Cell`); each cell writes one JSON
 file under ``results/sweep/<name>/cells/<suite>/`` (atomic write), named by a hash of its settings and holding its
 *key* (:func:`cell_key`: a fingerprint of the project's code by content, the settings and the seed), so
 a re-run skips every cell already computed by the same code, recomputes a cell whose key differs, and an
 interrupt loses at most the cell in flight.  A reused cell keeps its own provenance.  A cell's
 seed is :func:`harness.core.config.derive_seed` of the sweep's seed and the cell's id.  After the cells,
 :func:`finalize` turns the stored cells into tables (``measured.csv``, ``timings.csv``, ``profiles.csv``,
-``grid.parquet``, ``fidelity.json``; :mod:`harness.sweep_tables`) that carry provenance, and writes
+``grid.parquet``, ``fidelity.json``; :mod:`harness.speedup.sweep.tables`) that carry provenance, and writes
 ``meta.json``; ``python -m harness report`` draws from those alone.
 
 The suites (grid, synthetic, real, profile) and how a cell of each is computed live in
-:mod:`harness.sweep_suites` (the registry ``SUITES``).
+:mod:`harness.speedup.sweep.suites` (the registry ``SUITES``).
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from harness.core.config import RESULTS, SWEEP_DIR, derive_seed, overlay, read_t
 from harness.core.atomic import staged_report
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_parquet, metadata
-from harness.sweep_suites import SUITES, Cell
-from harness.sweep_tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
+from harness.speedup.sweep.suites import SUITES, Cell
+from harness.speedup.sweep.tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out, check_unique
 from specimpl.errors import check_arg
@@ -368,7 +368,7 @@ def run(args) -> int:
     for v in res["written"].values():
         print(f"wrote {v}", file=sys.stderr)
     if args.report:
-        from harness.report import make_report
+        from harness.speedup.report.cli import make_report
         for paths in make_report(out).values():
             for path in ([paths] if isinstance(paths, str) else paths):
                 print(f"wrote {path}", file=sys.stderr)

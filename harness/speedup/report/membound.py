@@ -6,7 +6,7 @@
     membound.md        every cell: k, B, alpha_hat, measured and predicted speedup on both bases, the
                        model's error, and the share of a round spent outside the two models' forwards
 
-Drawn from the stored ``measured.csv`` alone, via the registries of :mod:`harness.report`.
+Drawn from the stored ``measured.csv`` alone, via the registries of :mod:`harness.speedup.report.cli`.
 """
 from __future__ import annotations
 

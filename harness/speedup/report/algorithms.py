@@ -5,13 +5,13 @@
                                  the large untimed run filled)
     algorithms_speedup           wall-clock speedup over target-only against alpha, one line per algorithm,
                                  rows c (fixed), columns k; measured points and the cost model of
-                                 :mod:`harness.costmodel_tree` (dashed)
+                                 :mod:`harness.speedup.costmodel_tree` (dashed)
     algorithms_tiny_pair         the tiny HF pair: tokens per target call and speedup against k
     algorithms.md                every row: n-gram scenarios (block vs token-level, measured vs exact,
                                  relative gain), synthetic and tiny-pair cells
 
-Drawn from the suite's stored cells alone (:func:`harness.sweep_algorithms.algorithms_table`), via the
-registries of :mod:`harness.report`, which lists :data:`FIGURES` and :data:`TABLES` of this module.
+Drawn from the suite's stored cells alone (:func:`harness.speedup.sweep.algorithms.algorithms_table`), via the
+registries of :mod:`harness.speedup.report.cli`, which lists :data:`FIGURES` and :data:`TABLES` of this module.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ __all__ = ["FIGURES", "TABLES", "table_of", "algorithms_md"]
 
 
 def table_of(res) -> pd.DataFrame:
-    """The suite's rows for a :class:`harness.report.SweepResults` (an empty frame when there are none)."""
-    from harness.sweep_algorithms import algorithms_table
+    """The suite's rows for a :class:`harness.speedup.report.cli.SweepResults` (an empty frame when there are none)."""
+    from harness.speedup.sweep.algorithms import algorithms_table
     t = algorithms_table(Path(res.path), res.meta)
     return pd.DataFrame() if t is None else t
 
@@ -163,7 +163,7 @@ def _any(res) -> bool:
     return len(table_of(res)) > 0
 
 
-# (name, applies, make) — wrapped into harness.report.Output by harness.report
+# (name, applies, make) — wrapped into harness.speedup.report.cli.Output by harness.speedup.report.cli
 FIGURES = (
     ("algorithms_tokens_per_call", _has("synthetic"), fig_tokens_per_call),
     ("algorithms_speedup", _has("synthetic"), fig_speedup),

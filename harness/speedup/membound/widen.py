@@ -25,7 +25,7 @@ On this project's CPU, PyTorch's default float32 linear layers take a matrix-vec
 a repacking GEMM for two or more, so that scoring 2 tokens cost about 1.8 times scoring one even at 337M
 parameters.  :func:`prepack_mkldnn` converts the linear layers to oneDNN's pre-packed layout (as CPU
 inference engines do): the weights are reordered once, and scoring k + 1 tokens then costs far less than
-k + 1 single-token calls, yet still 2.5x one call at batch 1.  :mod:`harness.skinny_linear` (the membound
+k + 1 single-token calls, yet still 2.5x one call at batch 1.  :mod:`harness.speedup.membound.skinny_linear` (the membound
 suite's default, ``prepack = "skinny"``) goes further: a weight-streaming kernel under which 3 tokens cost
 1.2x one.  Same weights, same outputs to float round-off; the target-only baseline uses the same converted
 model.
@@ -56,7 +56,7 @@ from specimpl.errors import check_arg
 __all__ = ["apply_prepack", "PREPACKS", "prepack_mkldnn", "replace_linears", "widen_state_dict", "widened_config", "build_widened", "membound_dir", "BUILD_DIR", "DEFAULT_WIDTH",
            "DEFAULT_EXTRA_LAYERS", "parameter_count"]
 
-BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "membound_pair"
+BUILD_DIR = Path(__file__).resolve().parents[3] / "build" / "membound_pair"
 DEFAULT_WIDTH = 8  # hidden 256 -> 2048, 4 -> 32 heads, MLP 512 -> 4096
 DEFAULT_EXTRA_LAYERS = 4  # 4 trained + 4 pass-through layers: ~337M parameters, ~1.35 GB in float32
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
@@ -182,7 +182,7 @@ def build_widened(width: int = DEFAULT_WIDTH, extra_layers: int = DEFAULT_EXTRA_
             shutil.copy2(src / name, tmp / name)
     (tmp / "build_info.json").write_text(json.dumps(
         {"source": "specimpl/assets/tiny_pair/target", "width": width, "extra_layers": extra_layers,
-         "parameters": parameter_count(wide), "construction": "harness.widen (function-preserving widening)"},
+         "parameters": parameter_count(wide), "construction": "harness.speedup.membound.widen (function-preserving widening)"},
         indent=2, sort_keys=True) + "\n")
     try:
         tmp.rename(out)  # complete or absent: nothing half-written under the final name
@@ -200,12 +200,12 @@ PREPACKS = ("none", "mkldnn", "skinny")  # how a target's linear layers run (see
 def apply_prepack(model, kind: str):
     """``model`` with its linear layers as ``kind`` says: 'none' (PyTorch's default), 'mkldnn' (oneDNN's
     pre-packed layout, :func:`prepack_mkldnn`) or 'skinny' (the weight-streaming kernel of
-    :mod:`harness.skinny_linear`); returns ``model``."""
+    :mod:`harness.speedup.membound.skinny_linear`); returns ``model``."""
     check_arg(kind in PREPACKS, "prepack", kind, f"one of {list(PREPACKS)}")
     if kind == "mkldnn":
         return prepack_mkldnn(model)
     if kind == "skinny":
-        from harness.skinny_linear import use_skinny_linear
+        from harness.speedup.membound.skinny_linear import use_skinny_linear
         return use_skinny_linear(model)
     return model
 
