@@ -21,7 +21,7 @@ Writes, under ``--out`` (default ``specimpl/assets/exact_pair``):
 Vocabulary (one token per id, the same for all four models): ids 0..12 = "a".."m", 13 = <s> (BOS),
 14 = </s> (EOS), 15 = <pad>.  The tokenizer is a byte-level BPE with no merges (each letter is its own
 byte-level symbol, so a letter string tokenizes one id per character) -- the layout that
-``harness.engines.gguf_export`` (llama.cpp) accepts -- with the three specials as added tokens.
+``harness.samples.engines.gguf_export`` (llama.cpp) accepts -- with the three specials as added tokens.
 Training sequences open with <s> and contain letters only: EOS is a possible but rare output
 (probability ~1e-4 or less), so engines under test should run with EOS ignored.
 

@@ -133,8 +133,8 @@ def planner_rows(a, rows: list[dict]) -> list[dict]:
 
 def llama_files(a, work: Path) -> dict:
     """llama.cpp's prompt lookup on and off, Python API on token ids (the records the check writes)."""
-    from harness.engines import llama_cpp as L
-    from harness.engines.gguf_export import export_gguf
+    from harness.samples.engines import llama_cpp as L
+    from harness.samples.engines.gguf_export import export_gguf
     from specimpl.hf import TINY_PAIR_DIR, tiny_pair_prompts
     gguf = work / "target.gguf"
     export_gguf(TINY_PAIR_DIR / "target", gguf)

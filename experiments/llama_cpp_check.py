@@ -14,7 +14,7 @@ summary.json (provenance included).  This script verifies them in one family:
 * scored: every output token's randomized PIT under the float64 HF target (plain sampling: the law is the
   softmax of the logits), tested by :func:`harness.verify.battery.plan_pit_value_tests` (pooled KS with a DKW
   bound, KS per position, PIT pairs) for the API runs; the server runs (ragged: EOS and lost bytes end a
-  completion early) get pooled and per-position KS only (see :mod:`harness.engines.llama_cpp`);
+  completion early) get pooled and per-position KS only (see :mod:`harness.samples.engines.llama_cpp`);
 * two-sample: speculation on vs off, per-position token homogeneity (χ², cells pooled from the combined
   sample), and for the server the completion lengths too;
 * coupled (diagnostic, outside the family): speculation on with the *same* per-request seeds as the plain
@@ -46,8 +46,8 @@ import torch
 
 from harness import stats
 from harness.verify.battery import TestRow, TestSpec, plan_pit_value_tests
-from harness.engines import llama_cpp as L
-from harness.engines.gguf_export import export_gguf
+from harness.samples.engines import llama_cpp as L
+from harness.samples.engines.gguf_export import export_gguf
 from harness.core.provenance import atomic_write_csv, atomic_write_json, metadata
 from harness.verify.family import PlannedTest, evaluate_family
 from specimpl.hf import TINY_PAIR_DIR, HFModel, tiny_pair_prompts

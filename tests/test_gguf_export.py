@@ -11,7 +11,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf", reason="the `gguf` package is not installed (pip install -e '.[llama]')")
 
-from harness.engines.gguf_export import export_gguf, main, permute_rotary  # noqa: E402
+from harness.samples.engines.gguf_export import export_gguf, main, permute_rotary  # noqa: E402
 from specimpl.hf import TINY_PAIR_DIR  # noqa: E402
 
 TARGET = TINY_PAIR_DIR / "target"

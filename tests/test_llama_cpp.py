@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from harness.engines import llama_cpp as L
+from harness.samples.engines import llama_cpp as L
 
 HAVE = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("gguf") is not None
 needs_engine = [pytest.mark.slow, pytest.mark.skipif(not HAVE, reason="llama-cpp-python / gguf not installed "
@@ -96,7 +96,7 @@ def test_bad_options_name_the_argument():
 # ------------------------------------------------------------------------- the engine (make engine-check)
 @pytest.fixture(scope="module")
 def gguf_path(tmp_path_factory):
-    from harness.engines.gguf_export import export_gguf
+    from harness.samples.engines.gguf_export import export_gguf
     from specimpl.hf import TINY_PAIR_DIR
     return export_gguf(TINY_PAIR_DIR / "target", tmp_path_factory.mktemp("llama") / "target.gguf")
 

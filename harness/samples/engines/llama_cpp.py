@@ -1,7 +1,7 @@
 """llama.cpp (through ``llama-cpp-python``) as a sample producer: the Python API on token ids, and the
 OpenAI-compatible HTTP server that the package ships.
 
-    from harness.engines.llama_cpp import load_llama, api_records, PLAIN
+    from harness.samples.engines.llama_cpp import load_llama, api_records, PLAIN
     llm = load_llama("target.gguf", kv="float32", draft_k=4)          # prompt-lookup speculation, k = 4
     recs = api_records(llm, prompts, per_prompt=8, max_new_tokens=64, seed=0, engine=engine_block(llm, ...))
 

@@ -1,8 +1,8 @@
 """A transformers Llama checkpoint (safetensors) as a float32 GGUF file that llama.cpp runs.
 
-    python -m harness.engines.gguf_export specimpl/assets/tiny_pair/target tiny_target.gguf
+    python -m harness.samples.engines.gguf_export specimpl/assets/tiny_pair/target tiny_target.gguf
 
-    from harness.engines.gguf_export import export_gguf
+    from harness.samples.engines.gguf_export import export_gguf
     export_gguf("specimpl/assets/tiny_pair/target", "tiny_target.gguf")
 
 What is written (the layout of llama.cpp's own ``convert_hf_to_gguf.py`` for ``LlamaForCausalLM``):
@@ -233,7 +233,7 @@ def export_gguf(model_dir, out, *, add_bos: bool = True, name: Optional[str] = N
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.engines.gguf_export", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.samples.engines.gguf_export", description=__doc__.split("\n")[0])
     ap.add_argument("model_dir", help="a Llama checkpoint folder (config.json, tokenizer.json, model.safetensors)")
     ap.add_argument("out", help="the GGUF file to write")
     ap.add_argument("--no-add-bos", action="store_true", help="llama.cpp does not prepend BOS to text prompts")
