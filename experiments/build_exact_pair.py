@@ -63,12 +63,14 @@ SEED = 20260401
 
 # shapes: hidden 64 = 2 heads x head_dim 32 for every model
 ARCH = dict(hidden=64, heads=2, head_dim=32, max_positions=2048)
-# name -> (source order, layers, intermediate, training steps, seed offset, zero o_proj)
+# name -> source order, layers, MLP width, training steps, seed offset, zero o_proj, and `mix`: the model
+# is trained on (1 - mix) * source + mix * (another random table of the same order) -- a draft that is
+# confident but sometimes wrong, rather than merely undertrained
 MODELS = {
-    "target": dict(order=2, layers=2, intermediate=128, steps=500, seed=1, zero_o_proj=False),
-    "draft": dict(order=2, layers=1, intermediate=64, steps=120, seed=2, zero_o_proj=False),
-    "markov_target": dict(order=1, layers=2, intermediate=128, steps=300, seed=3, zero_o_proj=True),
-    "markov_draft": dict(order=1, layers=1, intermediate=64, steps=60, seed=4, zero_o_proj=True),
+    "target": dict(order=2, layers=2, intermediate=128, steps=500, seed=1, zero_o_proj=False, mix=0.0),
+    "draft": dict(order=2, layers=1, intermediate=64, steps=300, seed=2, zero_o_proj=False, mix=0.3),
+    "markov_target": dict(order=1, layers=2, intermediate=128, steps=300, seed=3, zero_o_proj=True, mix=0.0),
+    "markov_draft": dict(order=1, layers=1, intermediate=64, steps=200, seed=4, zero_o_proj=True, mix=0.4),
 }
 TRAIN = dict(batch=64, seq_len=32, lr=3e-3, warmup=20, weight_decay=0.01)
 # Dirichlet concentration of the source's rows over the 13 letters (smaller: lower entropy)
@@ -156,12 +158,14 @@ def train(model, table: np.ndarray, steps: int, seed: int) -> list[float]:
     return losses
 
 
-def build_model(name: str, tables: dict) -> tuple:
+def build_model(name: str, tables: dict, others: dict) -> tuple:
     """Train model ``name`` of :data:`MODELS` from its own seed; returns (model, losses)."""
     spec = MODELS[name]
     torch.manual_seed(SEED + spec["seed"])
     model = make_model(spec["layers"], spec["intermediate"], spec["zero_o_proj"])
-    losses = train(model, tables[spec["order"]], spec["steps"], SEED + 100 + spec["seed"])
+    o, mix = spec["order"], spec["mix"]
+    table = (1 - mix) * tables[o] + mix * others[o] if mix else tables[o]
+    losses = train(model, table, spec["steps"], SEED + 100 + spec["seed"])
     if spec["zero_o_proj"]:
         assert all(float(l.self_attn.o_proj.weight.abs().max()) == 0.0 for l in model.model.layers)
     return model, losses
@@ -212,11 +216,12 @@ def build_all(out: Path) -> dict:
     """Train and save the four models under ``out``; returns the build record (also build_info.json)."""
     torch.set_num_threads(1)
     tables = {o: source_table(o, SOURCE_ALPHA[o], SEED + 10 * o) for o in (1, 2)}
+    others = {o: source_table(o, SOURCE_ALPHA[o], SEED + 10 * o + 5) for o in (1, 2)}  # the drafts' perturbation
     tok = build_tokenizer()
     info = {"seed": SEED, "vocab": list(LETTERS) + ["<s>", "</s>", "<pad>"], "arch": ARCH, "train": TRAIN,
             "source_alpha": SOURCE_ALPHA, "models": {}}
     for name, spec in MODELS.items():
-        model, losses = build_model(name, tables)
+        model, losses = build_model(name, tables, others)
         save(model, tok, out / name)
         f = out / name / "model.safetensors"
         info["models"][name] = {**spec, "params": sum(p.numel() for p in model.parameters()),

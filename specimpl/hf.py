@@ -44,17 +44,13 @@ from typing import Optional, Union
 import torch
 
 from specimpl.errors import check_arg
+from specimpl.hf_version import MIN_TRANSFORMERS, require_transformers
 from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 
 __all__ = ["HFModel", "HFState", "RaggedKVCache", "load_pair", "load_tiny_pair", "check_pair", "TINY_PAIR_DIR",
            "EXAMPLE_HUB_PAIR", "MIN_TRANSFORMERS", "require_transformers",
            "tiny_pair_prompts", "portable_name", "NonCausalModelError", "VocabularyMismatchError"]
 
-# The first transformers release whose cache API RaggedLayer implements: CacheLayerMixin with the
-# abstract get_max_length() and get_mask_sizes(query_length) (5.12 and earlier want
-# get_max_cache_shape() and get_mask_sizes(cache_position)).  pyproject.toml declares the same bound
-# (tests/test_hf_version.py checks that they agree).
-MIN_TRANSFORMERS = "5.13"
 
 TINY_PAIR_DIR = Path(__file__).resolve().parent / "assets" / "tiny_pair"
 # A public pair sharing one tokenizer (vocabulary 49152, Llama architecture), for users with network
@@ -81,22 +77,6 @@ class VocabularyMismatchError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # transformers (version check) and the cache (specimpl.hf_cache, imported on first use)
 # ---------------------------------------------------------------------------------------------
-def require_transformers():
-    """The ``transformers`` module, after checking that it is at least :data:`MIN_TRANSFORMERS`.
-
-    Raises ``ImportError`` naming the installed and the required version (instead of a ``TypeError``
-    about an abstract method deep inside the first forward call).
-    """
-    import transformers
-    from packaging.version import Version
-    have = transformers.__version__
-    if Version(have) < Version(MIN_TRANSFORMERS):
-        raise ImportError(f"`transformers` must be version >= {MIN_TRANSFORMERS} for specimpl.hf (its KV cache "
-                          f"implements that release's cache-layer API); got {have!r} from "
-                          f"{os.path.dirname(transformers.__file__)}; upgrade: pip install 'transformers>={MIN_TRANSFORMERS}'")
-    return transformers
-
-
 def RaggedKVCache(num_layers: int, initial_capacity: int = 256):  # noqa: N802  (factory of a lazily imported class)
     """A fresh :class:`specimpl.hf_cache.RaggedKVCache`, imported on first use: importing specimpl.hf does
     not import transformers."""

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from specimpl.hf import require_transformers
+from specimpl.hf_version import require_transformers
 
 require_transformers()
 from transformers.cache_utils import Cache, CacheLayerMixin  # noqa: E402  (after the version check)

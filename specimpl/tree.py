@@ -42,7 +42,8 @@ from specimpl.model import LanguageModel, Prompts, check_same_vocab
 from specimpl.result import PAD, GenerationResult, SpecStats, emit_round
 from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
 from specimpl.timing import device_syncer
-from specimpl.tree_models import as_tree_model, check_parents
+from specimpl.tree_adapters import as_tree_model
+from specimpl.tree_models import check_parents
 
 __all__ = ["TokenTree", "sibling_laws", "verify_tree", "TreeSampler", "tree_generate", "tree_generate_without_replacement"]
 

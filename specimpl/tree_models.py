@@ -146,18 +146,3 @@ class SequentialTreeModel(TreeAdapter):
                 out = logits.new_zeros(tokens.shape[0], T, logits.shape[-1])
             out[:, nodes] = logits
         return out
-
-
-def as_tree_model(model: LanguageModel) -> LanguageModel:
-    """``model`` itself if it has ``forward_tree`` and ``commit_path``, else the adapter for its kind."""
-    if callable(getattr(model, "forward_tree", None)) and callable(getattr(model, "commit_path", None)):
-        return model
-    check_arg(isinstance(model, LanguageModel), "model", type(model).__name__, "a specimpl.LanguageModel")
-    from specimpl.ngram import NGramModel
-    if isinstance(model, NGramModel):
-        return NGramTreeModel(model)
-    from specimpl.hf import HFModel  # imports transformers only when a model is loaded
-    if isinstance(model, HFModel):
-        from specimpl.hf_tree import HFTreeModel
-        return HFTreeModel(model)
-    return SequentialTreeModel(model)

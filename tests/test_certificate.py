@@ -137,7 +137,7 @@ def test_warp_guard_refuses_a_support_flip_the_old_tv_guard_missed():
 
     from harness.laws.ngram import warp_mismatch, warp_support_mismatch
     from harness.laws.scenarios import list_scenarios
-    from harness.verify.draw import scenario_law
+    from harness.laws.scenarios import scenario_law
     from specimpl import SamplingConfig
     from specimpl.ngram import NGramModel
     cfg = SamplingConfig(top_k=2)

@@ -15,7 +15,7 @@ from harness.cli import main
 from harness.core.errors import UsageError
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify import pipeline
-from harness.verify.draw import scenario_law
+from harness.laws.scenarios import scenario_law
 from harness.verify.shards import resolve_sampler, sampler_recipe
 from specimpl.speculative import speculative_generate
 

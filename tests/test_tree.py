@@ -17,7 +17,8 @@ from specimpl import NGramModel, SamplingConfig, noisy_draft, random_ngram
 from specimpl.speculative import SpeculativeSampler, verify_block
 from specimpl.tree import (TokenTree, TreeSampler, sibling_laws, tree_generate, tree_generate_without_replacement,
                            verify_tree)
-from specimpl.tree_models import NGramTreeModel, SequentialTreeModel, as_tree_model, check_parents
+from specimpl.tree_adapters import as_tree_model
+from specimpl.tree_models import NGramTreeModel, SequentialTreeModel, check_parents
 
 ALPHA = 1e-6
 

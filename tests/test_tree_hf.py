@@ -14,7 +14,8 @@ from specimpl.autoregressive import autoregressive_generate  # noqa: E402
 from specimpl.hf import HFModel, load_tiny_pair, tiny_pair_prompts  # noqa: E402
 from specimpl.hf_tree import HFTreeModel  # noqa: E402
 from specimpl.tree import TokenTree, tree_generate  # noqa: E402
-from specimpl.tree_models import as_tree_model, tree_structure  # noqa: E402
+from specimpl.tree_adapters import as_tree_model  # noqa: E402
+from specimpl.tree_models import tree_structure  # noqa: E402
 
 ATOL = 1e-5  # float32 weights; logits compared in the wrapper's float64
 

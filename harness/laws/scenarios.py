@@ -25,12 +25,13 @@ from typing import Any, Optional
 
 from harness.core.config import VERIFY_DIR, overlay, read_toml
 from harness.core.errors import UsageError
+from harness.laws.ngram import ExactLaw, warp_mismatch, warp_support_mismatch
 from harness.core.schema import Field, boolean, fail, integer, number, one_of, text, validate
 from specimpl.errors import check_arg
 from specimpl.ngram import NGramModel, disjoint_draft, noisy_draft, random_ngram, tempered_draft
 from specimpl.sampling import SamplingConfig
 
-__all__ = ["Scenario", "RunSettings", "SCENARIO_DIR", "load_settings", "load_scenario", "list_scenarios",
+__all__ = ["Scenario", "scenario_law", "RunSettings", "SCENARIO_DIR", "load_settings", "load_scenario", "list_scenarios",
            "build_ngram_pair"]
 
 SCENARIO_DIR = VERIFY_DIR
@@ -300,3 +301,26 @@ def scenario_from_dict(name: str, raw: dict[str, Any]) -> Scenario:
     check_arg(sc.weight > 0, f"{name}.weight", sc.weight, "a number > 0")
     check_arg(sc.full_weight > 0, f"{name}.full_weight", sc.full_weight, "a number > 0")
     return sc
+
+
+# ------------------------------------------------------------------------------ exact-law scenarios
+WARP_SUPPORT_TOL = 1e-9  # mass on tokens the float32 and float64 warps disagree about keeping (a tie flip)
+WARP_TV_TOL = 1e-6       # TV between the float32 and float64 warped tables (float32 rounding alone: <= 6e-8 on
+                         # every shipped scenario; the tightest certificate, 5e-4, is 500x above)
+
+
+def scenario_law(sc) -> tuple[ExactLaw, tuple]:
+    """The exact law of a scenario and its (target, draft) models; ValueError when there is none or the
+    sampling controls sit on a float32 tie."""
+    if not sc.exact:
+        raise ValueError(f"scenario {sc.name!r} uses builder {sc.builder!r}; this battery needs an exact law "
+                         "(builder 'ngram'); real-model pairs: python -m harness pit")
+    models = sc.build()
+    law = ExactLaw(models[0], models[1], list(sc.prompt), sc.max_new_tokens, sc.config, sc.eos_token_id)
+    off = max(warp_support_mismatch(models[0], sc.config), warp_support_mismatch(models[1], sc.config))
+    mismatch = max(warp_mismatch(models[0], sc.config), warp_mismatch(models[1], sc.config))
+    if off > WARP_SUPPORT_TOL or mismatch > WARP_TV_TOL:
+        raise ValueError(f"scenario {sc.name!r}: the sampling controls sit on a float32 tie (the float32 warp keeps "
+                         f"other tokens than float64, mass {off:.3g} on them; TV {mismatch:.3g} between the tables); "
+                         "change top_k / top_p / seed")
+    return law, models

@@ -83,7 +83,7 @@ def _homog(kind, scenario, label, probs, n):
 def null_cases(scenarios, settings, draws: int | None = None) -> list[NullCase]:
     """Every count-based test of the battery on ``scenarios`` at the run's sizes (``draws`` sequences per
     scenario before its weight; default: default.toml's ``draws``)."""
-    from harness.verify.draw import scenario_law
+    from harness.laws.scenarios import scenario_law
 
     cases = []
     for sc in scenarios:

@@ -36,7 +36,8 @@ from harness import stats
 from harness.core.backends import Backend, SerialBackend, TaskLost
 from harness.verify.battery import Accumulator, plan_chunks
 from harness.core.config import derive_seed
-from harness.laws.ngram import ExactLaw, warp_mismatch, warp_support_mismatch
+from harness.laws.ngram import ExactLaw
+from harness.laws.scenarios import scenario_law
 from harness.core.fingerprint import code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint, short
 from harness.core.provenance import atomic_write_bytes
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
@@ -44,7 +45,7 @@ from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumann
 from harness.verify.sequential import RunEProcess, sequential_level
 from harness.verify.shards import RealTask, ShardTask, draw_real_task, draw_task, draw_task_in_worker, sampler_recipe
 
-__all__ = ["RunState", "ShardedRun", "draw_all", "draw_von_neumann", "scenario_law", "SHARD_SCHEME"]
+__all__ = ["RunState", "ShardedRun", "draw_all", "draw_von_neumann", "SHARD_SCHEME"]
 
 
 class RunState:
@@ -142,27 +143,6 @@ class RunState:
             self.dir.rmdir()
         except OSError:
             pass
-
-
-# ------------------------------------------------------------------------------ exact-law scenarios
-WARP_SUPPORT_TOL = 1e-9  # mass on tokens the float32 and float64 warps disagree about keeping (a tie flip)
-WARP_TV_TOL = 1e-6       # TV between the float32 and float64 warped tables (float32 rounding alone: <= 6e-8 on
-                         # every shipped scenario; the tightest certificate, 5e-4, is 500x above)
-def scenario_law(sc) -> tuple[ExactLaw, tuple]:
-    """The exact law of a scenario and its (target, draft) models; ValueError when there is none or the
-    sampling controls sit on a float32 tie."""
-    if not sc.exact:
-        raise ValueError(f"scenario {sc.name!r} uses builder {sc.builder!r}; this battery needs an exact law "
-                         "(builder 'ngram'); real-model pairs: python -m harness pit")
-    models = sc.build()
-    law = ExactLaw(models[0], models[1], list(sc.prompt), sc.max_new_tokens, sc.config, sc.eos_token_id)
-    off = max(warp_support_mismatch(models[0], sc.config), warp_support_mismatch(models[1], sc.config))
-    mismatch = max(warp_mismatch(models[0], sc.config), warp_mismatch(models[1], sc.config))
-    if off > WARP_SUPPORT_TOL or mismatch > WARP_TV_TOL:
-        raise ValueError(f"scenario {sc.name!r}: the sampling controls sit on a float32 tie (the float32 warp keeps "
-                         f"other tokens than float64, mass {off:.3g} on them; TV {mismatch:.3g} between the tables); "
-                         "change top_k / top_p / seed")
-    return law, models
 
 
 SHARD_SCHEME = "shards-v1"  # how a run is cut into shards and seeded (part of every state fingerprint)

@@ -16,7 +16,7 @@ import pandas as pd
 from harness.core.backends import Backend
 from harness.verify.realmodel import RealModelSpec
 from harness.laws.scenarios import SCENARIO_DIR
-from harness.verify import report
+import harness.verify.report as report
 from harness.verify.draw import RunState, draw_all, draw_von_neumann
 from harness.verify.family import FamilyLevels, evaluate_family, family_config, plan_family
 from harness.verify.runs import (UNDER_TEST, RunSet, Sizes, algorithm_runs, baselines_for, exact_runs, real_runs_for,

@@ -221,7 +221,7 @@ def _law_and_models(scenario):
     if key in _LAWS:
         _LAWS.move_to_end(key)
     else:
-        from harness.verify.draw import scenario_law
+        from harness.laws.scenarios import scenario_law
         _LAWS[key] = scenario_law(scenario)
         while len(_LAWS) > _LAWS_KEPT:
             _LAWS.popitem(last=False)

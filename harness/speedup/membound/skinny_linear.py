@@ -32,7 +32,7 @@ import torch
 
 from specimpl.errors import check_arg
 
-__all__ = ["SkinnyLinear", "use_skinny_linear", "skinny_linear", "load_kernel", "SOURCE", "BUILD_DIR"]
+__all__ = ["SkinnyLinear", "use_skinny_linear", "replace_linears", "skinny_linear", "load_kernel", "SOURCE", "BUILD_DIR"]
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "skinny_gemm.c"
 BUILD_DIR = Path(__file__).resolve().parents[3] / "build" / "skinny_gemm"
@@ -106,6 +106,18 @@ def use_skinny_linear(model):
     """Replace every ``torch.nn.Linear`` of ``model`` (an :class:`specimpl.hf.HFModel`, float32, on the CPU)
     by :class:`SkinnyLinear` (the same weights); returns ``model``."""
     check_arg(str(model.device) == "cpu", "model.device", str(model.device), "'cpu' (the skinny kernel is for CPUs)")
-    from harness.speedup.membound.widen import replace_linears
     load_kernel()
     return replace_linears(model, SkinnyLinear)
+
+
+def replace_linears(model, make):
+    """Replace every ``torch.nn.Linear`` under ``model.model`` by ``make(linear)``; returns ``model``."""
+    def convert(mod):
+        for name, child in list(mod.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(mod, name, make(child))
+            else:
+                convert(child)
+    with torch.no_grad():
+        convert(model.model)
+    return model

@@ -51,6 +51,7 @@ from typing import Optional
 
 import torch
 
+from harness.speedup.membound.skinny_linear import replace_linears, use_skinny_linear
 from specimpl.errors import check_arg
 
 __all__ = ["apply_prepack", "PREPACKS", "prepack_mkldnn", "replace_linears", "widen_state_dict", "widened_config", "build_widened", "membound_dir", "BUILD_DIR", "DEFAULT_WIDTH",
@@ -205,7 +206,6 @@ def apply_prepack(model, kind: str):
     if kind == "mkldnn":
         return prepack_mkldnn(model)
     if kind == "skinny":
-        from harness.speedup.membound.skinny_linear import use_skinny_linear
         return use_skinny_linear(model)
     return model
 
@@ -223,14 +223,3 @@ def prepack_mkldnn(model):
     return replace_linears(model, make)
 
 
-def replace_linears(model, make):
-    """Replace every ``torch.nn.Linear`` under ``model.model`` by ``make(linear)``; returns ``model``."""
-    def convert(mod):
-        for name, child in list(mod.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(mod, name, make(child))
-            else:
-                convert(child)
-    with torch.no_grad():
-        convert(model.model)
-    return model

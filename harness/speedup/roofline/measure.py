@@ -4,7 +4,7 @@
     python -m harness.speedup.roofline.measure --dry-run --out /tmp/x                           # CPU, tiny sizes (tests)
 
 Models are built from their configs with random weights (timing does not depend on weights; nothing is
-downloaded): ``random:<shape>`` of :data:`harness.speedup.sweep.suites.SHAPES` (default: a ~1.1B Llama-shaped
+downloaded): ``random:<shape>`` of :data:`harness.speedup.sweep.models.SHAPES` (default: a ~1.1B Llama-shaped
 target, TinyLlama-1.1B's shape, and a ~68M draft), or ``tiny:target`` / ``tiny:draft``.  Each forward
 scoring n tokens for B sequences at context L is timed by :func:`harness.speedup.profiler.profile_model` (CUDA
 events and synchronize on a GPU, perf_counter on a CPU; warm-up passes discarded, medians).  Then:
@@ -38,7 +38,7 @@ def shape_of(spec: str, dtype: str):
     """The :class:`harness.speedup.roofline.model.ModelShape` of a 'random:<shape>' or 'tiny:<role>' model spec."""
     from harness.speedup.roofline.model import ModelShape
     from harness.speedup.roofline.local import tiny_shape
-    from harness.speedup.sweep.suites import SHAPES
+    from harness.speedup.sweep.models import SHAPES
     kind, _, name = spec.partition(":")
     if kind == "tiny":
         return tiny_shape(name)
@@ -103,7 +103,7 @@ def _ints(text: str) -> list[int]:
 def main(argv=None) -> int:
     from harness.core.provenance import atomic_write_csv, atomic_write_json, metadata
     from harness.speedup.roofline.speedup import speedup_table
-    from harness.speedup.sweep.suites import resolve_model
+    from harness.speedup.sweep.models import resolve_model
     ap = argparse.ArgumentParser(prog="python -m harness.speedup.roofline.measure", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--target", default="random:llama-1.1b")

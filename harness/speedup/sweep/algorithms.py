@@ -37,6 +37,8 @@ import pandas as pd
 import torch
 
 from harness.laws.algorithms import Algorithm
+from harness.speedup.sweep.cell import Cell, Suite
+from harness.speedup.sweep.models import resolve_model
 from harness.speedup.costmodel_tree import TimedTreeModel, tree_speedup
 from harness.laws.rounds import ExactRounds, acceptance_law
 from specimpl.errors import check_arg
@@ -93,7 +95,6 @@ def _params(table: dict, kind: str, source: str, keys: tuple, **more) -> Algorit
 
 def _cells(table: dict, cfg: dict) -> list:
     from harness.laws.scenarios import load_scenario
-    from harness.speedup.sweep.suites import Cell
 
     def cell(name, p):  # id = readable name + hash of every setting and the suite's name, as the other suites
         digest = hashlib.sha1(json.dumps({**asdict(p), "suite": "algorithms"}, sort_keys=True, default=str).encode())
@@ -284,7 +285,6 @@ def _add_count_runs(rows: list, p: AlgorithmParams, seed: int, clock, grid: list
 
 
 def _run_tiny(p: AlgorithmParams, seed: int) -> dict:
-    from harness.speedup.sweep.suites import resolve_model
     from specimpl.hf import tiny_pair_prompts
     from specimpl.tree_models import as_tree_model
     target, draft = resolve_model("tiny:target", p.device, p.dtype), resolve_model(f"tiny:{p.source}", p.device, p.dtype)
@@ -302,7 +302,6 @@ def _run(p: AlgorithmParams, seed: int) -> dict:
 # -- registry and table -----------------------------------------------------------------------------
 def algorithms_suite():
     """The :class:`harness.speedup.sweep.suites.Suite` of this module (imported lazily: sweep_suites registers it)."""
-    from harness.speedup.sweep.suites import Suite
     return Suite("algorithms", AlgorithmParams, _cells, _run, _check, frozenset())
 
 

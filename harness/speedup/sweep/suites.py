@@ -18,18 +18,19 @@ costs profiled under the same machine load as the runs.  Its result is a :class:
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 import torch
 
 from harness.speedup.membound.widen import PREPACKS
+from harness.speedup.sweep.algorithms import algorithms_suite
+from harness.speedup.sweep.cell import Cell, Suite, _cell
+from harness.speedup.sweep.models import SHAPES, resolve_model, tiny_model, widened_model
 
 from harness.speedup import costmodel as cm
 from harness.speedup.profiler import profile_in_situ, profile_model, profile_pair, summarise
@@ -43,16 +44,6 @@ __all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealPara
            "Measurement", "measure_pair", "resolve_model", "SHAPES", "CLOCKS"]
 
 CLOCKS = ("wall", "hybrid", "spin", "virtual")
-
-# Llama-shaped architectures for cost curves with random weights (timing does not depend on weights).
-SHAPES = {
-    "llama-1.1b": dict(hidden_size=2048, num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4,
-                       intermediate_size=5632, vocab_size=32000),  # TinyLlama-1.1B
-    "llama-160m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
-                       intermediate_size=3072, vocab_size=32000),  # JackFram/llama-160m
-    "llama-68m": dict(hidden_size=768, num_hidden_layers=2, num_attention_heads=12, num_key_value_heads=12,
-                      intermediate_size=3072, vocab_size=32000),  # JackFram/llama-68m
-}
 
 
 # -- cell settings, one record type per suite -----------------------------------------------------
@@ -189,28 +180,6 @@ class ProfileParams(_Params):
     device: str
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One unit of a sweep: ``id`` = readable name + hash of every setting (and the suite's name)."""
-
-    suite: str
-    id: str
-    params: Any  # the suite's settings record
-
-    @property
-    def settings(self) -> dict:
-        """The settings as stored in the cell's file (and hashed into its id)."""
-        return {**asdict(self.params), "suite": self.suite}
-
-
-def _hash(obj) -> str:
-    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-
-def _cell(suite: str, name: str, params) -> Cell:
-    return Cell(suite, f"{name}-{_hash({**asdict(params), 'suite': suite})}", params)
-
-
 def _pick(table: dict, cls, **more) -> dict:
     """The fields of ``cls`` from a suite's table, with ``more`` (the cell's own values) laid over."""
     return {f.name: more[f.name] if f.name in more else table[f.name] for f in fields(cls)}
@@ -274,69 +243,6 @@ def _check_membound(table: dict) -> None:
     x = table["extra_layers"]
     check_arg(isinstance(x, int) and x >= 0, "membound.extra_layers", x, "an integer >= 0")
     check_arg(table["prepack"] in PREPACKS, "membound.prepack", table["prepack"], f"one of {list(PREPACKS)}")
-
-
-# -- models -----------------------------------------------------------------------------------------
-def _dtype(name: str):
-    check_arg(name in ("float32", "float16", "bfloat16", "float64"), "dtype", name,
-              "'float32', 'float16', 'bfloat16' or 'float64'")
-    return getattr(torch, name)
-
-
-_PAIRS: dict = {}
-
-
-def _tiny(name: str, device: str, dtype: str):
-    """The shipped tiny pair's target ('target'), or a draft variant (names of specimpl.hf_drafts.tiny_pair_variants)."""
-    from specimpl.hf import load_tiny_pair
-    from specimpl.hf_drafts import tiny_pair_variants
-    key = (str(device), dtype)
-    if key not in _PAIRS:
-        _PAIRS.clear()  # one pair in memory at a time
-        _PAIRS[key] = load_tiny_pair(device=device, dtype=_dtype(dtype))
-    target, draft = _PAIRS[key]
-    if name == "target":
-        return target
-    return tiny_pair_variants(target, draft, [name])[name]
-
-
-_WIDE: dict = {}
-
-
-def _widened(width: int, extra_layers: int, device: str, dtype: str, prepack: str = "none"):
-    """The widened target of :mod:`harness.speedup.membound.widen` (built on first use, cached on disk by content; one in
-    memory), its linear layers converted as ``prepack`` says (:func:`harness.speedup.membound.widen.apply_prepack`)."""
-    from harness.speedup.membound.widen import apply_prepack, build_widened
-    from specimpl.hf import HFModel
-    key = (width, extra_layers, str(device), dtype, prepack)
-    if key not in _WIDE:
-        _WIDE.clear()
-        path = build_widened(width, extra_layers)
-        model = HFModel.from_pretrained(path, dtype=_dtype(dtype), device=device, local_files_only=True)
-        _WIDE[key] = apply_prepack(model, prepack)
-    return _WIDE[key]
-
-
-def _random_hf(shape: str, device: str, dtype: str, seed: int):
-    """A Llama-shaped causal LM with random weights (for cost curves only)."""
-    check_arg(shape in SHAPES, "shape", shape, f"one of {sorted(SHAPES)}")
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from specimpl.hf import HFModel
-    torch.manual_seed(seed)
-    conf = LlamaConfig(**SHAPES[shape], max_position_embeddings=4096)
-    with torch.device(device):
-        net = LlamaForCausalLM(conf).to(_dtype(dtype)).eval()
-    return HFModel(net, name=f"random-{shape}", logits_dtype=torch.float32)
-
-
-def resolve_model(spec: str, device: str, dtype: str = "float32", seed: int = 0):
-    """'tiny:<variant>' (shipped pair) or 'random:<shape>' (random weights, see SHAPES)."""
-    kind, _, name = spec.partition(":")
-    if kind == "tiny":
-        return _tiny(name, device, dtype)
-    if kind == "random":
-        return _random_hf(name, device, dtype, seed)
-    raise ValueError(f"`model` must be 'tiny:<variant>' or 'random:<shape>'; got {spec!r}")
 
 
 def _clock(name: str):
@@ -477,8 +383,8 @@ def _run_synthetic(p: SyntheticParams, seed: int) -> dict:
 
 def _run_real(p: RealParams, seed: int) -> dict:
     from specimpl.hf import tiny_pair_prompts
-    target = _tiny("target", p.device, p.dtype)
-    draft = _tiny(p.draft, p.device, p.dtype)
+    target = tiny_model("target", p.device, p.dtype)
+    draft = tiny_model(p.draft, p.device, p.dtype)
     prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
     m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
                      config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed,
@@ -488,8 +394,8 @@ def _run_real(p: RealParams, seed: int) -> dict:
 
 def _run_membound(p: MemboundParams, seed: int) -> dict:
     from specimpl.hf import tiny_pair_prompts
-    target = _widened(p.width, p.extra_layers, p.device, p.dtype, p.prepack)
-    draft = _tiny(p.draft, p.device, p.dtype)
+    target = widened_model(p.width, p.extra_layers, p.device, p.dtype, p.prepack)
+    draft = tiny_model(p.draft, p.device, p.dtype)
     prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
     m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
                      config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed,
@@ -505,30 +411,6 @@ def _run_profile(p: ProfileParams, seed: int) -> dict:
     return {"profile": prof.to_dict(orient="records")}
 
 
-# -- the registry -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Suite:
-    """One kind of sweep cell.
-
-    params    the settings record of its cells
-    cells     (its table of the sweep file, the whole config) -> cells, in run order
-    run       (settings, seed) -> payload (JSON-able; a DataFrame value is stored as parquet beside the cell)
-    check     validates (and normalises) its table of the sweep file
-    feeds     the sweep's tables its cells feed: 'grid' (grid.parquet), 'measured' (measured.csv,
-              timings.csv, fidelity.json), 'profiles' (profiles.csv)
-    """
-
-    name: str
-    params: type
-    cells: Callable[[dict, dict], list]
-    run: Callable[[Any, int], dict]
-    check: Callable[[dict], None] = lambda table: None
-    feeds: frozenset = frozenset()
-
-    def params_of(self, settings: dict):
-        return self.params.from_settings(settings)
-
-
 SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("grid", GridParams, _grid_cells, _run_grid, feeds=frozenset({"grid"})),
     Suite("synthetic", SyntheticParams, _synthetic_cells, _run_synthetic, _check_synthetic,
@@ -540,5 +422,4 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           frozenset({"measured", "profiles"})),
 )}
 
-from harness.speedup.sweep.algorithms import algorithms_suite  # noqa: E402  issue 12's suite (it imports this module lazily)
 SUITES["algorithms"] = algorithms_suite()
