@@ -23,7 +23,7 @@ from harness.core.errors import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT
 __all__ = ["main", "COMMANDS", "write_error_log"]
 
 COMMANDS = {
-    "verify": ("harness.verify", "prove a sampler lossless on a set of scenarios (the battery)"),
+    "verify": ("harness.verify.cli", "prove a sampler lossless on a set of scenarios (the battery)"),
     "pit": ("harness.verify.pit", "the real-model battery (sequential randomized PIT on the shipped tiny "
                                   "transformers pair): reference, real-model bugs, HF assisted generation"),
     "alpha": ("harness.speedup.alpha", "acceptance of every draft variant on the shipped tiny transformers pair"),

@@ -24,6 +24,7 @@ import torch
 
 from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, ModelState
+from specimpl.hf import HFModel
 
 __all__ = ["LogitTransformDraft", "NoiseMixtureDraft", "TemperedDraft", "SelfDraft", "early_exit_draft",
            "tiny_pair_variants"]
@@ -108,7 +109,6 @@ class SelfDraft(LogitTransformDraft):
 def early_exit_draft(target, layers: int):
     """An :class:`specimpl.hf.HFModel` running the first ``layers`` decoder layers of ``target``
     (weights shared, not copied) followed by its final norm and LM head."""
-    from specimpl.hf import HFModel
     m = target.model
     n_total = target.num_layers
     check_arg(isinstance(layers, int) and 1 <= layers <= n_total, "layers", layers,

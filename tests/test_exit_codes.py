@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import harness.verify.calibrate
-import harness.verify
+import harness.verify.cli
 from harness.cli import main
 from harness.core.errors import EXIT_CODES, SamplerError, UsageError
 
@@ -166,7 +166,7 @@ def test_report_formats_are_checked(tmp_path, monkeypatch, capsys):
 def test_main_maps_each_exception_to_its_status(tmp_path, monkeypatch, capsys, exc, code, words):
     def fake_run(args):
         raise exc
-    monkeypatch.setattr(harness.verify, "run", fake_run)
+    monkeypatch.setattr(harness.verify.cli, "run", fake_run)
     rc = main(["verify", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == code and words in err and "Traceback" not in err

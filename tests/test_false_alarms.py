@@ -17,7 +17,7 @@ from harness.verify.battery import (AcceptancePlan, _acc_lengths, acceptance_not
                              plan_acceptance)
 from harness.laws.ngram import ExactLaw, warp_mismatch
 from harness.laws.scenarios import load_scenario, load_settings, scenario_from_dict
-from harness.verify import verify
+from harness.verify.pipeline import verify
 
 SETTINGS = load_settings()
 TRIED: list = []  # legal random scenarios the property test ran (each: no family-wise false alarm)

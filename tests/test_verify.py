@@ -19,7 +19,7 @@ from harness.controls.chain import AcceptEverything, as_sampler_function
 from harness.cli import main
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
-from harness.verify import SamplerSpecError, load_sampler
+from harness.verify.sampler import SamplerSpecError, load_sampler
 from specimpl import SamplingConfig, speculative_generate
 from specimpl.ngram import exact_acceptance, exact_joint, exact_marginals, noisy_draft, random_ngram
 
@@ -356,7 +356,7 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     pytest.importorskip("transformers")
     from harness.core.config import read_toml
     from harness.verify.realmodel import load_real_model_spec
-    from harness.verify import verify
+    from harness.verify.pipeline import verify
     settings = load_settings(real_scen_dir)
     spec = load_real_model_spec(read_toml(real_scen_dir / "default.toml")["real_model"])
     out = tmp_path / "rm"

@@ -26,6 +26,7 @@ import torch
 from specimpl.model import LanguageModel, ModelState
 from specimpl.sampling import SamplingConfig, sample_categorical, warp
 from specimpl.speculative import GenerationResult, SpeculativeSampler, verify_block
+from specimpl.von_neumann import SNUG_M, VonNeumannSampler, uniform_proposal
 
 __all__ = ["Control", "CATALOGUE", "BUGGY", "LOSSLESS", "get_control", "as_sampler_function"]
 
@@ -413,7 +414,6 @@ def get_control(name: str) -> Control:
 def _vn_envelope_too_small(density):
     """Envelope M = 2.8 declared (and checked on the grid) but the acceptance uses M' = 2 < sup p/q,
     clipped to 1: the peaks are under-sampled and the acceptance is not 1/M."""
-    from specimpl.von_neumann import SNUG_M, VonNeumannSampler, uniform_proposal
 
     class EnvelopeTooSmall(VonNeumannSampler):
         def accept_probability(self, px, qx):

@@ -21,6 +21,7 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Iterable, Iterator
+from harness.core.provenance import atomic_write_text
 
 __all__ = ["staged_report", "Staged", "manifest_path"]
 
@@ -71,7 +72,6 @@ class Staged:
                 os.replace(self.dir / rel, self.out / rel)
             for rel in sorted(old - set(new)):
                 _remove(self.out, rel)
-            from harness.core.provenance import atomic_write_text
             atomic_write_text(manifest_path(self.out, self.kind), json.dumps({"kind": self.kind, "files": new},
                                                                             indent=1) + "\n")
             self.discard()

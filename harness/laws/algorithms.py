@@ -19,6 +19,9 @@ import torch
 from harness.laws.rounds import ExactRounds, RoundLaw, acceptance_law
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
+from specimpl.tree import tree_generate
+from specimpl.speculative import speculative_generate
+from specimpl.block import block_generate
 
 __all__ = ["Algorithm", "acceptance_for", "NAMES"]
 
@@ -51,12 +54,9 @@ class Algorithm:
         """The algorithm's reference sampler (the sampler call signature)."""
         kw = dict(k=k, max_new_tokens=max_new_tokens, config=config, eos_token_id=eos_token_id, generator=generator)
         if self.kind == "chain":
-            from specimpl.speculative import speculative_generate
             return speculative_generate(target, draft, prompts, **kw)
         if self.kind == "block":
-            from specimpl.block import block_generate
             return block_generate(target, draft, prompts, **kw)
-        from specimpl.tree import tree_generate
         return tree_generate(target, draft, prompts, n_drafts=self.n, replacement=self.replacement, **kw)
 
     def sampler(self):

@@ -1,4 +1,4 @@
-"""Engine samples: the sample file format, its producers and ``verify-samples``.
+"""Is my engine lossless?  Engine samples: the sample file format, its producers and ``verify-samples``.
 
     harness/samples/format.py       the file format (versioned JSONL), strict reader, append-only writer
     harness/samples/producers.py    in-process producers: our samplers, transformers' generate
@@ -11,4 +11,8 @@
     harness/samples/verify_cli.py   ``python -m harness verify-samples``
     harness/samples/report.py       its report: tests.csv, summary.md, meta.json
     harness/samples/controls.py     engine-level bug controls and lossless controls
+    harness/samples/engines/        real engines: GGUF export, llama.cpp producers
+
+May import: verify's plan and row types (:mod:`harness.verify.battery`, :mod:`harness.verify.family`),
+:mod:`harness.controls`, :mod:`harness.laws`, :mod:`harness.stats`, :mod:`harness.core`; never :mod:`harness.speedup`.
 """

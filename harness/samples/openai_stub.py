@@ -26,6 +26,7 @@ import torch
 from harness.samples.producers import autoregressive_sampler
 from specimpl.result import PAD
 from specimpl.sampling import SamplingConfig
+from harness.samples.scoring import score_records
 
 __all__ = ["OpenAIStub"]
 
@@ -99,7 +100,6 @@ class OpenAIStub:
         return self.gen
 
     def _complete(self, prompt: list, body: dict) -> dict:
-        from harness.samples.scoring import score_records
         t = float(body.get("temperature", 1.0))
         cfg = SamplingConfig(greedy=True) if t == 0 else SamplingConfig(
             temperature=t, top_k=int(body.get("top_k") or 0) or None, top_p=float(body.get("top_p", 1.0)))

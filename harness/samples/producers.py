@@ -27,6 +27,10 @@ from harness.samples.format import Controls, SampleRecord, SampleWriter
 from specimpl.hf_assisted import hf_prompt_lookup_generate  # transformers imported lazily, inside
 from specimpl.result import PAD, GenerationResult
 from specimpl.sampling import SamplingConfig
+from specimpl.hf import tiny_pair_prompts
+from specimpl.speculative import speculative_generate
+from specimpl.autoregressive import autoregressive_generate
+from specimpl.hf_assisted import hf_assisted_generate, hf_generate
 
 __all__ = ["Request", "make_requests", "controls_of", "config_of", "finish_reason", "records_from_result",
            "produce", "speculative_sampler", "autoregressive_sampler", "hf_sampler", "hf_prompt_lookup_generate",
@@ -45,7 +49,6 @@ class Request:
 def make_requests(n_prompts: int, n_per_prompt: int, prompt_lengths: tuple = (8, 48), seed: int = 0) -> list[Request]:
     """``n_per_prompt`` completions (``p<i>-s<j>``) of each of ``n_prompts`` held-out byte prompts of the
     tiny pair (:func:`specimpl.hf.tiny_pair_prompts`, ragged lengths in ``prompt_lengths``)."""
-    from specimpl.hf import tiny_pair_prompts
     lo, hi = prompt_lengths
     prompts = tiny_pair_prompts(n_prompts, length=hi, min_length=lo, seed=seed)
     return [Request(f"p{i}-s{j}", f"p{i}", tuple(p)) for i, p in enumerate(prompts) for j in range(n_per_prompt)]
@@ -125,14 +128,12 @@ def produce(requests: list[Request], fn: Callable, target, draft, *, config: Sam
 
 def speculative_sampler(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
     """Our speculative sampler (:func:`specimpl.speculative.speculative_generate`)."""
-    from specimpl.speculative import speculative_generate
     return speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
                                 eos_token_id=eos_token_id, generator=generator)
 
 
 def autoregressive_sampler(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
     """Our target-only sampler (:func:`specimpl.autoregressive.autoregressive_generate`); draft, k unused."""
-    from specimpl.autoregressive import autoregressive_generate
     return autoregressive_generate(target, prompts, max_new_tokens=max_new_tokens, config=config,
                                    eos_token_id=eos_token_id, generator=generator)
 
@@ -140,7 +141,6 @@ def autoregressive_sampler(target, draft, prompts, *, k, max_new_tokens, config,
 def hf_sampler(mode: str) -> Callable:
     """transformers' decoders as generate functions: 'plain' (target only), 'assistant' (assisted
     generation with the draft, k drafts a round), 'prompt_lookup' (k tokens looked up in the prompt)."""
-    from specimpl.hf_assisted import hf_assisted_generate, hf_generate
     if mode == "plain":
         def plain(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator):
             return hf_generate(target, prompts, max_new_tokens=max_new_tokens, config=config,

@@ -23,6 +23,14 @@ from pathlib import Path
 from harness.core.errors import SamplerError, UsageError
 from harness.core.options import check_option, check_out, check_seed
 from harness.samples.format import SampleWriter
+from harness.samples.format import Controls
+from harness.samples.format import read_samples
+from harness.samples import producers as P
+from specimpl.sampling import SamplingConfig
+from specimpl.hf import load_pair, load_tiny_pair
+from harness.samples.openai import EndpointSpec, produce_openai
+from harness.samples.producers import make_requests
+from harness.samples.controls import CONTROLS
 
 __all__ = ["add_arguments", "run"]
 
@@ -84,12 +92,10 @@ def _check(args) -> None:
         check_option(bool(args.model), "--model", args.model, "the model name for --engine openai")
         check_option(args.control is None, "--control", args.control, "absent for --engine openai")
     if args.control is not None:
-        from harness.samples.controls import CONTROLS
         check_option(args.control in CONTROLS, "--control", args.control, f"one of {sorted(CONTROLS)}")
 
 
 def _controls(args):
-    from harness.samples.format import Controls
     return Controls(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     max_new_tokens=args.max_new_tokens, min_p=args.min_p, greedy=args.temperature == 0,
                     stop=tuple(args.stop))
@@ -98,7 +104,6 @@ def _controls(args):
 def _check_resume(w: SampleWriter, controls) -> None:
     if not w.done:
         return
-    from harness.samples.format import read_samples
     first = read_samples(w.path, option="--out")[0].controls
     if first.law_key() != controls.law_key():
         raise UsageError(f"`--out` {str(w.path)!r} holds completions drawn under {first.to_json()}; this run asks "
@@ -106,14 +111,10 @@ def _check_resume(w: SampleWriter, controls) -> None:
 
 
 def _in_process(args, reqs, w: SampleWriter) -> int:
-    from harness.samples import producers as P
-    from specimpl.sampling import SamplingConfig
-    from specimpl.hf import load_pair, load_tiny_pair
     target, draft = load_pair(args.target, args.draft, local_files_only=True) if args.target else load_tiny_pair()
     config = P.config_of(_controls(args)) if args.temperature > 0 else SamplingConfig(greedy=True)
     post, name = None, args.engine
     if args.control is not None:
-        from harness.samples.controls import CONTROLS
         c = CONTROLS[args.control]
         fn, post, spec = c.fn, c.postprocess, {"method": c.name}
         name = "hf" if c.engine == "transformers" else name
@@ -135,7 +136,6 @@ def _in_process(args, reqs, w: SampleWriter) -> int:
 
 
 def _openai(args, reqs, w: SampleWriter) -> int:
-    from harness.samples.openai import EndpointSpec, produce_openai
     tok = None
     if args.tokenizer:
         from transformers import AutoTokenizer
@@ -152,7 +152,6 @@ def _openai(args, reqs, w: SampleWriter) -> int:
 
 def run(args) -> int:
     _check(args)
-    from harness.samples.producers import make_requests
     reqs = make_requests(args.n_prompts, args.n_per_prompt, tuple(args.prompt_lengths), args.prompt_seed)
     with SampleWriter(args.out) as w:
         _check_resume(w, _controls(args))

@@ -35,6 +35,13 @@ from harness.core.options import check_option, check_out, check_seed
 from harness.samples.certificate import Certificate, judge, scored_bounds, two_sample_bounds
 from harness.samples.format import SampleRecord, read_samples
 from harness.samples.producers import ScorerRefusal, config_of
+from harness.laws.scenarios import load_settings
+from harness.verify.family import PlannedTest, evaluate_family
+from specimpl.hf import HFModel
+from harness.samples.plan import plan_scored
+from harness.samples.scoring import score_records
+from harness.samples.plan import plan_two_sample, position_cells
+from harness.samples.report import write_report
 
 __all__ = ["add_arguments", "run", "verify_samples", "SamplesVerdict"]
 
@@ -75,7 +82,6 @@ class SamplesVerdict:
 
 
 def _settings(alpha: Optional[float]):
-    from harness.laws.scenarios import load_settings
     s = load_settings()
     return dataclasses.replace(s, family_alpha=alpha) if alpha is not None else s
 
@@ -92,7 +98,6 @@ def _one_law(records: list[SampleRecord], path: Path) -> tuple:
 
 
 def _family(specs, settings, run_label: str):
-    from harness.verify.family import PlannedTest, evaluate_family
     plan = [PlannedTest(run_label, "under_test", "samples", s) for s in specs]
     table, levels = evaluate_family(plan, settings)
     num = (table["family"] == "numerics") & table["reject"]
@@ -102,7 +107,6 @@ def _family(specs, settings, run_label: str):
 
 def _load_target(name: str, dtype: str):
     import torch
-    from specimpl.hf import HFModel
     try:
         return HFModel.from_pretrained(name, dtype=torch.float64 if dtype == "float64" else torch.float32,
                                        load_tokenizer=False)
@@ -119,8 +123,6 @@ def _eos(target, override: Optional[int]) -> Optional[int]:
 
 
 def scored(records, target_name: str, args, settings) -> SamplesVerdict:
-    from harness.samples.plan import plan_scored
-    from harness.samples.scoring import score_records
     try:
         config = config_of(records[0].controls)
     except ScorerRefusal as e:
@@ -146,7 +148,6 @@ def scored(records, target_name: str, args, settings) -> SamplesVerdict:
 
 
 def two_sample(records, baseline_path: Path, args, settings) -> SamplesVerdict:
-    from harness.samples.plan import plan_two_sample, position_cells
     base = read_samples(baseline_path, option="--baseline")
     if _one_law(base, baseline_path) != _one_law(records, args.samples):
         raise UsageError(f"`--baseline` must be drawn under the controls of `--samples`; got "
@@ -197,7 +198,6 @@ def run(args) -> int:
     """0 certified, 1 lossy or inconclusive; UsageError (2) for bad input, SamplerError (3) for a failed model."""
     _check(args)
     res = verify_samples(args)
-    from harness.samples.report import write_report
     write_report(args.out, res, args)
     print(res.certificate.headline(), file=sys.stderr)
     print(f"report: {args.out}", file=sys.stderr)

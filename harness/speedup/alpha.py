@@ -33,6 +33,12 @@ from harness.core.config import RESULTS
 from specimpl.hf import load_tiny_pair as tiny_pair
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
+from specimpl.hf import tiny_pair_prompts
+from specimpl.hf_drafts import tiny_pair_variants
+from harness.core.errors import UsageError
+from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
+from harness.core.provenance import atomic_write_csv, metadata
+from harness.core.threads import with_threads
 
 __all__ = ["add_arguments", "run", "measure_alpha"]
 
@@ -45,8 +51,6 @@ def measure_alpha(variants: Optional[list[str]] = None, *, configs=(SamplingConf
                   progress: bool = True) -> pd.DataFrame:
     """One row per (draft variant, sampling config): the columns of the module docstring."""
     from tqdm import tqdm
-    from specimpl.hf import tiny_pair_prompts
-    from specimpl.hf_drafts import tiny_pair_variants
     target, draft = tiny_pair()
     drafts = tiny_pair_variants(target, draft, variants)
     prompts = tiny_pair_prompts(n_sequences, length=48, min_length=8, seed=seed)
@@ -88,10 +92,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from harness.core.errors import UsageError
-    from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
-    from harness.core.provenance import atomic_write_csv, metadata
-    from harness.core.threads import with_threads
     check_threads(args.threads)
     check_seed(args.seed)
     check_out(args.out, is_file=True)

@@ -52,6 +52,7 @@ from specimpl.errors import check_arg
 from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import SpeculativeSampler
+from specimpl.speculative import speculative_generate
 
 __all__ = ["NullModel", "profile_model", "profile_sampler_overhead", "profile_pair", "summarise", "Timer",
            "CallRecorder", "profile_in_situ"]
@@ -373,7 +374,6 @@ def profile_in_situ(target: LanguageModel, draft: LanguageModel, prompts: Prompt
     and speculative runs (``sampler``, default :func:`specimpl.speculative.speculative_generate`) of
     ``prompts`` with draft length ``k``.  Rows as :func:`summarise`'s, one per (op, n, B) met; the
     forwards' samples are every call the runs made."""
-    from specimpl.speculative import speculative_generate
     check_arg(isinstance(passes, int) and passes >= 1, "passes", passes, "an integer >= 1")
     sampler = speculative_generate if sampler is None else sampler
     dev = torch.device(getattr(target, "device", "cpu"))

@@ -34,6 +34,28 @@ import pandas as pd
 import torch
 
 from harness.core.config import RESULTS
+from harness.core.options import check_option
+from harness.laws.algorithms import Algorithm
+from harness.core.errors import UsageError
+from harness.core.options import check_option, check_out, check_seed, check_threads
+from harness.speedup.roofline.model import ConfigError, hardware_names, load_hardware
+from harness.speedup.roofline.model import ConfigError, ModelShape
+from specimpl.hf import load_pair
+from harness.stats import clopper_pearson
+from harness.speedup.costmodel_tree import draft_tokens_per_call
+from harness.speedup.costmodel import CostTable
+from harness.speedup.profiler import profile_model, profile_sampler_overhead
+from harness.speedup.roofline.speedup import PairCosts
+from harness.speedup.roofline.model import Roofline
+from harness.speedup.roofline.speedup import speedup_table
+from harness.speedup.roofline.speedup import crossover_batch
+from harness.speedup.roofline.fidelity import bound_of, fits_of
+from harness.core.atomic import staged_report
+from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
+from harness.core.figures import results_line
+from harness.core.threads import with_threads
+from harness.speedup.membound.widen import apply_prepack
+from specimpl.hf import tiny_pair_prompts
 
 __all__ = ["add_arguments", "run", "measure_acceptance", "local_costs", "roofline_costs", "recommend"]
 
@@ -63,7 +85,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _ints(option: str, text: str) -> list[int]:
-    from harness.core.options import check_option
     try:
         vals = [int(v) for v in str(text).split(",") if v.strip()]
     except ValueError:
@@ -74,10 +95,6 @@ def _ints(option: str, text: str) -> list[int]:
 
 def _check(args):
     """Every option, before any work: (hardware or None for local, algorithms, ks, batches, contexts)."""
-    from harness.laws.algorithms import Algorithm
-    from harness.core.errors import UsageError
-    from harness.core.options import check_option, check_out, check_seed, check_threads
-    from harness.speedup.roofline.model import ConfigError, hardware_names, load_hardware
     check_seed(args.seed)
     check_threads(args.threads)
     for name, v in (("--n-sequences", args.n_sequences), ("--max-new-tokens", args.max_new_tokens),
@@ -104,8 +121,6 @@ def _check(args):
 
 def _shapes(args):
     """(target, draft) ModelShape from the configs: a missing field or a vocabulary mismatch is exit 2."""
-    from harness.core.errors import UsageError
-    from harness.speedup.roofline.model import ConfigError, ModelShape
     shapes = []
     for opt, path in (("--target", args.target), ("--draft", args.draft)):
         try:
@@ -120,14 +135,11 @@ def _shapes(args):
 
 
 def _models(args):
-    from harness.core.errors import UsageError
-    from specimpl.hf import load_pair
     try:
         target, draft = load_pair(args.target, args.draft, local_files_only=True)
     except (OSError, ValueError) as e:
         raise UsageError(f"`--target` / `--draft`: cannot load the pair: {' '.join(str(e).split())[:300]}") from None
     if args.prepack != "none":
-        from harness.speedup.membound.widen import apply_prepack
         try:
             apply_prepack(target, args.prepack)
         except (ValueError, RuntimeError) as e:
@@ -136,9 +148,7 @@ def _models(args):
 
 
 def _prompts(args, target) -> list[list[int]]:
-    from harness.core.errors import UsageError
     if args.prompts is None:
-        from specimpl.hf import tiny_pair_prompts
         if target.vocab_size < 257:
             raise UsageError("`--prompts` is needed: the built-in prompts are bytes (vocabulary >= 257)")
         return tiny_pair_prompts(args.n_sequences, length=32, min_length=8, seed=args.seed)
@@ -154,8 +164,6 @@ def _prompts(args, target) -> list[list[int]]:
 @torch.no_grad()
 def measure_acceptance(target, draft, prompts, algorithms, ks, max_new_tokens: int, seed: int = 0):
     """(acceptance rows per (algorithm, k): E and its 95 % interval; the chain's alpha per position at max k)."""
-    from harness.laws.algorithms import Algorithm
-    from harness.stats import clopper_pearson
     rows, alpha = [], pd.DataFrame()
     for name in algorithms:
         algo = Algorithm.parse(name, "algorithm")
@@ -181,8 +189,6 @@ def measure_acceptance(target, draft, prompts, algorithms, ks, max_new_tokens: i
 
 def _tokens_scored(algorithms, ks) -> tuple[list[int], list[int]]:
     """(target n, draft n) every round of these algorithms scores (harness.speedup.roofline.speedup.round_seconds)."""
-    from harness.laws.algorithms import Algorithm
-    from harness.speedup.costmodel_tree import draft_tokens_per_call
     tn, dn = {1}, {1, 2}
     for name in algorithms:
         algo = Algorithm.parse(name, "algorithm")
@@ -195,9 +201,6 @@ def _tokens_scored(algorithms, ks) -> tuple[list[int], list[int]]:
 
 def local_costs(target, draft, algorithms, ks, batches, contexts, repeats: int, seed: int = 0):
     """(PairCosts over the profiled contexts, the profile frame): forwards timed here at each context."""
-    from harness.speedup.costmodel import CostTable
-    from harness.speedup.profiler import profile_model, profile_sampler_overhead
-    from harness.speedup.roofline.speedup import PairCosts
     tn, dn = _tokens_scored(algorithms, ks)
     frames = []
     for L in contexts:
@@ -220,14 +223,11 @@ def local_costs(target, draft, algorithms, ks, batches, contexts, repeats: int, 
 
 
 def roofline_costs(tshape, dshape, hw):
-    from harness.speedup.roofline.model import Roofline
-    from harness.speedup.roofline.speedup import PairCosts
     return PairCosts(Roofline(tshape, hw), Roofline(dshape, hw))
 
 
 def _grid(costs, acc: pd.DataFrame, batches, contexts, name: str, source: str, fits=None, bound=None) -> pd.DataFrame:
     """The speedup grid (harness.speedup.roofline.speedup.COLUMNS) at the measured E, with S's interval from E's."""
-    from harness.speedup.roofline.speedup import speedup_table
     frames = []
     for a in acc.itertuples():
         t = speedup_table(name, costs, 0.0, [a.algorithm], [a.k], batches, contexts,
@@ -240,7 +240,6 @@ def _grid(costs, acc: pd.DataFrame, batches, contexts, name: str, source: str, f
 def recommend(grid: pd.DataFrame, batches) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per (B, L) in ``batches``: the best algorithm and k or 'off'; per L: the batch beyond which
     speculation should be off, the S = 1 crossover of the best configuration over the grid's batches)."""
-    from harness.speedup.roofline.speedup import crossover_batch
     g = grid[grid.fits.astype(bool)] if "fits" in grid else grid
     best = g.sort_values(["context", "batch", "speedup", "k"], ascending=[True, True, False, True]) \
         .groupby(["context", "batch"], as_index=False).first()
@@ -279,7 +278,6 @@ def _md(rec: pd.DataFrame, off: pd.DataFrame, alpha: pd.DataFrame, header: str) 
 
 def _costs(args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts):
     """(PairCosts, profile frame or None, batches of the grid, fits, bound, source)."""
-    from harness.speedup.roofline.fidelity import bound_of, fits_of
     if hw is None:
         costs, prof = local_costs(target, draft, algos, ks, batches, contexts, args.repeats, args.seed)
         return costs, prof, batches, None, None, "measured"
@@ -290,7 +288,6 @@ def _costs(args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts
 
 def _check_context(args, target, draft, algos, ks, contexts) -> None:
     """Profiling here needs every context plus the longest scored block within the models' positions."""
-    from harness.core.errors import UsageError
     mpe = min(getattr(m.model.config, "max_position_embeddings", 10 ** 9) for m in (target, draft))
     need = max(contexts) + max(_tokens_scored(algos, ks)[0]) + 8
     if need > mpe:
@@ -299,10 +296,6 @@ def _check_context(args, target, draft, algos, ks, contexts) -> None:
 
 
 def run(args) -> int:
-    from harness.core.atomic import staged_report
-    from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
-    from harness.core.figures import results_line
-    from harness.core.threads import with_threads
     hw, algos, ks, batches, contexts = _check(args)
     tshape, dshape = _shapes(args)
     target, draft = _models(args)

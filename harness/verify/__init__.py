@@ -1,4 +1,4 @@
-"""`python -m harness verify`: prove a sampler lossless on a set of scenarios, with stated power.
+"""Is it lossless?  `python -m harness verify`: prove a sampler lossless on a set of scenarios, with stated power.
 
     python -m harness verify                                   # reference sampler + all controls (make verify)
     python -m harness verify --sampler mypkg.mymod:my_generate # any sampler with the documented signature
@@ -31,6 +31,7 @@ every buggy control is caught and every lossless control passes; 1 otherwise; 2 
 scenario files (before any work); 3 when the sampler under test failed (raised, exited, returned
 malformed output; traceback in ``<out>/error.log``); 130 when interrupted.
 
+The library entry point is :func:`harness.verify.pipeline.verify`; the command is :mod:`harness.verify.cli`.
 One module per step:
 
     cli        the command line of ``verify``: options, their checks, exit status
@@ -54,10 +55,3 @@ and what the steps rest on:
 May import: :mod:`harness.controls`, :mod:`harness.laws`, :mod:`harness.stats`, :mod:`harness.core`; never
 :mod:`harness.speedup` or :mod:`harness.samples`.
 """
-from harness.verify.cli import add_arguments, run
-from harness.verify.pipeline import VerifyResult, verify
-from harness.verify.runs import RunSpec
-from harness.verify.sampler import SamplerOutputError, SamplerSpecError, load_sampler
-
-__all__ = ["add_arguments", "run", "load_sampler", "verify", "RunSpec", "VerifyResult", "SamplerSpecError",
-           "SamplerOutputError"]

@@ -41,6 +41,12 @@ from harness.stats import holm
 from harness.core.options import check_option, check_unique
 from harness.core.threads import with_threads
 from harness.verify.cli import check_common, real_model_spec
+from harness.verify.pipeline import verify
+from specimpl.speculative import speculative_generate
+from harness.verify.realmodel import REAL_MODEL_SCENARIO
+from harness.core.provenance import atomic_savefig
+from harness.core.figures import pyplot as _plt
+from harness.verify import calibrate_null
 
 __all__ = ["add_arguments", "run", "calibrate"]
 
@@ -84,7 +90,6 @@ def run(args) -> int:
     settings = load_settings(args.scenario_dir)
     scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
     if args.null:
-        from harness.verify import calibrate_null
         args.out = Path(args.out) / "null"
         return calibrate_null.run(args, settings, scenarios)
     real = real_model_spec(Path(args.scenario_dir) / "default.toml") if args.real_model_sequences else None
@@ -116,8 +121,6 @@ def _verify_seed(settings, scenarios, draws: int, seed: int, real_model, real_mo
                  algorithms: bool) -> pd.DataFrame:
     """One seed's battery: every test's p-value and Holm-adjusted p-value.  Without ``algorithms`` the
     reference sampler is passed explicitly, so the block / tree reference runs are not drawn."""
-    from harness.verify import verify
-    from specimpl.speculative import speculative_generate
 
     r = verify(sampler=None if algorithms else speculative_generate, sampler_label="reference",
                scenarios=scenarios, settings=settings, draws=draws, seed=seed, controls=False, out=None,
@@ -181,7 +184,6 @@ def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progre
 def _kinds(allp: pd.DataFrame) -> pd.Series:
     """Kind of each test: ``family.test`` without its bracketed range, prefixed ``real_model:`` for the
     real-model scenario's tests (raw PIT values of a scored transformer, not counts under an exact law)."""
-    from harness.verify.realmodel import REAL_MODEL_SCENARIO
     kind = allp.family + "." + allp.test.str.replace(r"\[.*\]", "", regex=True)
     return kind.where(allp.scenario != REAL_MODEL_SCENARIO, "real_model:" + kind)
 
@@ -249,8 +251,6 @@ def qq_figure(out: Path, formats=("png", "pdf")) -> list[str]:
     import pyarrow.parquet as pq
     from scipy import stats as sps
 
-    from harness.core.provenance import atomic_savefig
-    from harness.core.figures import pyplot as _plt
     path = Path(out) / "pvalues.parquet"
     meta = _json.loads((pq.read_schema(path).metadata or {}).get(b"provenance", b"{}"))
     allp = pd.read_parquet(path)

@@ -36,6 +36,10 @@ from scipy.stats import binom as binom_dist, chi2 as chi2_dist
 
 from harness import stats
 from harness.stats import clopper_pearson
+from harness.laws.scenarios import scenario_law
+from harness.core.atomic import staged_report
+from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata
+from harness.core.options import check_option
 
 __all__ = ["NullCase", "null_cases", "simulate", "exact_size", "exact_tails", "calibrate_null", "NULL_LEVELS",
            "GATE_LEVEL"]
@@ -83,7 +87,6 @@ def _homog(kind, scenario, label, probs, n):
 def null_cases(scenarios, settings, draws: int | None = None) -> list[NullCase]:
     """Every count-based test of the battery on ``scenarios`` at the run's sizes (``draws`` sequences per
     scenario before its weight; default: default.toml's ``draws``)."""
-    from harness.laws.scenarios import scenario_law
 
     cases = []
     for sc in scenarios:
@@ -180,8 +183,6 @@ def calibrate_null(settings, scenarios, *, replicates: int, draws: int | None, s
                    progress: bool = True) -> dict:
     """Simulate every count-based test's null (:func:`simulate`), enumerate the exact tails
     (:func:`exact_tails`) and write ``per_kind.csv``, ``exact_tails.csv`` and ``summary.md`` to ``out``."""
-    from harness.core.atomic import staged_report
-    from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata
 
     tic = time.perf_counter()
     cases = null_cases(scenarios, settings, draws)
@@ -229,7 +230,6 @@ def _summary(per_kind: pd.DataFrame, exact: pd.DataFrame, config: dict, meta: di
 
 def run(args, settings, scenarios) -> int:
     """`calibrate --null`: exit 0 when no kind's rate is above its level beyond its interval, 1 otherwise."""
-    from harness.core.options import check_option
     check_option(args.replicates >= 1000, "--replicates", args.replicates, "an integer >= 1000")
     res = calibrate_null(settings, scenarios, replicates=args.replicates, draws=args.null_draws,
                          seed=settings.seed + 500, out=args.out, progress=not args.no_progress)

@@ -2,7 +2,7 @@
 
 Bad arguments (an unknown scenario, a malformed ``--sampler``, too few draws, contradicting flags, a bad
 scenario file) raise :class:`harness.core.errors.UsageError` before any work (exit 2, one line naming the
-option or ``file: key``); otherwise :func:`harness.verify.verify` runs and the exit status is 0 when
+option or ``file: key``); otherwise :func:`harness.verify.pipeline.verify` runs and the exit status is 0 when
 everything passed as its role requires (the samplers under test and the lossless controls *certified*, the
 buggy controls lossy), 1 otherwise (lossy, or inconclusive: not certified — a gate that did not certify never
 exits 0), 3 when the sampler under test failed (:func:`sampler_failure`).

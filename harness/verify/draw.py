@@ -44,6 +44,9 @@ from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealMod
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
 from harness.verify.shards import RealTask, ShardTask, draw_real_task, draw_task, draw_task_in_worker, sampler_recipe
+from specimpl.hf import TINY_PAIR_DIR
+from harness.controls.chain import VN_CONTROLS
+from specimpl.von_neumann import SNUG_M, TwoPeakDensity, two_peak_sampler
 
 __all__ = ["RunState", "ShardedRun", "draw_all", "draw_von_neumann", "SHARD_SCHEME"]
 
@@ -376,7 +379,6 @@ def _pair_fingerprint(state: RunState) -> Optional[str]:
     """Fingerprint of the shipped tiny pair's files (weights, configs, tokenizers); None without state."""
     if state.dir is None:
         return None
-    from specimpl.hf import TINY_PAIR_DIR
     return files_fingerprint([p for p in TINY_PAIR_DIR.rglob("*") if p.is_file()], TINY_PAIR_DIR)
 
 
@@ -384,8 +386,6 @@ def _pair_fingerprint(state: RunState) -> Optional[str]:
 def draw_von_neumann(proposals: int, seed: int, controls: bool = True) -> list[VonNeumannRun]:
     """The reference von Neumann sampler at M = 2.8 and 5.6 and (with ``controls``) the broken envelopes
     of :data:`harness.controls.chain.VN_CONTROLS`, ``proposals`` proposals each."""
-    from harness.controls.chain import VN_CONTROLS
-    from specimpl.von_neumann import SNUG_M, TwoPeakDensity, two_peak_sampler
     d = TwoPeakDensity.with_peak(SNUG_M)
     cdf = lambda x: np.asarray(d.cdf(np.asarray(x)), dtype=np.float64)  # noqa: E731
     entries = [("von_neumann", "reference", M, two_peak_sampler(M, d)) for M in (SNUG_M, 2 * SNUG_M)]

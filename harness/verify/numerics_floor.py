@@ -27,6 +27,9 @@ from harness.core.options import check_out, check_option
 from harness.core.provenance import atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.core.schema import integer, number, one_of, text, validate
 from specimpl.sampling import SamplingConfig
+from specimpl.hf import load_tiny_pair, tiny_pair_prompts
+from harness.core.figures import pyplot as _plt
+from harness.core.schema import fail
 
 __all__ = ["DEFAULT_CONFIG", "load_config", "logit_rows", "floor_table", "add_arguments", "run"]
 
@@ -45,7 +48,6 @@ _SAMPLING = {"temperature": number(0, lo_open=True), "top_k": integer(1), "top_p
 # ---------------------------------------------------------------------------------------- config
 def _check_list(source: str, key: str, v, ok, allowed: str) -> None:
     if not (isinstance(v, list) and v and all(ok(x) for x in v)):
-        from harness.core.schema import fail
         fail(source, key, v, allowed)
 
 
@@ -60,7 +62,6 @@ def load_config(path: Path) -> dict:
     for i, s in enumerate(lists.get("source") or [None]):
         name = s.get("name") if isinstance(s, dict) else None
         if name not in _SOURCES:
-            from harness.core.schema import fail
             fail(src, f"source[{i}].name", name, f"one of {sorted(_SOURCES)}")
         body = {k: v for k, v in s.items() if k not in ("vocab", "entropy")}
         validate(body, _SOURCES[name], src, f"source[{i}].")
@@ -95,7 +96,6 @@ def zipf_logits(V: int, entropy: float, g: torch.Generator) -> torch.Tensor:
 
 
 def _tiny_pair_rows(n_prompts: int, rows: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    from specimpl.hf import load_tiny_pair, tiny_pair_prompts
     target, draft = load_tiny_pair()
     prompts = tiny_pair_prompts(n_prompts, length=48)
     per = max(1, math.ceil(rows / n_prompts))
@@ -183,7 +183,6 @@ def table_md(table: pd.DataFrame, meta: dict) -> str:
 def draw_figure(table: pd.DataFrame, out: Path, meta: dict) -> list[Path]:
     """TV (largest over rows and entropies, first sampling setting) per step, one line per dtype, one
     panel per logit source; the per-position ε of the default certificate (5e-3, 1e-3) drawn for scale."""
-    from harness.core.figures import pyplot as _plt
     plt = _plt()
     first = table["sampling"].iloc[0]
     sub = table[table["sampling"] == first].assign(cell=[_cell_label(r) for r in

@@ -40,6 +40,9 @@ from harness.verify.family import family_config
 from harness.verify.pipeline import VerifyResult, conclude, real_model_config
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, real_model_seed
 from harness.verify.sampler import load_sampler, sampler_failure
+from harness.controls import hf as hf_bugs
+from specimpl.speculative import speculative_generate
+from specimpl.hf_assisted import hf_assisted_generate
 
 __all__ = ["add_arguments", "run", "catalogue", "pit"]
 
@@ -68,13 +71,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def catalogue(include_peer: bool) -> dict[str, tuple[str, Callable]]:
     """name -> (role, sampler): the reference sampler, the lossless controls and the bugs of
     :mod:`harness.controls.hf`, and (``include_peer``) transformers' assisted generation."""
-    from harness.controls import hf as hf_bugs
-    from specimpl.speculative import speculative_generate
     cat = {"reference": ("reference", speculative_generate)}
     cat.update({n: ("lossless", f) for n, f in hf_bugs.HF_LOSSLESS_CONTROLS.items()})
     cat.update({n: ("lossy", f) for n, f in hf_bugs.HF_BUGS.items()})
     if include_peer:
-        from specimpl.hf_assisted import hf_assisted_generate
         cat[PEER] = ("peer", hf_assisted_generate)
     return cat
 

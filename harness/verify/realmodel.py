@@ -39,6 +39,11 @@ from harness import stats
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig, warp
 from specimpl.speculative import PAD, speculative_generate
+from harness.stats.loglik import martingale_terms
+from specimpl.hf import tiny_pair_prompts
+from harness.controls import hf as hf_bugs
+from specimpl.hf import load_tiny_pair
+from harness.verify.sampler import check_output
 
 __all__ = ["RealModelDraw", "RealModelSpec", "load_real_model_spec", "REAL_MODEL_SCENARIO", "real_model_draw",
            "target_pit", "tiny_pair"]
@@ -51,7 +56,6 @@ def target_pit(target, prompts: list[list[int]], tokens: torch.Tensor, config: S
     scored in one forward of prompt + tokens[:-1].  PAD entries (after a sequence's end) get U = V.
     ``loglik`` (a list): the per-sequence log-likelihood martingale and its predictable variance from the
     same scoring pass (:func:`harness.stats.loglik.martingale_terms`) are appended to it as (M, V, Q), each (N,)."""
-    from harness.stats.loglik import martingale_terms
     N, T = tokens.shape
     out, ms = [], []
     for s in range(0, N, chunk):
@@ -112,7 +116,6 @@ def real_model_draw(sampler: Callable = speculative_generate, *, target=None, dr
     catch           a sampler that raises or returns malformed tokens gives a draw with ``error`` set
                     instead of raising.
     """
-    from specimpl.hf import tiny_pair_prompts
     check_arg(isinstance(n_sequences, (int, np.integer)) and n_sequences >= 1, "n_sequences", n_sequences,
               "an integer >= 1")
     check_arg(isinstance(max_new_tokens, (int, np.integer)) and max_new_tokens >= 2, "max_new_tokens",
@@ -145,7 +148,6 @@ def _sample(sampler, target, draft, prompts, *, k, max_new_tokens, config, batch
     """The tokens (N, T) the sampler emits for ``prompts`` in calls of ``batch_size``, checked, and its
     acceptance rate (accepted / drafted; None without instrumentation)."""
     from tqdm import tqdm
-    from harness.verify.sampler import check_output
     gen = torch.Generator().manual_seed(seed)
     toks, accepted, drafted = [], 0, 0
     for s in tqdm(range(0, len(prompts), batch_size), desc=f"sample {label}", disable=not progress,
@@ -192,7 +194,6 @@ class RealModelSpec:
 
     def control_samplers(self) -> list[tuple[str, str, Callable, int]]:
         """(name, role 'lossy' | 'lossless', sampler, sequences) per control."""
-        from harness.controls import hf as hf_bugs
         out = []
         for name, n in self.controls:
             if name in hf_bugs.HF_BUGS:
@@ -205,7 +206,6 @@ class RealModelSpec:
 def load_real_model_spec(table: Optional[dict]) -> RealModelSpec:
     """A :class:`RealModelSpec` from a parsed ``[real_model]`` TOML table (None or {}: the defaults).
     Bad values raise ValueError naming the key."""
-    from harness.controls import hf as hf_bugs
     t = dict(table or {})
     known = {"enabled", "n_sequences", "full_n_sequences", "max_new_tokens", "k", "prompt_lengths", "batch_size",
              "sampling", "controls"}
@@ -247,6 +247,5 @@ def tiny_pair():
     """The shipped tiny (target, draft) pair, loaded once per process."""
     global _PAIR
     if _PAIR is None:
-        from specimpl.hf import load_tiny_pair
         _PAIR = load_tiny_pair()
     return _PAIR

@@ -34,6 +34,7 @@ from harness.core.provenance import (atomic_savefig, atomic_write_csv, atomic_wr
 from harness.verify.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
 from harness.verify.family import run_acceptance
 from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST
+from harness.controls.chain import CATALOGUE
 
 __all__ = ["build", "draw_figures", "REPORT_FILES"]
 
@@ -273,7 +274,6 @@ def _scenarios(main, table, runs, laws) -> list[str]:
 def _controls(ctrl) -> list[str]:
     if not len(ctrl):
         return []
-    from harness.controls.chain import CATALOGUE
     cat = {c.name: c for c in CATALOGUE}
     L = ["## Controls (detection table)",
          "Buggy samplers must be caught (a loss test rejects after Holm); lossless ones must pass. "

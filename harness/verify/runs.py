@@ -28,6 +28,10 @@ from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
 from harness.laws.scenarios import Scenario, load_scenario
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
+from harness.controls.chain import CATALOGUE
+from harness.laws.algorithms import Algorithm
+from harness.laws.scenarios import read_defaults
+from harness.controls.tree import CATALOGUE as TREE_CATALOGUE
 
 __all__ = ["RunSpec", "RealRun", "VonNeumannRun", "RunSet", "Sizes", "run_sizes", "exact_runs", "baselines_for",
            "AlgorithmRuns", "algorithm_runs", "algorithm_exact_runs", "control_algorithm",
@@ -145,7 +149,6 @@ def exact_runs(fn: Callable, label: str, role: str, scenarios: list, sizes: Size
     ``controls``) every control of :data:`harness.controls.chain.CATALOGUE` on its own scenario; with ``algorithms``
     the block / tree reference runs on the scenarios they list (those of ``scenarios`` only) and (with
     ``controls``) the block / tree controls of :data:`harness.controls.tree.CATALOGUE`."""
-    from harness.controls.chain import CATALOGUE
     runs = [RunSpec(label, role, fn, sc, max(2, round(sizes.draws * (sc.full_weight if full else sc.weight))),
                     algorithm) for sc in scenarios]
     cache = {sc.name: sc for sc in scenarios}
@@ -177,8 +180,6 @@ class AlgorithmRuns:
 
 def algorithm_runs(scenario_dir: Path) -> Optional[AlgorithmRuns]:
     """The ``[algorithms]`` table of ``scenario_dir``'s default.toml (None when it has none)."""
-    from harness.laws.algorithms import Algorithm
-    from harness.laws.scenarios import read_defaults
     table = read_defaults(scenario_dir).get("algorithms")
     if table is None:
         return None
@@ -203,8 +204,6 @@ def algorithm_exact_runs(a: AlgorithmRuns, chosen: dict, cache: dict, sizes: Siz
                     scenario_dir: Path) -> list[RunSpec]:
     """Block / tree reference runs on the chosen scenarios they list, then the block / tree controls.
     Sizes: ``a``'s; given --draws / --control-draws (``sizes.explicit``) no more than those."""
-    from harness.laws.algorithms import Algorithm
-    from harness.controls.tree import CATALOGUE as TREE_CATALOGUE
     draws = a.full_draws if full else a.draws
     control_draws = a.full_control_draws if full else a.control_draws
     if sizes.explicit:

@@ -32,6 +32,12 @@ import torch
 
 from harness.verify.battery import Accumulator
 from harness.core.config import derive_seed
+from specimpl.autoregressive import autoregressive_generate
+from harness.laws.algorithms import Algorithm
+from harness.laws.scenarios import scenario_law
+from harness.verify.sampler import guard_sampler, load_sampler
+from harness.verify.sampler import check_output
+from harness.verify.realmodel import real_model_draw
 
 __all__ = ["ShardTask", "ShardResult", "RealTask", "RealResult", "draw_shard", "draw_shard_in_worker", "draw_real_task",
            "draw_task_in_worker", "sampler_recipe", "resolve_sampler"]
@@ -191,12 +197,10 @@ def resolve_sampler(recipe: tuple) -> Callable:
 
 
 def _resolve(recipe: tuple) -> Callable:
-    from harness.verify.sampler import guard_sampler, load_sampler
     kind = recipe[0]
     if kind == "control":
         return importlib.import_module(recipe[1]).get_control(recipe[2]).sampler
     if kind == "algorithm":
-        from harness.laws.algorithms import Algorithm
         return Algorithm.parse(recipe[1], "algorithm").sampler()
     if kind == "import":
         obj = importlib.import_module(recipe[1])
@@ -221,7 +225,6 @@ def _law_and_models(scenario):
     if key in _LAWS:
         _LAWS.move_to_end(key)
     else:
-        from harness.laws.scenarios import scenario_law
         _LAWS[key] = scenario_law(scenario)
         while len(_LAWS) > _LAWS_KEPT:
             _LAWS.popitem(last=False)
@@ -237,8 +240,6 @@ def draw_shard_in_worker(task: ShardTask) -> ShardResult:
 
 def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
     """Draw one shard and return its statistics (a failing sampler gives a result with ``error``)."""
-    from harness.verify.sampler import check_output
-    from specimpl.autoregressive import autoregressive_generate
     sc = task.scenario
     law, (target, draft) = _law_and_models(sc)
     tic = time.perf_counter()
@@ -272,7 +273,6 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
 
 def draw_real_task(task: RealTask) -> RealResult:
     """Draw one real-model run (the tiny pair loaded once per process) and score it."""
-    from harness.verify.realmodel import real_model_draw
     spec, tic = task.spec, time.perf_counter()
     draw = real_model_draw(resolve_sampler(task.sampler), n_sequences=task.n_sequences,
                            max_new_tokens=spec.max_new_tokens, k=spec.k, config=spec.config,

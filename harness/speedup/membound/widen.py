@@ -53,6 +53,7 @@ import torch
 
 from harness.speedup.membound.skinny_linear import replace_linears, use_skinny_linear
 from specimpl.errors import check_arg
+from specimpl.hf import TINY_PAIR_DIR
 
 __all__ = ["apply_prepack", "PREPACKS", "prepack_mkldnn", "replace_linears", "widen_state_dict", "widened_config", "build_widened", "membound_dir", "BUILD_DIR", "DEFAULT_WIDTH",
            "DEFAULT_EXTRA_LAYERS", "parameter_count"]
@@ -153,7 +154,6 @@ def _key(src: Path, width: int, extra_layers: int) -> str:
 def membound_dir(width: int = DEFAULT_WIDTH, extra_layers: int = DEFAULT_EXTRA_LAYERS, src: Optional[Path] = None,
                  build_dir: Optional[Path] = None) -> Path:
     """Where the widened target of these settings lives (built or not): ``<build_dir>/<key>/target``."""
-    from specimpl.hf import TINY_PAIR_DIR
     _check_settings(width, extra_layers)
     src = Path(src) if src is not None else TINY_PAIR_DIR / "target"
     return Path(build_dir or BUILD_DIR) / f"w{width}_x{extra_layers}_{_key(src, width, extra_layers)}" / "target"
@@ -163,7 +163,6 @@ def build_widened(width: int = DEFAULT_WIDTH, extra_layers: int = DEFAULT_EXTRA_
                   build_dir: Optional[Path] = None, quiet: bool = False) -> Path:
     """Build (or reuse, announced) the widened target; returns its directory (loadable by HFModel)."""
     from safetensors.torch import load_file, save_file
-    from specimpl.hf import TINY_PAIR_DIR
     src = Path(src) if src is not None else TINY_PAIR_DIR / "target"
     out = membound_dir(width, extra_layers, src, build_dir)
     if (out / "model.safetensors").exists() and (out / "config.json").exists():

@@ -19,13 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from harness.speedup.sweep.algorithms import algorithms_table
+from harness.core.figures import save_figure as save
+from harness.core.figures import results_line
 
 __all__ = ["FIGURES", "TABLES", "table_of", "algorithms_md"]
 
 
 def table_of(res) -> pd.DataFrame:
     """The suite's rows for a :class:`harness.speedup.report.cli.SweepResults` (an empty frame when there are none)."""
-    from harness.speedup.sweep.algorithms import algorithms_table
     t = algorithms_table(Path(res.path), res.meta)
     return pd.DataFrame() if t is None else t
 
@@ -43,7 +45,6 @@ def _colors(plt, names):
 
 
 def _save(fig, res, out, name, formats):
-    from harness.core.figures import save_figure as save
     return save(fig, Path(out), name, res.meta, formats)
 
 
@@ -147,7 +148,6 @@ def _timed_md(s: pd.DataFrame, title: str) -> list[str]:
 
 
 def algorithms_md(res) -> str:
-    from harness.core.figures import results_line
     t = table_of(res)
     out = [f"# Chain, block and tree verification — {results_line(res.meta)}", ""]
     if (t.kind == "scenario").any():

@@ -44,6 +44,8 @@ from harness.core.atomic import staged_report
 from harness.core.figures import pyplot as _plt, results_line, save_figure as _save
 from harness.core.provenance import atomic_savefig, atomic_write_text
 from harness.speedup.sweep.tables import PREDICTIONS, fidelity
+from harness.core.errors import UsageError
+from harness.core.options import check_option, check_out
 
 __all__ = ["add_arguments", "run", "make_report", "SweepResults", "FIGURES", "TABLES", "SUITE_STYLES"]
 
@@ -524,8 +526,6 @@ FORMATS = ("png", "pdf", "svg")
 
 def check_arguments(args) -> tuple:
     """The options, checked before anything is drawn (UsageError naming the option); the formats."""
-    from harness.core.errors import UsageError
-    from harness.core.options import check_option, check_out
     results = Path(args.results)
     if not results.is_dir():
         raise UsageError(f"`--results` must be a sweep's results folder; got {str(results)!r}, which "

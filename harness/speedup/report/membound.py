@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from harness.core.figures import save_figure as _save
+from harness.core.figures import results_line
 
 __all__ = ["FIGURES", "TABLES", "rows_of", "membound_md"]
 
@@ -30,7 +32,6 @@ def _has(res) -> bool:
 
 
 def fig_speedup(plt, res, out, formats):
-    from harness.core.figures import save_figure as _save
     m = rows_of(res)
     bs = sorted(m.batch.unique())
     fig, axes = plt.subplots(1, len(bs), figsize=(max(3.0 * len(bs), 4.6), 3.2), squeeze=False, sharey=True)
@@ -53,7 +54,6 @@ def fig_speedup(plt, res, out, formats):
 
 
 def membound_md(res) -> str:
-    from harness.core.figures import results_line
     m = rows_of(res)
     out = [f"Memory-bound pair, {results_line(res.meta)}.", "",
            "| draft | k | B | alpha_hat | S measured (wall) | S model (wall) | error | S measured (CPU) | "

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from harness.speedup.roofline.speedup import crossover_batch
+from harness.core.figures import save_figure as _save
 
 __all__ = ["FIGURES", "load_grid", "best_by_batch", "marker"]
 
@@ -71,7 +72,6 @@ def _grid_fig(plt, n, ncols=4):
 
 
 def fig_speedup_vs_batch(plt, res, out, formats):
-    from harness.core.figures import save_figure as _save
     grid = load_grid(res)
     cols = _colors(plt, list(dict.fromkeys(grid.algorithm)))
     panels = _panels(grid)
@@ -95,7 +95,6 @@ def fig_speedup_vs_batch(plt, res, out, formats):
 
 
 def fig_optimal_k(plt, res, out, formats):
-    from harness.core.figures import save_figure as _save
     grid = load_grid(res)
     scen = sorted(grid.scenario.unique())
     fig, axes = _grid_fig(plt, len(scen), ncols=3)
@@ -113,7 +112,6 @@ def fig_optimal_k(plt, res, out, formats):
 
 
 def fig_goodput(plt, res, out, formats):
-    from harness.core.figures import save_figure as _save
     grid = load_grid(res)
     cols = _colors(plt, list(dict.fromkeys(grid.algorithm)))
     panels = _panels(grid)

@@ -30,6 +30,8 @@ import pandas as pd
 from harness.core.config import CONFIGS
 from harness.speedup.roofline.model import ConfigError, ModelShape, Roofline, calibrate, forward_cost, load_hardware
 from harness.speedup.roofline.speedup import PairCosts, crossover_batch, speedup, speedup_table, tokens_per_round
+from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
+from harness.core.figures import results_line
 
 __all__ = ["PUBLISHED", "load_published", "row_costs", "predict_row", "fidelity_table", "scenario_tables",
            "crossover_table", "fidelity_md", "write_fidelity", "bound_of", "fits_of"]
@@ -222,8 +224,6 @@ def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
 
 
 def write_fidelity(path=PUBLISHED, out=Path("results/roofline")) -> dict:
-    from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
-    from harness.core.figures import results_line
     pub = load_published(path)
     meta = metadata({"name": "roofline-published", "file": str(path), "out": str(out)}, None)
     table, grid = fidelity_table(pub), scenario_tables(pub)

@@ -25,6 +25,8 @@ import pandas as pd
 import torch
 
 from harness.speedup.roofline.model import HARDWARE_DIR, Calibration, Hardware, ModelShape, calibrate
+from specimpl.hf import TINY_PAIR_DIR
+from harness.core.provenance import atomic_write_text
 
 __all__ = ["probe", "profile_points", "calibrate_local", "local_toml"]
 
@@ -65,7 +67,6 @@ def probe(threads: int = 1) -> dict:
 
 def tiny_shape(role: str) -> ModelShape:
     """The shipped tiny pair's target or draft, as run here (float32 weights, float64 logits)."""
-    from specimpl.hf import TINY_PAIR_DIR
     s = ModelShape.from_config(TINY_PAIR_DIR / role / "config.json", dtype="float32", name=f"tiny:{role}")
     return ModelShape(**{**s.__dict__, "logits_bytes": 8})
 
@@ -110,7 +111,6 @@ def local_toml(measured: dict, cal: Calibration, profiles_path: str) -> str:
 
 
 def main(argv=None) -> int:
-    from harness.core.provenance import atomic_write_text
     ap = argparse.ArgumentParser(prog="python -m harness.speedup.roofline.local", description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", default="results/sweep/default/profiles.csv")
     ap.add_argument("--out", type=Path, default=HARDWARE_DIR / "local.toml")

@@ -28,6 +28,16 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from harness.speedup.roofline.model import ModelShape
+from harness.speedup.roofline.local import tiny_shape
+from harness.speedup.sweep.models import SHAPES
+from harness.speedup.profiler import profile_model
+from harness.speedup.costmodel import CostTable
+from harness.speedup.roofline.speedup import PairCosts
+from harness.speedup.roofline.model import Roofline, calibrate, load_hardware
+from harness.core.provenance import atomic_write_csv, atomic_write_json, metadata
+from harness.speedup.roofline.speedup import speedup_table
+from harness.speedup.sweep.models import resolve_model
 
 __all__ = ["shape_of", "measure_costs", "measured_pair_costs", "fit_roofline", "detect_hardware", "main"]
 
@@ -36,9 +46,6 @@ GPU_NAMES = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("A40", "a40"
 
 def shape_of(spec: str, dtype: str):
     """The :class:`harness.speedup.roofline.model.ModelShape` of a 'random:<shape>' or 'tiny:<role>' model spec."""
-    from harness.speedup.roofline.model import ModelShape
-    from harness.speedup.roofline.local import tiny_shape
-    from harness.speedup.sweep.models import SHAPES
     kind, _, name = spec.partition(":")
     if kind == "tiny":
         return tiny_shape(name)
@@ -55,7 +62,6 @@ def detect_hardware(device: str) -> str:
 
 def measure_costs(models: dict, ns, batches, contexts, repeats: int, seed: int = 0) -> pd.DataFrame:
     """{role: model} -> rows of profile_model for each context (column ``context``)."""
-    from harness.speedup.profiler import profile_model
     frames = []
     for i, L in enumerate(contexts):
         for role, m in models.items():
@@ -68,8 +74,6 @@ def measure_costs(models: dict, ns, batches, contexts, repeats: int, seed: int =
 
 def measured_pair_costs(costs: pd.DataFrame, value: str = "median_s"):
     """PairCosts whose T(n, B, L) interpolates the measured table (column ``value``) at each measured context."""
-    from harness.speedup.costmodel import CostTable
-    from harness.speedup.roofline.speedup import PairCosts
     tables = {int(L): CostTable(g, value=value) for L, g in costs.groupby("context")}
 
     def t(role):
@@ -80,7 +84,6 @@ def measured_pair_costs(costs: pd.DataFrame, value: str = "median_s"):
 
 def fit_roofline(costs: pd.DataFrame, shapes: dict, hardware: str, value: str = "median_s") -> pd.DataFrame:
     """Each measured forward beside the hardware file's roofline, before and after fitting its efficiencies."""
-    from harness.speedup.roofline.model import Roofline, calibrate, load_hardware
     hw = load_hardware(hardware)
     fw = costs[costs.op.str.endswith(".forward")]
     pts = [(shapes[r.op.split(".")[0]], int(r.n), int(r.batch), int(r.context), float(getattr(r, value)))
@@ -101,9 +104,6 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-    from harness.core.provenance import atomic_write_csv, atomic_write_json, metadata
-    from harness.speedup.roofline.speedup import speedup_table
-    from harness.speedup.sweep.models import resolve_model
     ap = argparse.ArgumentParser(prog="python -m harness.speedup.roofline.measure", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--target", default="random:llama-1.1b")

@@ -43,6 +43,13 @@ from harness.speedup.costmodel_tree import TimedTreeModel, tree_speedup
 from harness.laws.rounds import ExactRounds, acceptance_law
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
+from harness.laws.scenarios import load_scenario
+from specimpl.autoregressive import autoregressive_generate
+from harness.speedup.synthetic import CallCost, synthetic_pair
+from harness.speedup.synthetic import VirtualClock, WallClock
+from specimpl.ngram import context_of
+from specimpl.hf import tiny_pair_prompts
+from specimpl.tree_adapters import as_tree_model
 
 __all__ = ["Algorithm", "AlgorithmParams", "algorithms_suite", "algorithms_table", "KINDS"]
 
@@ -94,7 +101,6 @@ def _params(table: dict, kind: str, source: str, keys: tuple, **more) -> Algorit
 
 
 def _cells(table: dict, cfg: dict) -> list:
-    from harness.laws.scenarios import load_scenario
 
     def cell(name, p):  # id = readable name + hash of every setting and the suite's name, as the other suites
         digest = hashlib.sha1(json.dumps({**asdict(p), "suite": "algorithms"}, sort_keys=True, default=str).encode())
@@ -158,7 +164,6 @@ def _exact_columns(algo: Algorithm, rounds: Optional[ExactRounds], k: int, start
 
 def _run_scenario(p: AlgorithmParams, seed: int) -> dict:
     """Each algorithm on ``sequences`` sequences of one n-gram scenario, in ``chunks`` calls."""
-    from harness.laws.scenarios import load_scenario
     sc = load_scenario(p.source)
     check_arg(sc.exact, "algorithms.scenarios", p.source, "n-gram scenarios (builder 'ngram')")
     target, draft = sc.build()
@@ -223,7 +228,6 @@ def _timed_rows(runs: dict, grid: list, exact: Callable[[Algorithm, int], dict])
 
 def _arms(target, draft, tree_target, tree_draft, prompts, p: AlgorithmParams, g: torch.Generator):
     """{'ar': target-only, '<algorithm>/k<k>': ...} closures over one generator; the (algorithm, k) grid."""
-    from specimpl.autoregressive import autoregressive_generate
     config = SamplingConfig(temperature=p.temperature)
     N = p.max_new_tokens
     arms = {"ar": lambda: autoregressive_generate(target, prompts, max_new_tokens=N, config=config, generator=g)}
@@ -236,7 +240,6 @@ def _arms(target, draft, tree_target, tree_draft, prompts, p: AlgorithmParams, g
 
 
 def _synthetic_models(p: AlgorithmParams, seed: int, clock):
-    from harness.speedup.synthetic import CallCost, synthetic_pair
     tc = CallCost(p.target_ms / 1e3, p.token_slope)
     target, draft, ptab, qtab = synthetic_pair(p.alpha, p.c, tc, p.vocab_size, p.support, seed=seed % 2**31,
                                                clock=clock)
@@ -244,14 +247,12 @@ def _synthetic_models(p: AlgorithmParams, seed: int, clock):
 
 
 def _run_synthetic(p: AlgorithmParams, seed: int) -> dict:
-    from harness.speedup.synthetic import VirtualClock, WallClock
     target, draft, ptab, qtab, tc = _synthetic_models(p, seed, WallClock())
     g = torch.Generator().manual_seed(seed)
     prompts = torch.randint(0, p.vocab_size, (p.batch, p.prompt_len), generator=g).tolist()
     config = SamplingConfig(temperature=p.temperature)
     rounds = ExactRounds(ptab, qtab, prompts[0], p.max_new_tokens, config)
     order = max(ptab.order, qtab.order)
-    from specimpl.ngram import context_of
     starts = [context_of(ptab.as_order(order), pr) for pr in prompts]
 
     def exact(algo, k):
@@ -285,8 +286,6 @@ def _add_count_runs(rows: list, p: AlgorithmParams, seed: int, clock, grid: list
 
 
 def _run_tiny(p: AlgorithmParams, seed: int) -> dict:
-    from specimpl.hf import tiny_pair_prompts
-    from specimpl.tree_models import as_tree_model
     target, draft = resolve_model("tiny:target", p.device, p.dtype), resolve_model(f"tiny:{p.source}", p.device, p.dtype)
     prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
     g = torch.Generator(device=p.device).manual_seed(seed)

@@ -38,6 +38,7 @@ from harness.speedup.sweep.tables import StoredCell, fidelity, measured_row, pro
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out, check_unique
 from specimpl.errors import check_arg
+from harness.speedup.report.cli import make_report
 
 __all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "cell_key", "store_cell", "finalize",
            "DEFAULT_CONFIG"]
@@ -368,7 +369,6 @@ def run(args) -> int:
     for v in res["written"].values():
         print(f"wrote {v}", file=sys.stderr)
     if args.report:
-        from harness.speedup.report.cli import make_report
         for paths in make_report(out).values():
             for path in ([paths] if isinstance(paths, str) else paths):
                 print(f"wrote {path}", file=sys.stderr)

@@ -39,6 +39,7 @@ from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
+from specimpl.hf import tiny_pair_prompts
 
 __all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealParams", "ProfileParams", "MemboundParams",
            "Measurement", "measure_pair", "resolve_model", "SHAPES", "CLOCKS"]
@@ -382,7 +383,6 @@ def _run_synthetic(p: SyntheticParams, seed: int) -> dict:
 
 
 def _run_real(p: RealParams, seed: int) -> dict:
-    from specimpl.hf import tiny_pair_prompts
     target = tiny_model("target", p.device, p.dtype)
     draft = tiny_model(p.draft, p.device, p.dtype)
     prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
@@ -393,7 +393,6 @@ def _run_real(p: RealParams, seed: int) -> dict:
 
 
 def _run_membound(p: MemboundParams, seed: int) -> dict:
-    from specimpl.hf import tiny_pair_prompts
     target = widened_model(p.width, p.extra_layers, p.device, p.dtype, p.prepack)
     draft = tiny_model(p.draft, p.device, p.dtype)
     prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
