@@ -8,22 +8,24 @@ Writes, under ``--out`` (default ``specimpl/assets/exact_pair``):
 * ``target/``, ``draft/``: LlamaForCausalLM, 2 layers (draft: 1), hidden 64, 2 heads of head_dim 32,
   tied embeddings, float32 safetensors.  The target is trained briefly on a random *second-order*
   Markov source over the letters a..m (so its next-token law depends on more than the last token and
-  attention matters); the draft is a smaller model trained for fewer steps on a different sample of the
-  same source (close but different: speculative acceptance ~0.5-0.8).
+  attention matters); the draft is smaller (1 layer, MLP width 64), trained for fewer steps on a perturbed
+  source, 0.7 x the target's + 0.3 x another random table (close but different: a confident draft that is
+  sometimes wrong; per-position acceptance sum_x min(p, q) ~0.65).
 * ``markov_target/``, ``markov_draft/``: the same architecture with every attention output projection
   ``o_proj`` equal to zero (frozen at 0 during training).  The attention then adds exactly 0 to the
   residual stream, at every position, in any precision, so the logits are a function of the current
   token's embedding alone: the law of a generated sequence is a Markov chain whose (V, V) transition
   matrix is one forward pass over the V tokens.  Position (RoPE) plays no part.  Trained on a random
-  first-order Markov source.
+  first-order Markov source (the Markov draft: 1 layer, on 0.6 x source + 0.4 x another table).
 * ``build_info.json``: the settings, per-model parameter counts and the SHA-256 of every weight file.
 
 Vocabulary (one token per id, the same for all four models): ids 0..12 = "a".."m", 13 = <s> (BOS),
 14 = </s> (EOS), 15 = <pad>.  The tokenizer is a byte-level BPE with no merges (each letter is its own
 byte-level symbol, so a letter string tokenizes one id per character) -- the layout that
 ``harness.samples.engines.gguf_export`` (llama.cpp) accepts -- with the three specials as added tokens.
-Training sequences open with <s> and contain letters only: EOS is a possible but rare output
-(probability ~1e-4 or less), so engines under test should run with EOS ignored.
+Training sequences open with <s> and contain letters only: the specials are possible but rare outputs
+(together <= 6e-4 per token for the targets, <= 5e-3 for the drafts), so engines under test should run with
+EOS ignored (the exact laws treat EOS as an ordinary token).
 
 Why head_dim 32 (not 16): vLLM's Triton attention backend (the one that takes float32) requires
 head_size >= 32; FlashAttention takes head_size % 8 == 0 but only float16/bfloat16.
@@ -167,7 +169,7 @@ def build_model(name: str, tables: dict, others: dict) -> tuple:
     table = (1 - mix) * tables[o] + mix * others[o] if mix else tables[o]
     losses = train(model, table, spec["steps"], SEED + 100 + spec["seed"])
     if spec["zero_o_proj"]:
-        assert all(float(l.self_attn.o_proj.weight.abs().max()) == 0.0 for l in model.model.layers)
+        assert all(float(layer.self_attn.o_proj.weight.abs().max()) == 0.0 for layer in model.model.layers)
     return model, losses
 
 

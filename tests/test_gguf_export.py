@@ -1,4 +1,4 @@
-"""The GGUF export of a Llama checkpoint (harness/engines/gguf_export.py): the shipped tiny target converts,
+"""The GGUF export of a Llama checkpoint (harness/samples/engines/gguf_export.py): the shipped tiny target converts,
 and reads back with the expected names, shapes, float32 data, vocabulary and hyperparameters.  Needs only
 the ``gguf`` package (the ``llama`` extra); skipped without it."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""llama.cpp end to end (harness/engines/llama_cpp.py).  The record logic (ids recovered from the server's
+"""llama.cpp end to end (harness/samples/engines/llama_cpp.py).  The record logic (ids recovered from the server's
 text answer, acceptance counting, seeds, prompts as text) is tested always; the engine itself (laws against
 the float64 HF target, the Python API's samples, the server) needs the ``llama`` extra and is ``slow``:
 ``make engine-check`` runs it; without llama-cpp-python those tests skip with the reason."""
