@@ -8,7 +8,7 @@ import pytest
 
 from harness.core import provenance as pv
 
-REPO = Path(pv.__file__).resolve().parent.parent
+REPO = Path(pv.__file__).resolve().parents[2]
 
 
 def test_metadata_records_no_absolute_path(tmp_path, monkeypatch):
