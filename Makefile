@@ -41,13 +41,13 @@ install-check: setup
 # with `ray start --head` on a loopback address and joined by address, a SIGKILLed Ray worker, a real-model run
 # as a Ray task -- each against the same verification drawn in this process (~2 min on 2 cores)
 ray-check: setup
-	SPECVERIFY_REQUIRE_RAY=1 $(PY) -m pytest -p no:cacheprovider tests/test_shards_ray.py $(ARGS)
+	SPECVERIFY_REQUIRE_RAY=1 $(PY) -m pytest -p no:cacheprovider tests/verify/test_shards_ray.py $(ARGS)
 
 # llama.cpp end to end (the `llama` extra: llama-cpp-python builds llama.cpp from source, ~10 min on 2 cores the
 # first time; pip keeps the wheel): GGUF export, laws vs the float64 target, API and server samples
 engine-check: setup
 	$(PY) -m pip install -q -e ".[dev,llama]"
-	$(PY) -m pytest -p no:cacheprovider tests/test_gguf_export.py tests/test_llama_cpp.py $(ARGS)
+	$(PY) -m pytest -p no:cacheprovider tests/samples/test_gguf_export.py tests/samples/test_llama_cpp.py $(ARGS)
 
 verify: setup
 	$(PY) -m harness verify $(if $(filter 1,$(FULL)),--full,) $(ARGS)

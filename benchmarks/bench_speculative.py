@@ -5,7 +5,7 @@ a noisy draft (q = 0.55 p + 0.45 r) whose exact per-position acceptance is alpha
 
 * ``test_speculative``: ``speculative_generate`` on B = 1,000,000 sequences (both models are n-gram
   tables, so it opts in to the lookup-table loop of ``specimpl.tabular``; it reproduces the generic
-  loop bit for bit, see tests/test_speculative.py);
+  loop bit for bit, see tests/specimpl/test_speculative.py);
 * ``test_speculative_generic``: the same sampler on the generic model-interface loop
   (``tabular=False``, the sampler's default) at B = 100,000, for reference;
 * ``test_autoregressive``: target-only sampling of the same tokens (B = 1,000,000);

@@ -1,6 +1,6 @@
 """The transformers release specimpl.hf needs, checked before its cache classes are imported.
 
-:data:`MIN_TRANSFORMERS` is also pyproject.toml's bound (tests/test_hf_version.py checks that they agree).
+:data:`MIN_TRANSFORMERS` is also pyproject.toml's bound (tests/specimpl/test_hf_version.py checks that they agree).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ __all__ = ["MIN_TRANSFORMERS", "require_transformers"]
 # The first transformers release whose cache API RaggedLayer implements: CacheLayerMixin with the
 # abstract get_max_length() and get_mask_sizes(query_length) (5.12 and earlier want
 # get_max_cache_shape() and get_mask_sizes(cache_position)).  pyproject.toml declares the same bound
-# (tests/test_hf_version.py checks that they agree).
+# (tests/specimpl/test_hf_version.py checks that they agree).
 MIN_TRANSFORMERS = "5.13"
 
 

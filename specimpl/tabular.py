@@ -11,7 +11,7 @@ becomes a few lookups per sequence:
     :func:`tabular_autoregressive` the loop of :func:`specimpl.autoregressive.autoregressive_generate`
 
 Both loops draw the same uniforms from the generator in the same order as the generic loops and
-reproduce their output bit for bit (tested in tests/test_speculative.py); categorical draws use
+reproduce their output bit for bit (tested in tests/specimpl/test_speculative.py); categorical draws use
 :class:`specimpl.sampling.TableSampler` (O(1) instead of O(V)).
 
 They are used only where a caller opts in: ``SpeculativeSampler(..., tabular=True)`` (which

@@ -6,12 +6,19 @@ explores with fresh random examples and more of them.
 """
 import os
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
 from harness.laws.scenarios import SCENARIO_DIR
+
+# Tests mirror the packages (tests/stats/, tests/verify/, ...; feature tests at the top).  Helpers shared across
+# folders (shard_samplers, test_sweep's settings) are imported by module name: every folder is on the path.
+_TESTS = Path(__file__).resolve().parent
+sys.path[:0] = [str(_TESTS)] + sorted(str(d) for d in _TESTS.iterdir() if d.is_dir() and not d.name.startswith(("_", ".")))
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60,
                           suppress_health_check=[HealthCheck.too_slow])

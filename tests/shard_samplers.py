@@ -1,4 +1,4 @@
-"""Samplers for tests/test_shards.py that worker processes import by name (not a test module)."""
+"""Samplers for tests/verify/test_shards.py that worker processes import by name (not a test module)."""
 import os
 import signal
 from pathlib import Path

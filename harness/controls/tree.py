@@ -16,7 +16,7 @@ candidates are drawn independently of the verification's uniforms):
 * judging a deterministic candidate with the draft's soft q(x), or candidates drawn without
   replacement with the parent's unrenormalised q, is not.
 
-:func:`quick_law_check` is the small statistical check of ``tests/test_bugs_tree.py``: χ² of every
+:func:`quick_law_check` is the small statistical check of ``tests/controls/test_bugs_tree.py``: χ² of every
 position's symbol and of the joint of the first tokens against the exact target law
 (:class:`harness.laws.ngram.ExactLaw`), Bonferroni over those tests.
 """

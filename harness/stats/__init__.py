@@ -13,7 +13,7 @@ Notation (declared once)
 Every test returns a small frozen dataclass with ``statistic``, ``pvalue`` and named extras, in
 scipy's manner, and carries its *planning* figure: the smallest deviation it detects with
 probability ``power`` at level ``alpha`` and its sample size.  Each test has two planners —
-deviation for ``n`` and ``n`` for a deviation — that ``tests/test_stats.py`` checks against each
+deviation for ``n`` and ``n`` for a deviation — that ``tests/stats/test_stats.py`` checks against each
 other.  Randomness is injected (``numpy.random.Generator`` / ``torch.Generator`` or integer seeds).
 
 What scipy provides is taken from scipy (χ², noncentral χ², KS, exact binomial test and its

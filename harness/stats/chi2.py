@@ -164,7 +164,7 @@ def chi2_pvalue(statistic, df, n, e_min):
     of 100 has 4.9× the nominal tail at 5.9e-8, three cells of expected count 100 each 3.3×).  The correction
     maps the asymptotic p-value to its one-degree-of-freedom statistic χ²₁⁻¹(p) and takes the exact tail of a
     two-cell table whose small cell has expected count ``e_min`` (:func:`chi2_lattice_tail`, one count wider):
-    pvalue = max(p, that tail).  Exact enumeration of multinomials (``tests/test_calibrate_null.py``) and
+    pvalue = max(p, that tail).  Exact enumeration of multinomials (``tests/verify/test_calibrate_null.py``) and
     simulation (``python -m harness calibrate --null``) show the corrected size ≤ nominal from 1e-2 to 2.9e-8 (the gate level).
     Vectorised over ``statistic``."""
     s = np.asarray(statistic, dtype=np.float64)

@@ -17,7 +17,7 @@ in a cell of P = 0 is impossible under H0: E = ∞, p-value 0.
 Growth under an alternative: E[log E_n] ≈ n·KL(Q‖P) − regret(n), with the mixture's regret
 ((d − 1)/2)·log(n / 2π) + log(Γ(1/2)^d / Γ(d/2)) against the best law in hindsight; the planners below use
 it with a normal margin for the fluctuation of the log-likelihood ratio (sd ≈ sqrt(2·n·KL) for small
-deviations) and are checked against simulation in ``tests/test_eprocess.py``.
+deviations) and are checked against simulation in ``tests/stats/test_eprocess.py``.
 """
 from __future__ import annotations
 

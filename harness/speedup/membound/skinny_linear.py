@@ -11,7 +11,7 @@ thread (the sweeps run ``threads = 1``).
 
 Every output element is summed in one fixed order whatever the number of rows, so a token's logits do not
 depend on what else is in the batch (batch-invariant); against PyTorch's kernel they differ by float
-round-off only (tests/test_skinny_linear.py).
+round-off only (tests/speedup/test_skinny_linear.py).
 
 :func:`use_skinny_linear` swaps a model's ``torch.nn.Linear`` layers for :class:`SkinnyLinear` (same
 weight tensors, no copy).  The kernel is compiled on first use with the system C compiler (``cc``) into

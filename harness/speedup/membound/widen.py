@@ -31,7 +31,7 @@ suite's default, ``prepack = "skinny"``) goes further: a weight-streaming kernel
 model.
 
 r is a power of two, so the divisions are exact; the sums run in another order than the tiny model's, so
-logits agree to float round-off (tests/test_widen.py checks it at r = 2).
+logits agree to float round-off (tests/speedup/test_widen.py checks it at r = 2).
 
 Built models are cached under ``build/membound_pair/<key>/target`` (``config.json``, ``model.safetensors``
 in float32, the tiny target's tokenizer files); ``<key>`` is a hash of the tiny target's files, the

@@ -8,7 +8,7 @@ import pytest
 
 from specimpl.hf import MIN_TRANSFORMERS, require_transformers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_pyproject_bound_is_the_one_hf_checks():

@@ -1,6 +1,6 @@
 """Sharded verification (issue 11): shard statistics merge exactly, and a verification gives the same
 statistics and p-values in this process, on a local pool of 2 workers, after a worker is SIGKILLed,
-and on Ray (tests/test_shards_ray.py); bad backend options exit 2 naming the option."""
+and on Ray (tests/verify/test_shards_ray.py); bad backend options exit 2 naming the option."""
 import os
 
 import numpy as np

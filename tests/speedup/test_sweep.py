@@ -182,7 +182,7 @@ def test_report_is_byte_reproducible(tmp_path):
     """The report of the committed results, made twice, gives the same bytes (no date of the report run, the
     provenance of the results), so `python -m harness report` leaves a clean checkout clean."""
     results = report.RESULTS / "sweep" / "default"
-    results = results if results.is_absolute() else Path(__file__).resolve().parent.parent / results
+    results = results if results.is_absolute() else Path(__file__).resolve().parents[2] / results
     a = report.make_report(results, tmp_path / "a")
     b = report.make_report(results, tmp_path / "b")
     names = sorted(p.name for p in (tmp_path / "a").iterdir())

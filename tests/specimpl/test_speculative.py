@@ -477,7 +477,7 @@ def test_loop_reference_samples_the_target():
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "loop_reference.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "loop_reference.py"
     spec = importlib.util.spec_from_file_location("loop_reference", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -10,7 +10,7 @@ import pandas as pd
 from harness.samples.certificate import scored_n_for_distance, two_sample_n_for_tv
 from harness.samples.controls import CONTROLS
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "engine_figures.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "engine_figures.py"
 
 
 def _module():

@@ -1,6 +1,6 @@
 """The lookup tables of the tabular loops: the acceptance threshold is the rule exactly, the tables are
 the warped model rows, start contexts agree with ``ngram.context_of``, and which models qualify.
-(That the tabular loops reproduce the generic ones bit for bit is tested in tests/test_speculative.py.)
+(That the tabular loops reproduce the generic ones bit for bit is tested in tests/specimpl/test_speculative.py.)
 """
 import pytest
 import torch

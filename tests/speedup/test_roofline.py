@@ -18,7 +18,7 @@ from harness.speedup.roofline.model import (ConfigError, ModelShape, Roofline, c
 from harness.speedup.roofline.speedup import PairCosts, crossover_batch, speedup, speedup_table, tokens_per_round
 from specimpl.hf import TINY_PAIR_DIR
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LLAMA7B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
                intermediate_size=11008, vocab_size=32000, torch_dtype="float16")
 

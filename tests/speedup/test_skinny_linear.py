@@ -81,7 +81,7 @@ def test_bench_script_writes_its_table(tmp_path):
     from pathlib import Path
 
     import pandas as pd
-    path = Path(__file__).resolve().parent.parent / "experiments" / "skinny_gemm_bench.py"
+    path = Path(__file__).resolve().parents[2] / "experiments" / "skinny_gemm_bench.py"
     spec = importlib.util.spec_from_file_location("skinny_gemm_bench", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
