@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 
 from harness.samples.format import Controls, SampleRecord, SampleWriter
@@ -32,7 +33,7 @@ from specimpl.speculative import speculative_generate
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.hf_assisted import hf_assisted_generate, hf_generate
 
-__all__ = ["Request", "make_requests", "controls_of", "config_of", "finish_reason", "records_from_result",
+__all__ = ["Request", "make_requests", "random_prompts", "controls_of", "config_of", "finish_reason", "records_from_result",
            "produce", "speculative_sampler", "autoregressive_sampler", "hf_sampler", "hf_prompt_lookup_generate",
            "ScorerRefusal"]
 
@@ -46,12 +47,22 @@ class Request:
     prompt_ids: tuple
 
 
-def make_requests(n_prompts: int, n_per_prompt: int, prompt_lengths: tuple = (8, 48), seed: int = 0) -> list[Request]:
-    """``n_per_prompt`` completions (``p<i>-s<j>``) of each of ``n_prompts`` held-out byte prompts of the
-    tiny pair (:func:`specimpl.hf.tiny_pair_prompts`, ragged lengths in ``prompt_lengths``)."""
+def make_requests(n_prompts: int, n_per_prompt: int, prompt_lengths: tuple = (8, 48), seed: int = 0,
+                  vocab: Optional[int] = None) -> list[Request]:
+    """``n_per_prompt`` completions (``p<i>-s<j>``) of each of ``n_prompts`` prompts: held-out byte prompts of the
+    tiny pair (:func:`specimpl.hf.tiny_pair_prompts`, ragged lengths in ``prompt_lengths``), or with ``vocab``
+    uniform token ids in [0, vocab) (a small-vocabulary model such as the exact pair: ``vocab = 13``, its letters)."""
     lo, hi = prompt_lengths
-    prompts = tiny_pair_prompts(n_prompts, length=hi, min_length=lo, seed=seed)
+    prompts = (tiny_pair_prompts(n_prompts, length=hi, min_length=lo, seed=seed) if vocab is None
+               else random_prompts(n_prompts, vocab, prompt_lengths, seed))
     return [Request(f"p{i}-s{j}", f"p{i}", tuple(p)) for i, p in enumerate(prompts) for j in range(n_per_prompt)]
+
+
+def random_prompts(n: int, vocab: int, lengths: tuple, seed: int) -> list[list[int]]:
+    """``n`` prompts of token ids drawn uniformly from [0, vocab), lengths uniform in [lo, hi], seeded."""
+    rng = np.random.default_rng([seed, vocab])
+    lo, hi = lengths
+    return [rng.integers(0, vocab, size=int(rng.integers(lo, hi + 1))).tolist() for _ in range(n)]
 
 
 def controls_of(config: SamplingConfig, max_new_tokens: int, seed: Optional[int] = None, stop=()) -> Controls:

@@ -34,7 +34,7 @@ def summary_text(res, args) -> str:
     lv = res.info.get("levels", {})
     lines = [f"# verify-samples: {c.verdict}", "", c.headline(), "",
              f"- mode: {res.mode}; samples: `{portable(str(args.samples))}`" +
-             (f"; target: `{portable(str(args.target))}` ({args.dtype})" if args.target else
+             (f"; target: `{portable(str(args.target))}` ({'float64 exact law' if res.mode == 'exact' else args.dtype})" if args.target else
               f"; baseline: `{portable(str(args.baseline))}`"),
              f"- completions: {c.completions}; " + ", ".join(f"{k}: {v}" for k, v in res.info.items()
                                                            if k in ("tokens_scored", "tokens_compared")),
@@ -49,6 +49,11 @@ def summary_text(res, args) -> str:
         a = res.info["engine_logprobs"]
         lines.append(f"- engine logprobs vs scorer: max |diff| {a['max_abs_diff']:.3g}, mean {a['mean_abs_diff']:.3g} "
                      f"over {a['tokens']} tokens (tolerance {a['tolerance']:g})")
+    if res.mode == "exact":
+        i = res.info
+        lines.append(f"- exact law: {i['exact_law']}, {i['prompts']} prompt(s), completions per prompt "
+                     f"{i['completions_per_prompt']}; float32 numerics floor {i['numerics_floor']:.2g}; largest pair "
+                     f"bound {i['max_pair_bound']:.3g}, largest {i['window']}-window bound {i['max_window_bound']:.3g}")
     if "wall_score_s" in res.info:
         lines.append(f"- scoring wall time: {res.info['wall_score_s']:.1f} s")
     rej = t[t["reject"]]

@@ -43,6 +43,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                                                                 "independence checks)")
     ap.add_argument("--prompt-lengths", type=int, nargs=2, default=(8, 48), metavar=("MIN", "MAX"))
     ap.add_argument("--prompt-seed", type=int, default=0)
+    ap.add_argument("--prompt-vocab", type=int, help="prompts of uniform token ids in [0, N) instead of the tiny pair's "
+                                                     "byte prompts (the exact pair: 13, its letters)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=0, help="0: off")
@@ -77,6 +79,7 @@ def _check(args) -> None:
         check_option(v >= 1, "--" + opt.replace("_", "-"), v, "an integer >= 1")
     lo, hi = args.prompt_lengths
     check_option(2 <= lo <= hi, "--prompt-lengths", [lo, hi], "MIN MAX with 2 <= MIN <= MAX")
+    check_option(args.prompt_vocab is None or args.prompt_vocab >= 2, "--prompt-vocab", args.prompt_vocab, "an integer >= 2")
     check_option(args.temperature >= 0, "--temperature", args.temperature, "a number >= 0")
     check_option(args.top_k >= 0, "--top-k", args.top_k, "an integer >= 0 (0: off)")
     check_option(0 < args.top_p <= 1, "--top-p", args.top_p, "a number in (0, 1]")
@@ -152,7 +155,8 @@ def _openai(args, reqs, w: SampleWriter) -> int:
 
 def run(args) -> int:
     _check(args)
-    reqs = make_requests(args.n_prompts, args.n_per_prompt, tuple(args.prompt_lengths), args.prompt_seed)
+    reqs = make_requests(args.n_prompts, args.n_per_prompt, tuple(args.prompt_lengths), args.prompt_seed,
+                         args.prompt_vocab)
     with SampleWriter(args.out) as w:
         _check_resume(w, _controls(args))
         before = len(w.done)

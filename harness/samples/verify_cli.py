@@ -29,10 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
 from harness.core.config import RESULTS
 from harness.core.errors import SamplerError, UsageError
 from harness.core.options import check_option, check_out, check_seed
 from harness.samples.certificate import Certificate, judge, scored_bounds, two_sample_bounds
+from harness.samples.exact import WINDOW, exact_bounds, exact_laws, plan_exact, prompt_table
 from harness.samples.format import SampleRecord, read_samples
 from harness.samples.producers import ScorerRefusal, config_of
 from harness.laws.scenarios import load_settings
@@ -52,6 +55,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     mode.add_argument("--target", help="scored mode: the target model (local path or name; safetensors)")
     mode.add_argument("--baseline", type=Path, help="two-sample mode: a sample file of the same prompts and "
                                                     "controls with speculation off")
+    ap.add_argument("--exact", action="store_true",
+                    help="with --target: test against the target's exact law, enumerated in float64 (a small-vocabulary "
+                         "model such as specimpl/assets/exact_pair/*; token-TV certificate per position)")
+    ap.add_argument("--window", type=int, default=WINDOW, help=f"exact mode: J of the window tests (default {WINDOW})")
     ap.add_argument("--epsilon", type=float, default=0.05, help="tolerance of the certificate, per position "
                                                                 "(default 0.05)")
     ap.add_argument("--alpha", type=float, help="family-wise false-alarm budget (default: default.toml's)")
@@ -174,10 +181,45 @@ def two_sample(records, baseline_path: Path, args, settings) -> SamplesVerdict:
     return SamplesVerdict("two-sample", table, cert, tuple(notes), info)
 
 
+def exact(records, target_name: str, args, settings) -> SamplesVerdict:
+    """Exact-law mode (:mod:`harness.samples.exact`): χ² and TV bounds against the enumerated float64 law."""
+    try:
+        config = config_of(records[0].controls)
+    except ScorerRefusal as e:
+        raise UsageError(f"{args.samples}: cannot certify: {e}") from None
+    prompts, rows, toks = prompt_table(records, args.samples)
+    tic = time.perf_counter()
+    try:
+        laws = exact_laws(target_name, prompts, toks.shape[1], config, args.window)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"`--target` with --exact must be a small local causal LM whose law can be enumerated; "
+                         f"{' '.join(str(e).split())[:300]}") from None
+    wall = time.perf_counter() - tic
+    table, levels = _family(plan_exact(records, laws, rows, toks), settings, "samples")
+    bounds = exact_bounds(table, laws, rows, args.epsilon, levels.delta_each)
+    cert = judge(table, bounds, args.epsilon, settings.tv_confidence, len(records))
+    notes = [f"exact law: {laws.kind} ({'every position' if laws.kind == 'markov' else f'the first {laws.n_positions} positions'}); "
+             f"float32 numerics floor {laws.floor:.2g} (TV of the model's float32 law from its float64 law)"]
+    if laws.n_positions < toks.shape[1]:
+        notes.append(f"positions {laws.n_positions}..{toks.shape[1] - 1} have no enumerated law and are not tested")
+    info = {"exact_law": laws.kind, "prompts": len(prompts), "completions_per_prompt": np.bincount(rows).tolist(),
+            "numerics_floor": laws.floor, "window": laws.window, "wall_law_s": wall, "scorer_config": config.describe(),
+            "levels": vars(levels), "family_alpha": settings.family_alpha, "power": settings.power,
+            "max_pair_bound": _max_bound(table, "/pair"), "max_window_bound": _max_bound(table, "window[")}
+    return SamplesVerdict("exact", table, cert, tuple(notes), info)
+
+
+def _max_bound(table, key: str) -> float:
+    rows = table[table["test"].str.contains(key, regex=False)]
+    return float(rows["tv_upper"].max()) if len(rows) else float("nan")
+
+
 def verify_samples(args) -> SamplesVerdict:
     settings = _settings(args.alpha)
     records = read_samples(args.samples)
     _one_law(records, args.samples)
+    if args.target is not None and args.exact:
+        return exact(records, args.target, args, settings)
     if args.target is not None:
         return scored(records, args.target, args, settings)
     return two_sample(records, args.baseline, args, settings)
@@ -187,6 +229,8 @@ def _check(args) -> None:
     check_option(0 < args.epsilon < 1, "--epsilon", args.epsilon, "a number in (0, 1)")
     if args.alpha is not None:
         check_option(0 < args.alpha < 1, "--alpha", args.alpha, "a number in (0, 1)")
+    check_option(not args.exact or args.target is not None, "--exact", True, "given with --target (scored mode)")
+    check_option(args.window >= 1, "--window", args.window, "an integer >= 1")
     check_option(args.logprob_tol > 0, "--logprob-tol", args.logprob_tol, "a number > 0")
     check_option(args.batch_size >= 1, "--batch-size", args.batch_size, "an integer >= 1")
     check_option(args.vocab_size is None or args.vocab_size >= 1, "--vocab-size", args.vocab_size, "an integer >= 1")

@@ -62,7 +62,7 @@ from harness.stats import clopper_pearson
 from harness.stats.lagged import LaggedTables
 from harness.stats.loglik import LoglikSums, loglik_test, martingale_test
 
-__all__ = ["Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "plan_pit_value_tests",
+__all__ = ["gof_evaluator", "Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "plan_pit_value_tests",
            "plan_von_neumann_tests", "ks_uniform_binned", "ks_uniform_binned_pvalues", "chunk_t_test",
            "hotelling_test", "hoeffding_test",
            "plan_acceptance", "AcceptancePlan", "acceptance_notes", "chunk_t_min_detectable",
@@ -582,6 +582,13 @@ class TestSpec:
 def _row(statistic, pvalue, mde, mde_unit, method, **extra) -> TestRow:
     return TestRow(statistic=float(statistic), pvalue=float(pvalue), min_detectable=float(mde),
                    min_detectable_unit=mde_unit, method=method, **extra)
+
+
+def gof_evaluator(counts, probs, label_cells: str):
+    """The evaluator of a χ² goodness-of-fit test of ``counts`` against the exact law ``probs``, with its TV
+    interval at the family's δ (:func:`tv_interval`): ``make verify``'s per-position / pair / joint test, for
+    callers that bring their own exact law (verify-samples' exact mode)."""
+    return _gof(counts, probs, label_cells)
 
 
 def _gof(counts, probs, label_cells: str):
