@@ -11,6 +11,11 @@ the command as it is typed (``python -m harness verify ...``, :func:`command_lin
 Writes go to a temporary file in the target directory and are moved into place with ``os.replace``, so
 a reader never sees half a file and an interrupted run leaves the previous result intact.  Figures are
 reproducible: the same figure and provenance give the same bytes (no creation date in PDF or SVG).
+
+Readers check the version back: every reader of a stored result (the sweep's report, a tune folder's
+tables, the sweep's resume, ``roofline.local --profiles``) calls :func:`check_schema` (or
+:func:`checked_provenance`) and refuses a ``schema_version`` outside :data:`SCHEMA_VERSIONS_READ` with one
+line naming the file (exit 2).  A file without ``schema_version`` predates versioning and is read as before.
 """
 from __future__ import annotations
 
@@ -26,13 +31,19 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["SCHEMA_VERSION", "metadata", "git_commit", "versions", "machine", "portable", "command_line",
+from harness.core.errors import UsageError
+
+__all__ = ["SCHEMA_VERSION", "SCHEMA_VERSIONS_READ", "check_schema", "read_provenance", "checked_provenance", "metadata", "git_commit", "versions", "machine", "portable", "command_line",
            "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_parquet",
            "atomic_write_csv", "atomic_savefig", "metadata_text"]
 
 # Version of the layout of result files and their metadata; raise it when a reader would misread old files.
 # 1: schema_version added; paths relative; `command` as typed (python -m ...).
 SCHEMA_VERSION = 1
+# The versions the readers (report, tune's folders, the sweep's resume, ...) understand.  A file whose
+# provenance has no ``schema_version`` was written before versioning (``results_line`` shows it as schema 0)
+# and is read as it always was: the readers accepted such files before versions existed, and still do.
+SCHEMA_VERSIONS_READ = (1,)
 
 # The source checkout this package runs from, if any: an installed copy (site-packages) has no .git
 # beside it, and then no commit is claimed (never the commit of some repository that happens to enclose it).
@@ -221,6 +232,53 @@ def metadata(config: dict, seed) -> dict:
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": command_line(),
     }
+
+
+# -- reading provenance back -------------------------------------------------------------------
+def check_schema(meta, path, regenerate: Optional[str] = None) -> None:
+    """Refuse a result file whose provenance ``meta`` names a ``schema_version`` this harness does not read.
+
+    ``meta`` is the file's provenance (a dict; None or a record without ``schema_version``: a file older
+    than versioning, accepted as before).  Raises :class:`harness.core.errors.UsageError` (exit 2) with one
+    line naming ``path``, the version found and :data:`SCHEMA_VERSIONS_READ`, and how to regenerate the file
+    (``regenerate``, else the ``command`` recorded in ``meta``)."""
+    if not isinstance(meta, dict) or "schema_version" not in meta:
+        return
+    found = meta["schema_version"]
+    if isinstance(found, int) and not isinstance(found, bool) and found in SCHEMA_VERSIONS_READ:
+        return
+    how = regenerate or meta.get("command") or "the harness command that made it"
+    raise UsageError(f"{portable(str(path))}: schema_version {found!r} is not one this harness reads "
+                     f"({', '.join(map(str, SCHEMA_VERSIONS_READ))}); regenerate it with `{how}`")
+
+
+def read_provenance(path) -> Optional[dict]:
+    """The provenance stored in result file ``path``, or None when it carries none: a JSON file's object
+    (``meta.json``), a CSV's leading ``# provenance: {json}`` line, a parquet file's ``provenance`` schema
+    metadata.  A provenance that does not parse is treated as none (the table itself is read as before)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".json":
+            meta = json.loads(path.read_text())
+        elif path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+            raw = (pq.read_schema(path).metadata or {}).get(b"provenance")
+            meta = json.loads(raw) if raw is not None else None
+        else:
+            with open(path, encoding="utf-8") as f:
+                first = f.readline()
+            prefix = "# provenance:"
+            meta = json.loads(first[len(prefix):]) if first.startswith(prefix) else None
+    except ValueError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def checked_provenance(path, regenerate: Optional[str] = None) -> Optional[dict]:
+    """:func:`read_provenance` of ``path``, refused by :func:`check_schema` when its version is unknown."""
+    meta = read_provenance(path)
+    check_schema(meta, path, regenerate)
+    return meta
 
 
 def metadata_text(meta: dict) -> str:

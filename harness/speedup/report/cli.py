@@ -42,7 +42,7 @@ from harness.speedup import costmodel as cm
 from harness.core.config import RESULTS
 from harness.core.atomic import staged_report
 from harness.core.figures import pyplot as _plt, results_line, save_figure as _save
-from harness.core.provenance import atomic_savefig, atomic_write_text
+from harness.core.provenance import atomic_savefig, atomic_write_text, check_schema, checked_provenance
 from harness.speedup.sweep.tables import PREDICTIONS, fidelity
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out
@@ -70,8 +70,9 @@ class SweepResults:
         if not (path / "meta.json").exists():
             raise FileNotFoundError(f"`--results` {str(path)!r} holds no sweep results (no meta.json); "
                                     "run `python -m harness sweep` first")
-        grid = pd.read_parquet(path / "grid.parquet") if (path / "grid.parquet").exists() else None
-        return cls(path, json.loads((path / "meta.json").read_text()), grid, _read_csv(path / "measured.csv"),
+        meta = json.loads((path / "meta.json").read_text())
+        check_schema(meta, path / "meta.json")
+        return cls(path, meta, _read_parquet(path / "grid.parquet"), _read_csv(path / "measured.csv"),
                    _read_csv(path / "profiles.csv"))
 
     @property
@@ -117,7 +118,19 @@ class SuiteStyle:
 
 
 def _read_csv(path: Path):
-    return pd.read_csv(path, comment="#") if path.exists() else None
+    """A stored table (None when absent); refused when its provenance names an unknown schema_version."""
+    if not path.exists():
+        return None
+    checked_provenance(path)
+    return pd.read_csv(path, comment="#")
+
+
+def _read_parquet(path: Path):
+    """A stored parquet table (None when absent); refused when its provenance names an unknown schema_version."""
+    if not path.exists():
+        return None
+    checked_provenance(path)
+    return pd.read_parquet(path)
 
 
 def _k_colors(plt):

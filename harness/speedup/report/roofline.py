@@ -22,6 +22,7 @@ import pandas as pd
 
 from harness.speedup.roofline.speedup import crossover_batch
 from harness.core.figures import save_figure as _save
+from harness.core.provenance import checked_provenance
 
 __all__ = ["FIGURES", "load_grid", "best_by_batch", "marker"]
 
@@ -31,6 +32,7 @@ def load_grid(res) -> pd.DataFrame:
     p = Path(res.path) / "roofline.csv"
     if not p.exists():
         return pd.DataFrame()
+    checked_provenance(p)
     g = pd.read_csv(p, comment="#")
     return g[g.fits.astype(bool)] if "fits" in g else g
 

@@ -26,7 +26,7 @@ import torch
 
 from harness.speedup.roofline.model import HARDWARE_DIR, Calibration, Hardware, ModelShape, calibrate
 from specimpl.hf import TINY_PAIR_DIR
-from harness.core.provenance import atomic_write_text
+from harness.core.provenance import atomic_write_text, checked_provenance
 
 __all__ = ["probe", "profile_points", "calibrate_local", "local_toml"]
 
@@ -116,6 +116,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=HARDWARE_DIR / "local.toml")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    checked_provenance(args.profiles)  # before the probe: an unknown schema_version is refused at once
     measured = probe(args.threads)
     cal = calibrate_local(pd.read_csv(args.profiles, comment="#"), measured)
     text = local_toml(measured, cal, args.profiles)

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.core.provenance import check_schema
 from harness.laws.algorithms import Algorithm
 from harness.speedup.sweep.cell import Cell, Suite
 from harness.speedup.sweep.models import resolve_model
@@ -316,6 +317,7 @@ def algorithms_table(results: Path, meta: dict) -> Optional[pd.DataFrame]:
         if not path.exists():
             continue
         rec = json.loads(path.read_text())
+        check_schema(rec.get("meta"), path)
         f = pd.DataFrame(rec["rows"])
         p = cell.params
         f.insert(0, "cell", cell.id)

@@ -32,7 +32,7 @@ from harness.core.backends import SerialBackend, TaskLost, add_backend_arguments
 from harness.core.config import RESULTS, SWEEP_DIR, derive_seed, overlay, read_toml
 from harness.core.atomic import staged_report
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
-from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_parquet, metadata
+from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_parquet, check_schema, metadata
 from harness.speedup.sweep.suites import SUITES, Cell
 from harness.speedup.sweep.tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
 from harness.core.errors import UsageError
@@ -40,8 +40,8 @@ from harness.core.options import check_option, check_out, check_unique
 from specimpl.errors import check_arg
 from harness.speedup.report.cli import make_report
 
-__all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "cell_key", "store_cell", "finalize",
-           "DEFAULT_CONFIG"]
+__all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "cell_key", "store_cell", "read_cell",
+           "finalize", "DEFAULT_CONFIG"]
 
 DEFAULT_CONFIG = SWEEP_DIR / "default.toml"
 
@@ -145,12 +145,26 @@ def store_cell(out: Path, cell: Cell, rec: dict) -> Path:
     return atomic_write_json(path, rec)
 
 
+def read_cell(path: Path) -> dict:
+    """A stored cell's record, refused (UsageError, one line naming the file) when its provenance names a
+    ``schema_version`` this harness does not read (:func:`harness.core.provenance.check_schema`)."""
+    rec = json.loads(Path(path).read_text())
+    check_schema(rec.get("meta") if isinstance(rec, dict) else None, path)
+    return rec
+
+
 def _stored_key(out: Path, cell: Cell) -> Optional[str]:
-    """The key a stored cell was computed under (None: not stored, unreadable, or written without a key)."""
+    """The key a stored cell was computed under (None: not stored, unreadable, or written without a key);
+    a cell of an unknown ``schema_version`` is refused (:func:`read_cell`), never silently recomputed."""
+    path = _cell_path(out, cell)
     try:
-        return json.loads(_cell_path(out, cell).read_text()).get("key")
-    except (OSError, ValueError, AttributeError):
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
+    if not isinstance(rec, dict):
+        return None
+    check_schema(rec.get("meta"), path)
+    return rec.get("key")
 
 
 def _is_current(out: Path, cell: Cell, cfg: dict, code: str) -> bool:
@@ -165,7 +179,7 @@ def _stored(out: Path, cells: list[Cell], current: Optional[set] = None) -> tupl
     for cell in cells:
         path = _cell_path(out, cell)
         if path.exists() and (current is None or cell.id in current):
-            recs.append(StoredCell.from_record(json.loads(path.read_text())))
+            recs.append(StoredCell.from_record(read_cell(path)))
         else:
             missing.append(cell.id)
     return recs, missing
