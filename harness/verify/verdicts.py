@@ -18,7 +18,9 @@ sampler under test, the reference samplers and the lossless controls must be *ce
 not pass: a gate that did not certify exits 1, as a lossy one); the reference sampler must also match the
 exact acceptance law (a rejected acceptance test makes it *inefficient* or *over-accepting*); a peer is
 reported, not judged.  The von Neumann sampler has no bound: it stays two-valued (lossy / lossless).
-:class:`RunVerdict` is the row; fields a kind of run does not report stay NaN / None / "".
+:class:`RunVerdict` is the row, its measurements grouped in parts (TV, PIT, acceptance, certificate) and
+flattened by :meth:`RunVerdict.to_row` to the columns of ``runs.csv``; fields a kind of run does not report
+stay NaN / None / "".
 """
 from __future__ import annotations
 
@@ -36,47 +38,38 @@ from harness.stats import kolmogorov_upper_bound_n_for
 from harness.verify.epsilon import Epsilons, epsilons_for
 from harness.verify.runs import MUST_BE_CAUGHT, RealRun, RunSet, RunSpec, VonNeumannRun
 
-__all__ = ["RunVerdict", "RUN_COLUMNS", "Certifier", "certifier_for", "exact_verdict", "real_verdict",
+__all__ = ["RunVerdict", "TVPart", "PITPart", "AcceptancePart", "CertificatePart", "RUN_COLUMNS", "Certifier", "certifier_for", "exact_verdict", "real_verdict",
            "von_neumann_verdict", "verdict_table", "passes"]
 
 NAN = math.nan
 
 
 @dataclass(frozen=True)
-class RunVerdict:
-    """One row of ``runs.csv``.  ``tv_*``: TV(sampler, target) estimates and confidence bounds (exact-law
-    runs: worst position, joint of the first J tokens, the most certain of all gof tests); ``pit_*``:
-    the real-model tests (pooled KS, per position, pair grid); ``expected_acceptance``: 1/M (von Neumann)."""
+class TVPart:
+    """TV(sampler, target) of an exact-law run: the worst position (estimate, where, bounds), the largest
+    per-position upper bound and detectable TV, the joint of the first J tokens, and the most certain of all
+    gof tests (``tv_best*``: the largest certified lower bound)."""
 
-    run: str
-    role: str
-    scenario: str
-    sequences: int
-    tokens: int
-    wall_s: float
-    error: Optional[str] = None
-    n_rejected: Optional[int] = None
-    min_p_adjusted: float = NAN
-    min_pvalue: float = NAN
     tv_position_max: float = NAN
     tv_position_max_at: Optional[int] = None
     tv_position_lower: float = NAN
     tv_position_upper: float = NAN
-    min_p_adjusted_loss: float = NAN
     tv_position_upper_max: float = NAN
     tv_joint: float = NAN
     tv_joint_lower: float = NAN
     tv_joint_upper: float = NAN
     mde_position_tv: float = NAN
-    efficiency: str = ""
     tv_best: float = NAN
     tv_best_lower: float = NAN
     tv_best_upper: float = NAN
     tv_best_test: str = ""
-    verdict: str = ""
-    passed: bool = False
-    caught_by: str = ""
-    acceptance: Optional[float] = NAN
+
+
+@dataclass(frozen=True)
+class PITPart:
+    """The real-model tests of a run: the pooled PIT KS test (and its DKW Kolmogorov bound), the worst
+    position and the pair grid."""
+
     pit_ks: float = NAN
     pit_ks_p: float = NAN
     pit_ks_p_adjusted: float = NAN
@@ -91,7 +84,21 @@ class RunVerdict:
     pit_pairs_min_p_adjusted: float = NAN
     pit_pairs_detectable: float = NAN
     pit_pairs_cells: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class AcceptancePart:
+    """The measured acceptance rate and, for von Neumann, the expected one (1/M)."""
+
+    acceptance: Optional[float] = NAN
     expected_acceptance: float = NAN
+
+
+@dataclass(frozen=True)
+class CertificatePart:
+    """The certificate: its outcome, the tolerances ε, the simultaneous confidence, the bound closest to
+    its ε, the method and the draws that would certify a lossless sampler."""
+
     certificate: str = ""  # certified | inconclusive | lossy ("" : no certificate for this kind of run)
     epsilon_position: float = NAN
     epsilon_pair: float = NAN
@@ -106,7 +113,68 @@ class RunVerdict:
                                 # half of lossless runs of that size certify; 1.3x that, nearly all)
 
 
-RUN_COLUMNS = tuple(f.name for f in fields(RunVerdict))  # the columns of runs.csv, in order
+# The columns of runs.csv, in order (the order they had when RunVerdict was one flat record of 55 fields);
+# each is a field of RunVerdict itself or of exactly one of its parts.
+RUN_COLUMNS = (
+    "run", "role", "scenario", "sequences", "tokens", "wall_s", "error", "n_rejected", "min_p_adjusted",
+    "min_pvalue", "tv_position_max", "tv_position_max_at", "tv_position_lower", "tv_position_upper",
+    "min_p_adjusted_loss", "tv_position_upper_max", "tv_joint", "tv_joint_lower", "tv_joint_upper",
+    "mde_position_tv", "efficiency", "tv_best", "tv_best_lower", "tv_best_upper", "tv_best_test", "verdict",
+    "passed", "caught_by", "acceptance", "pit_ks", "pit_ks_p", "pit_ks_p_adjusted", "pit_ks_detectable",
+    "pit_kolmogorov_upper", "pit_position_worst", "pit_position_min_p", "pit_position_min_p_adjusted",
+    "pit_position_detectable", "pit_pairs_tv_hat", "pit_pairs_min_p", "pit_pairs_min_p_adjusted",
+    "pit_pairs_detectable", "pit_pairs_cells", "expected_acceptance", "certificate", "epsilon_position",
+    "epsilon_pair", "epsilon_joint", "epsilon_real", "tv_pair_upper_max", "cert_confidence", "cert_worst",
+    "cert_worst_ratio", "cert_method", "certify_draws",
+)
+PARTS = ("tv", "pit", "accept", "cert")  # the RunVerdict fields holding a part
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """One row of ``runs.csv``: who the run is and its outcome, with its measurements in parts: ``tv``
+    (:class:`TVPart`, exact-law runs), ``pit`` (:class:`PITPart`, real-model runs), ``accept``
+    (:class:`AcceptancePart`) and ``cert`` (:class:`CertificatePart`).  :meth:`to_row` flattens it to the
+    columns :data:`RUN_COLUMNS`."""
+
+    run: str
+    role: str
+    scenario: str
+    sequences: int
+    tokens: int
+    wall_s: float
+    error: Optional[str] = None
+    n_rejected: Optional[int] = None
+    min_p_adjusted: float = NAN
+    min_pvalue: float = NAN
+    min_p_adjusted_loss: float = NAN
+    efficiency: str = ""
+    verdict: str = ""
+    passed: bool = False
+    caught_by: str = ""
+    tv: TVPart = field(default_factory=TVPart)
+    pit: PITPart = field(default_factory=PITPart)
+    accept: AcceptancePart = field(default_factory=AcceptancePart)
+    cert: CertificatePart = field(default_factory=CertificatePart)
+
+    def to_row(self) -> dict:
+        """The row of ``runs.csv``: every column of :data:`RUN_COLUMNS`, in order."""
+        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in PARTS}
+        for part in PARTS:
+            flat.update(vars(getattr(self, part)))
+        return {c: flat[c] for c in RUN_COLUMNS}
+
+
+def _check_columns() -> None:
+    """Each column of runs.csv comes from exactly one field (checked at import: a part may not drop or
+    duplicate a column)."""
+    names = [f.name for f in fields(RunVerdict) if f.name not in PARTS]
+    names += [f.name for part in (TVPart, PITPart, AcceptancePart, CertificatePart) for f in fields(part)]
+    if sorted(names) != sorted(RUN_COLUMNS):
+        raise AssertionError(f"RunVerdict's fields {sorted(names)} are not the columns of runs.csv {sorted(RUN_COLUMNS)}")
+
+
+_check_columns()
 
 
 def passes(role: str, lossy: bool, inefficient: bool = False, certified: Optional[bool] = None) -> bool:
@@ -244,7 +312,7 @@ def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier
     who = dict(run=r.label, role=r.role, scenario=r.scenario.name, sequences=r.acc.n if r.acc else 0,
                tokens=r.tokens, wall_s=r.wall_s, error=r.error)
     if r.error is not None:
-        return RunVerdict(**who, verdict=f"error: {r.error}", passed=False, n_rejected=0, tv_position_max_at=-1)
+        return RunVerdict(**who, verdict=f"error: {r.error}", passed=False, n_rejected=0, tv=TVPart(tv_position_max_at=-1))
     sub = _rows_of(table, r.label, r.scenario.name)
     loss = sub[sub.loss_test]
     lossy = bool(loss.reject.any())
@@ -258,7 +326,7 @@ def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier
                                     certified=certified),
                       caught_by=caught_by, n_rejected=n_rejected, min_p_adjusted=_min(sub.p_adjusted),
                       min_pvalue=_min(sub.pvalue), min_p_adjusted_loss=_min(loss.p_adjusted),
-                      efficiency=eff or "as exact", **_tv_summary(sub), **cert)
+                      efficiency=eff or "as exact", tv=TVPart(**_tv_summary(sub)), cert=CertificatePart(**cert))
 
 
 def _real_certificate(rr: RealRun, sub: pd.DataFrame, lossy: bool, c: Certifier) -> dict:
@@ -280,7 +348,7 @@ def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier
     """The verdict of a real-model run, with its PIT figures."""
     who = dict(run=rr.label, role=rr.role, scenario=REAL_MODEL_SCENARIO, sequences=rr.n_sequences, tokens=rr.tokens,
                wall_s=rr.wall_s, error=rr.error, n_rejected=0,
-               acceptance=rr.draw.acceptance_rate if rr.draw is not None else NAN)
+               accept=AcceptancePart(acceptance=rr.draw.acceptance_rate if rr.draw is not None else NAN))
     if rr.error is not None:
         return RunVerdict(**who, verdict=f"error: {rr.error}", passed=False)
     sub = _rows_of(table, rr.label, REAL_MODEL_SCENARIO)
@@ -292,7 +360,8 @@ def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier
                       passed=passes(rr.role, lossy, certified=None if not cert else outcome == "certified"),
                       caught_by=caught_by, min_p_adjusted=_min(sub.p_adjusted),
                       min_pvalue=_min(sub.pvalue), min_p_adjusted_loss=_min(sub.p_adjusted),
-                      efficiency="acceptance law unknown (no exact law)", **_pit_summary(sub), **cert)
+                      efficiency="acceptance law unknown (no exact law)", pit=PITPart(**_pit_summary(sub)),
+                      cert=CertificatePart(**cert))
 
 
 def _pit_summary(sub: pd.DataFrame) -> dict:
@@ -317,8 +386,8 @@ def von_neumann_verdict(v: VonNeumannRun, table: pd.DataFrame) -> RunVerdict:
     return RunVerdict(run=v.label, role=v.role, scenario=v.scenario, sequences=v.draw.proposed,
                       tokens=v.draw.accepted, wall_s=v.wall_s, verdict="lossy" if lossy else "lossless",
                       passed=passes(v.role, lossy), caught_by=", ".join(sub[sub.reject].test) if lossy else "",
-                      min_p_adjusted=_min(sub.p_adjusted), acceptance=v.draw.acceptance,
-                      expected_acceptance=1.0 / v.M, efficiency="")
+                      min_p_adjusted=_min(sub.p_adjusted), efficiency="",
+                      accept=AcceptancePart(acceptance=v.draw.acceptance, expected_acceptance=1.0 / v.M))
 
 
 def verdict_table(rs: RunSet, table: pd.DataFrame, certifier: Optional[Certifier] = None,
@@ -328,7 +397,7 @@ def verdict_table(rs: RunSet, table: pd.DataFrame, certifier: Optional[Certifier
     judging the exact-law runs (:func:`harness.core.forkmap.fork_map`)."""
     rows = fork_map(lambda i: exact_verdict(rs.runs[i], table, certifier), len(rs.runs), workers, chunksize=1) + \
         [real_verdict(rr, table, certifier) for rr in rs.real_runs] + [von_neumann_verdict(v, table) for v in rs.vn]
-    return pd.DataFrame([vars(v) for v in rows], columns=list(RUN_COLUMNS))
+    return pd.DataFrame([v.to_row() for v in rows], columns=list(RUN_COLUMNS))
 
 
 def certifier_for(rs: RunSet, settings, delta: float) -> Certifier:
