@@ -30,6 +30,7 @@ Modules (``from harness import stats`` keeps every public name of the first nine
     vonneumann  the von Neumann sampler's verification
     eprocess    anytime-valid mixture e-processes     loglik  whole-sequence log-likelihood tests
     lagged      lagged PIT pairs and joints
+    search      the planners' one integer search (smallest n: exponential, then bisection)
 
 Contents
 --------

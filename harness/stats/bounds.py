@@ -17,6 +17,7 @@ from harness.stats.results import KolmogorovBound, TVBound
 from harness.stats.chi2 import _statistic
 from harness.stats.continuous import _as_values
 from harness.stats.pit import _uniform_cdf
+from harness.stats.search import smallest_n
 
 __all__ = ["lump_zero_cells", "tv_upper_bound", "tv_upper_bound_expected", "tv_upper_bound_n_for", "tv_upper_bound_ncx2", "kolmogorov_upper_bound", "KS_MEAN", "kolmogorov_upper_bound_expected", "kolmogorov_upper_bound_n_for"]
 
@@ -91,17 +92,8 @@ def tv_upper_bound_n_for(probs, epsilon: float, delta: float = 1e-4, n_max: int 
     k = int((p > 0).sum()) + int(bool((p <= 0).any()))
     c = 0.5 * float(np.sqrt(2 * p * (1 - p) / math.pi).sum())  # E TV(Q̂, P) ≈ c/√n (normal approximation)
     guess = max(1, int(((c + math.sqrt((k * math.log(2) + math.log(1 / delta)) / 2)) / epsilon) ** 2 / 2))
-    lo, hi = guess // 2, guess  # a bracket from the closed-form guess: f(lo) > ε >= f(hi)
-    while f(hi) > epsilon:
-        lo, hi = hi, hi * 2
-        if hi > n_max:
-            return n_max + 1
-    while lo >= 1 and f(lo) <= epsilon:
-        lo, hi = lo // 2, lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if f(mid) > epsilon else (lo, mid)
-    return hi
+    # a bracket from the closed-form guess, searched up or down: f(lo) > ε >= f(hi)
+    return smallest_n(lambda n: f(n) > epsilon, guess, n_max=n_max, down=True)
 
 
 def tv_upper_bound_ncx2(counts, probs, delta: float = 1e-4, min_expected: float = DEFAULT_MIN_EXPECTED) -> TVBound:

@@ -14,6 +14,7 @@ from scipy import integrate, optimize, special, stats
 from specimpl.errors import check_arg
 from harness.stats.common import DEFAULT_ALPHA, DEFAULT_POWER, _check_level, _check_n
 from harness.stats.results import ADResult, KSResult
+from harness.stats.search import smallest_n
 
 __all__ = ["dkw_min_detectable_distance", "dkw_n_for_distance", "dkw2_min_detectable_distance", "dkw2_n_for_distance", "ad_min_detectable_distance", "ad_n_for_distance", "anderson_darling_sf", "ks_1samp", "ks_2samp", "ad_1samp", "ad_2samp"]
 
@@ -83,16 +84,7 @@ def ad_n_for_distance(distance: float, alpha: float = DEFAULT_ALPHA, power: floa
     """Values a one-sample AD test needs to detect Kolmogorov distance ``distance`` (inverse of
     :func:`ad_min_detectable_distance`, by bisection on n)."""
     check_arg(isinstance(distance, (int, float)) and 0 < distance <= 1, "distance", distance, "a number in (0, 1]")
-    lo, hi = 1, 2
-    while ad_min_detectable_distance(hi, alpha, power) > distance:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ad_min_detectable_distance(mid, alpha, power) > distance:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return smallest_n(lambda n: ad_min_detectable_distance(n, alpha, power) > distance, 2)
 
 
 def _adinf_cdf(z: float) -> float:

@@ -30,6 +30,7 @@ from scipy import special, stats as sps
 
 from harness.stats.common import DEFAULT_ALPHA, DEFAULT_POWER, _as_counts, _as_probs, _check_level
 from harness.stats.results import _Result
+from harness.stats.search import smallest_n
 
 __all__ = ["EProcessResult", "log_mixture_e", "MixtureE", "EProcess", "eprocess_test", "eprocess_n_for_kl",
            "eprocess_min_detectable_kl"]
@@ -107,13 +108,7 @@ def eprocess_n_for_kl(kl: float, n_cells: int, alpha: float = DEFAULT_ALPHA, pow
     _check_level("alpha", alpha)
     _check_level("power", power)
     target = math.log(1 / alpha)
-    lo, hi = 1, 2
-    while _margin(hi, kl, n_cells, power) < target:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _margin(mid, kl, n_cells, power) < target else (lo, mid)
-    return hi
+    return smallest_n(lambda n: _margin(n, kl, n_cells, power) < target, 2)
 
 
 def eprocess_min_detectable_kl(n, n_cells: int, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> float:

@@ -39,6 +39,7 @@ import numpy as np
 from scipy import stats as sps
 
 from specimpl.errors import check_arg
+from harness.stats.search import smallest_n
 
 __all__ = ["LoglikSums", "LoglikResult", "loglik_test", "martingale_test", "martingale_terms", "mixture_pvalue",
            "mixture_min_detectable_shift", "mixture_n_for_shift", "MIXTURE_SCALE", "min_detectable_shift",
@@ -134,14 +135,7 @@ def bernstein_min_detectable_shift(n: int, sd: float, b: float, alpha: float, po
 def bernstein_n_for_shift(shift: float, sd: float, b: float, alpha: float, power: float) -> int:
     """Sequences the Bernstein test needs for ``shift`` (inverse of :func:`bernstein_min_detectable_shift`)."""
     check_arg(shift > 0, "shift", shift, "a number > 0")
-    hi = 1
-    while bernstein_min_detectable_shift(hi, sd, b, alpha, power) > shift:
-        hi *= 2
-    lo = hi // 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if bernstein_min_detectable_shift(mid, sd, b, alpha, power) > shift else (lo, mid)
-    return hi
+    return smallest_n(lambda n: bernstein_min_detectable_shift(n, sd, b, alpha, power) > shift, 1)
 
 
 def edgeworth_ok(n: int, skewness: float, alpha: float) -> bool:
@@ -215,14 +209,7 @@ def mixture_n_for_shift(shift: float, spread_per_seq: float, var_per_seq: float,
 
     def mde(k):
         return mixture_min_detectable_shift(k, k * spread_per_seq, k * var_per_seq, k * c_per_seq, alpha, power)
-    hi = 1
-    while mde(hi) > shift:
-        hi *= 2
-    lo = hi // 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if mde(mid) > shift else (lo, mid)
-    return hi
+    return smallest_n(lambda n: mde(n) > shift, 1)
 
 
 def martingale_test(m, v, q, *, tokens: int, alpha: float, power: float) -> LoglikResult:

@@ -61,6 +61,7 @@ from harness.laws.ngram import ExactLaw
 from harness.stats import clopper_pearson
 from harness.stats.lagged import LaggedTables
 from harness.stats.loglik import LoglikSums, loglik_test, martingale_test
+from harness.stats.search import bisect_n
 
 __all__ = ["gof_evaluator", "Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS", "plan_tests", "plan_pit_value_tests",
            "plan_von_neumann_tests", "ks_uniform_binned", "ks_uniform_binned_pvalues", "chunk_t_test",
@@ -152,14 +153,7 @@ def chunk_t_n_for_deviation(deviation: float, sd: float, scale: float, alpha: fl
         c = c * 2 if c < 1 << 20 else c + (1 << 20)
         if c > 1 << 30:
             return c
-    lo, hi = c // 2, c
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if chunk_t_min_detectable(mid, sd, scale, alpha, power) > deviation:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return bisect_n(lambda n: chunk_t_min_detectable(n, sd, scale, alpha, power) > deviation, c // 2, c)
 
 
 def chunk_t_test(e, scale, *, alpha: float, power: float) -> ChunkTResult:
