@@ -31,12 +31,13 @@ from specimpl.hf import load_pair, load_tiny_pair
 from harness.samples.openai import EndpointSpec, produce_openai
 from harness.samples.producers import make_requests
 from harness.samples.controls import CONTROLS
+from harness.samples.engines.vllm_engine import SPEC_METHODS, default_python, produce_vllm, speculative_config
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--engine", choices=("ours", "hf", "openai"), required=True)
+    ap.add_argument("--engine", choices=("ours", "hf", "openai", "vllm"), required=True)
     ap.add_argument("--out", type=Path, required=True, help="sample file to write (appended to; resumable)")
     ap.add_argument("--n-prompts", type=int, default=32)
     ap.add_argument("--n-per-prompt", type=int, default=4, help="completions per prompt (>= 2 for the "
@@ -70,6 +71,19 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--retries", type=int, default=5, help="openai: retries per request")
     ap.add_argument("--backoff", type=float, default=0.5, help="openai: first retry delay, seconds (doubles)")
     ap.add_argument("--timeout", type=float, default=120.0, help="openai: seconds per request")
+    ap.add_argument("--vllm-python", help="vllm: the engine environment's Python (default $SPECVERIFY_VLLM_PYTHON or "
+                                          ".venv-vllm/bin/python)")
+    ap.add_argument("--spec", choices=SPEC_METHODS, default="draft", help="vllm: speculation (default draft: a draft "
+                                                                          "model, probabilistic drafts)")
+    ap.add_argument("--vllm-shim", choices=("fixed", "stock"), default="fixed",
+                    help="vllm CPU: with the expand-kernel fix plugin (vllm#55005) or vLLM as shipped")
+    ap.add_argument("--max-num-seqs", type=int, default=256, help="vllm: requests the engine batches (default 256)")
+    ap.add_argument("--prefix-caching", choices=("on", "off"), default="off", help="vllm: prefix caching")
+    ap.add_argument("--seeding", choices=("all", "none", "mixed"), default="all",
+                    help="vllm: seeded requests (mixed: every other one unseeded)")
+    ap.add_argument("--greedy-share", type=float, default=0.0, help="vllm: share of greedy requests in the batch")
+    ap.add_argument("--n", type=int, default=1, help="vllm: completions per request (SamplingParams.n)")
+    ap.add_argument("--omit-temperature", action="store_true", help="vllm: leave temperature unset (vLLM's default)")
     ap.add_argument("--no-progress", action="store_true")
 
 
@@ -86,6 +100,9 @@ def _check(args) -> None:
     check_option(0 <= args.min_p < 1, "--min-p", args.min_p, "a number in [0, 1)")
     check_option(args.retries >= 0, "--retries", args.retries, "an integer >= 0")
     check_seed(args.seed)
+    check_option(0 <= args.greedy_share <= 1, "--greedy-share", args.greedy_share, "a number in [0, 1]")
+    check_option(args.n >= 1 and args.max_num_seqs >= 1, "--n / --max-num-seqs", [args.n, args.max_num_seqs],
+                 "integers >= 1")
     check_out(args.out, is_file=True)
     if args.engine != "openai":
         check_option(args.min_p == 0, "--min-p", args.min_p, "0 for --engine ours/hf (their warp has no min_p)")
@@ -138,6 +155,17 @@ def _in_process(args, reqs, w: SampleWriter) -> int:
                      progress=not args.no_progress, postprocess=post)
 
 
+def _vllm(args, reqs, w: SampleWriter) -> int:
+    target = args.target or "specimpl/assets/tiny_pair/target"
+    draft = args.draft or ("specimpl/assets/tiny_pair/draft" if not args.target else None)
+    engine_args = {"max_num_seqs": args.max_num_seqs, "enable_prefix_caching": args.prefix_caching == "on"}
+    return produce_vllm(reqs, w, python=args.vllm_python or default_python(), shim=args.vllm_shim,
+                        progress=not args.no_progress, target=target,
+                        spec=speculative_config(args.spec, args.k, draft), controls=_controls(args), seed=args.seed,
+                        seeding=args.seeding, greedy_share=args.greedy_share, n=args.n,
+                        omit_temperature=args.omit_temperature, engine_args=engine_args)
+
+
 def _openai(args, reqs, w: SampleWriter) -> int:
     tok = None
     if args.tokenizer:
@@ -161,7 +189,8 @@ def run(args) -> int:
         _check_resume(w, _controls(args))
         before = len(w.done)
         try:
-            n = _openai(args, reqs, w) if args.engine == "openai" else _in_process(args, reqs, w)
+            n = (_openai(args, reqs, w) if args.engine == "openai" else _vllm(args, reqs, w) if args.engine == "vllm"
+                 else _in_process(args, reqs, w))
         except (SamplerError, UsageError):
             raise
         except (OSError, ValueError) as e:

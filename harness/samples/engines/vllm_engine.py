@@ -1,0 +1,163 @@
+"""vLLM as a sample producer: the offline ``LLM`` API in the engine's own virtual environment (named vllm_engine,
+not vllm: the worker runs from this folder, where a vllm.py would hide the real package).
+
+    python -m harness sample --engine vllm --vllm-python .venv-vllm/bin/python --spec draft --k 4 \\
+        --target specimpl/assets/exact_pair/markov_target --draft specimpl/assets/exact_pair/markov_draft \\
+        --prompt-vocab 13 --n-prompts 2 --n-per-prompt 250000 --max-new-tokens 8 --no-eos --out vllm.jsonl
+
+The harness writes a job (the requests still missing from ``--out``, the controls, vLLM's speculative config
+and engine arguments), runs :mod:`harness.samples.engines.vllm_worker` with the engine's Python (vLLM is not
+a dependency of the harness: users run it in its own environment, as ``make vllm-check`` does), reads the
+worker's records back through the strict reader and appends them to the sample file (resumable: a rerun
+sends only the requests the file lacks).
+
+Speculation (``--spec``): ``none``; ``draft`` (a draft model, probabilistic draft sampling);
+``draft-greedy`` (a draft model, argmax drafts: vLLM's default); ``ngram`` (prompt lookup);
+``block`` (``rejection_sample_method = "block"``).  Each record's ``x_spec`` holds the engine's own per-step
+drafted / accepted counts, so a deployment where speculation never engaged is visible
+(:func:`speculation_summary`), and :mod:`harness.samples.rules` infers from them which rule ran.
+
+The CPU build of vLLM 0.32 has a losslessness bug (vllm-project/vllm#55005: its CPU shim of
+``expand_kernel`` writes into a temporary, so the rejection sampler reads uninitialised temperatures); the
+test-only plugin ``experiments/vllm_cpu_expand_fix`` applies the proposed fix (PR #55006).  ``--vllm-shim
+stock`` runs without it (``VLLM_PLUGINS=""``), ``fixed`` requires it loaded; every record's ``engine`` says
+which ran (``cpu_expand_fix``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from harness.core.errors import SamplerError, UsageError
+from harness.samples.format import SampleWriter, parse_record
+
+__all__ = ["SPEC_METHODS", "speculative_config", "request_seed", "make_job", "run_worker", "produce_vllm",
+           "speculation_summary", "WORKER", "default_python", "root_cause"]
+
+WORKER = Path(__file__).resolve().with_name("vllm_worker.py")
+SPEC_METHODS = ("none", "draft", "draft-greedy", "ngram", "block")
+SEEDINGS = ("all", "none", "mixed")
+
+
+def default_python() -> str:
+    """The engine's Python: ``$SPECVERIFY_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` (``make vllm-venv``)."""
+    return os.environ.get("SPECVERIFY_VLLM_PYTHON", ".venv-vllm/bin/python")
+
+
+def speculative_config(method: str, k: int, draft: Optional[str]) -> Optional[dict]:
+    """vLLM's ``speculative_config`` for one of :data:`SPEC_METHODS`."""
+    if method == "none":
+        return None
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    if not draft:
+        raise UsageError(f"`--spec {method}` needs `--draft` (a draft model folder); got none")
+    cfg = {"method": "draft_model", "model": str(Path(draft).resolve()), "num_speculative_tokens": k,
+           "draft_sample_method": "greedy" if method == "draft-greedy" else "probabilistic"}
+    if method == "block":
+        cfg["rejection_sample_method"] = "block"
+    return cfg
+
+
+def request_seed(seed: int, index: int) -> int:
+    """A distinct 31-bit seed per (run seed, request index)."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0] >> 1)
+
+
+def _seed_of(seeding: str, seed: int, i: int) -> Optional[int]:
+    if seeding == "none" or (seeding == "mixed" and i % 2):
+        return None
+    return request_seed(seed, i)
+
+
+def make_job(reqs, *, target: str, spec: Optional[dict], controls, seed: int, seeding: str = "all",
+             greedy_share: float = 0.0, n: int = 1, omit_temperature: bool = False,
+             engine_args: Optional[dict] = None, chunk: int = 20000, out: str) -> dict:
+    """The worker's job for the requests ``reqs`` (:class:`harness.samples.producers.Request`); every
+    ``round(1 / greedy_share)``-th request runs greedy (the probe "greedy and sampled rows in one batch")."""
+    every = round(1 / greedy_share) if greedy_share > 0 else 0
+    rows = [[r.request_id, r.prompt_id, list(r.prompt_ids), _seed_of(seeding, seed, i),
+             bool(every) and i % every == 0] for i, r in enumerate(reqs)]
+    return {"target": str(Path(target).resolve()), "speculative": spec, "requests": rows,
+            "max_new_tokens": controls.max_new_tokens, "temperature": controls.temperature, "top_k": controls.top_k,
+            "top_p": controls.top_p, "n": n, "omit_temperature": omit_temperature, "engine_args": engine_args or {},
+            "chunk": chunk, "out": out}
+
+
+def _worker_env(shim: str) -> dict:
+    env = dict(os.environ)
+    if shim == "stock":
+        env["VLLM_PLUGINS"] = ""  # no general plugin loads: vLLM as shipped
+    else:
+        env.pop("VLLM_PLUGINS", None)
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    return env
+
+
+def run_worker(job: dict, python: str, shim: str = "fixed", timeout: float = 3600.0) -> tuple[list[dict], dict]:
+    """Run the worker on ``job``; (records as dicts, the worker's summary).  SamplerError (exit 3) when the
+    engine fails or the requested shim did not load."""
+    if not Path(python).exists():
+        raise UsageError(f"`--vllm-python` must be the Python of an environment with vLLM (make vllm-venv); "
+                         f"got {python!r}, which does not exist")
+    with tempfile.TemporaryDirectory(prefix="specverify-vllm-") as tmp:
+        job = {**job, "out": str(Path(tmp) / "records.jsonl")}
+        path = Path(tmp) / "job.json"
+        path.write_text(json.dumps(job))
+        log = Path(tmp) / "worker.log"
+        with open(log, "w") as lf:
+            rc = subprocess.run([python, str(WORKER), str(path)], env=_worker_env(shim), stdout=lf,
+                                stderr=subprocess.STDOUT, timeout=timeout).returncode
+        if rc != 0:
+            raise SamplerError(f"the vLLM worker exited with status {rc}: {root_cause(log.read_text(errors='replace'))}")
+        summary = json.loads(Path(job["out"] + ".summary.json").read_text())
+        records = [json.loads(x) for x in Path(job["out"]).read_text().splitlines()]
+    fixed = summary["engine"]["cpu_expand_fix"]
+    if (shim == "fixed") != fixed:
+        raise SamplerError(f"`--vllm-shim {shim}` asked, but the engine ran with cpu_expand_fix = {fixed} "
+                           "(pip install experiments/vllm_cpu_expand_fix into the engine's environment)")
+    return records, summary
+
+
+def root_cause(log: str) -> str:
+    """The first error line of a worker's log (vLLM prints the engine core's exception before the client's)."""
+    for line in log.splitlines():
+        s = line.split("] ", 1)[-1].strip()
+        if s.startswith(("RuntimeError", "ValueError", "TypeError", "AssertionError", "IndexError", "KeyError")):
+            return s[:300]
+    tail = [x for x in log.strip().splitlines() if x.strip()][-3:]
+    return " | ".join(tail)[:300]
+
+
+def produce_vllm(reqs, writer: SampleWriter, *, python: str, shim: str, progress: bool = True, **job_kw) -> int:
+    """Run the requests the file lacks through vLLM; the number of records written."""
+    todo = [r for r in reqs if r.request_id not in writer.done]
+    if not todo:
+        return 0
+    records, summary = run_worker(make_job(todo, out="", **job_kw), python, shim)
+    n = writer.write_batch(parse_record(r) for r in records)
+    if progress:
+        print(f"vllm {summary['engine']['version']}: {summary['tokens']} tokens in {summary['generate_s']:.1f} s "
+              f"({summary['tokens_per_s']:.0f} tokens/s; engine start {summary['startup_s']:.1f} s); "
+              f"{speculation_summary(records)}", file=sys.stderr)
+    Path(str(writer.path) + ".engine.json").write_text(json.dumps(summary, indent=1))
+    return n
+
+
+def speculation_summary(records: list[dict]) -> str:
+    """Drafted and accepted tokens per draft position over the records' ``x_spec`` (the engine's counters)."""
+    steps = [(d, a) for r in records if r.get("x_spec") for d, a in zip(r["x_spec"]["drafted"], r["x_spec"]["accepted"])]
+    if not steps:
+        return "speculation never ran (no drafted tokens in the engine's counters)"
+    k = max(d for d, _ in steps)
+    drafted = [sum(d > j for d, _ in steps) for j in range(k)]
+    accepted = [sum(a > j for _, a in steps) for j in range(k)]
+    rates = ", ".join(f"{a / d:.3f}" if d else "-" for a, d in zip(accepted, drafted))
+    return f"{len(steps)} speculative steps, acceptance per position {rates}"
