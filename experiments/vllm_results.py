@@ -1,0 +1,134 @@
+"""vLLM 0.32.0 (CPU) verified at exact-law strength: the table of results/engines/vllm/.
+
+    python experiments/vllm_results.py --vllm-python .venv-vllm/bin/python --out results/engines/vllm
+
+For each mode (plain sampling, a draft model with probabilistic / greedy drafts, n-gram drafts, the "block"
+rejection method) and each CPU shim (stock = vLLM as shipped; fixed = the test-only plugin applying PR #55006,
+experiments/vllm_cpu_expand_fix), ``python -m harness sample --engine vllm`` draws completions on the exact
+Markov pair (specimpl/assets/exact_pair/markov_*: V = 16, law exact at every position) and ``verify-samples
+--exact`` judges them.  Fixed runs draw ``--per-prompt`` completions of each of 2 prompts (the size the
+planner asks for epsilon = 0.01, with margin); stock runs draw ``--stock-per-prompt`` (their loss shows at a
+few hundred).  ``--quick`` is the make vllm-check size.  Each mode's sample file, report and engine summary go
+under ``--out/<mode>-<shim>/``; the sample files themselves are not kept (``--keep-samples`` keeps them).
+
+The table: engine, mode, shim, verdict, the certified token TV (largest per-position bound) or the first
+rejecting tests and their effect (the largest per-position TV estimate), completions, engine wall time,
+acceptance per draft position (the engine's counters) and the rule they are consistent with
+(:mod:`harness.samples.rules`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import pandas as pd  # noqa: E402
+
+from harness.core.provenance import atomic_write_text, metadata  # noqa: E402
+
+PAIR = "specimpl/assets/exact_pair"
+MODES = {  # mode -> sample options
+    "plain": ["--spec", "none"],
+    "draft-prob": ["--spec", "draft", "--draft", f"{PAIR}/markov_draft"],
+    "draft-greedy": ["--spec", "draft-greedy", "--draft", f"{PAIR}/markov_draft"],
+    "ngram": ["--spec", "ngram"],
+    "block": ["--spec", "block", "--draft", f"{PAIR}/markov_draft"],
+}
+COMMON = ["--engine", "vllm", "--k", "4", "--target", f"{PAIR}/markov_target", "--prompt-vocab", "13",
+          "--n-prompts", "2", "--max-new-tokens", "8", "--no-progress"]
+
+
+def _run(cmd: list[str]) -> tuple[int, float, str]:
+    tic = time.perf_counter()
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    return p.returncode, time.perf_counter() - tic, (p.stderr or "").strip()
+
+
+def one(mode: str, shim: str, per_prompt: int, args, out: Path) -> dict:
+    d = out / f"{mode}-{shim}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    samples = d / "samples.jsonl"
+    rc, wall, err = _run([sys.executable, "-m", "harness", "sample", *COMMON, *MODES[mode], "--vllm-shim", shim,
+                          "--vllm-python", args.vllm_python, "--n-per-prompt", str(per_prompt), "--out", str(samples)])
+    row = {"engine": "vllm 0.32.0 (CPU)", "mode": mode, "shim": shim, "completions": 2 * per_prompt,
+           "sample_wall_s": round(wall, 1)}
+    if rc != 0:
+        return {**row, "verdict": f"engine failed (exit {rc})", "detail": err.splitlines()[-1][:200] if err else ""}
+    engine = json.loads((Path(str(samples) + ".engine.json")).read_text())
+    shutil.move(str(samples) + ".engine.json", d / "engine.json")
+    row.update(engine_generate_s=round(engine["generate_s"], 1), tokens_per_s=round(engine["tokens_per_s"]))
+    rc, wall, err = _run([sys.executable, "-m", "harness", "verify-samples", "--samples", str(samples),
+                          "--target", f"{PAIR}/markov_target", "--exact", "--epsilon", str(args.epsilon),
+                          "--no-progress", "--out", str(d / "report")])
+    meta = json.loads((d / "report" / "meta.json").read_text()) if (d / "report" / "meta.json").exists() else {}
+    row.update(_verdict(rc, err, meta, d / "report" / "tests.csv"), verify_wall_s=round(wall, 1))
+    rules = subprocess.run([sys.executable, "-m", "harness.samples.rules", str(samples), f"{PAIR}/markov_target",
+                            f"{PAIR}/markov_draft"], cwd=REPO, capture_output=True, text=True)
+    row["rule"] = rules.stdout.strip().splitlines()[-1] if rules.returncode == 0 and rules.stdout.strip() else ""
+    if not args.keep_samples:
+        samples.unlink()
+    return row
+
+
+def _verdict(rc: int, err: str, meta: dict, tests_csv: Path) -> dict:
+    line = err.splitlines()[-2] if err.count("\n") else err
+    out = {"verdict": {0: "certified", 1: line.split(":")[0]}.get(rc, f"error (exit {rc})"), "detail": line[:240]}
+    if tests_csv.exists():
+        t = pd.read_csv(tests_csv, comment="#")
+        pos = t[t["test"].str.endswith("/position")]
+        out["max_position_tv_upper"] = float(pos["tv_upper"].max())
+        out["max_position_tv_hat"] = float(pos["tv_hat"].max())
+        rej = t[t["reject"]].sort_values("p_adjusted", kind="stable")
+        out["rejecting_tests"] = int(len(rej))
+        out["first_rejecting"] = ", ".join(f"{r.test}@{int(r.position)}" for r in rej.head(3).itertuples())
+    return out
+
+
+def table_md(df: pd.DataFrame, meta: dict) -> str:
+    cols = ["engine", "mode", "shim", "verdict", "max_position_tv_upper", "max_position_tv_hat", "rejecting_tests",
+            "first_rejecting", "completions", "engine_generate_s", "tokens_per_s", "rule"]
+    lines = [f"<!-- {json.dumps({k: meta[k] for k in ('commit', 'dirty', 'command') if k in meta})} -->",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in df.fillna("").to_dict("records"):
+        lines.append("| " + " | ".join(f"{r.get(c, ''):.3g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
+                                       for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vllm-python", default=".venv-vllm/bin/python")
+    ap.add_argument("--out", type=Path, default=REPO / "results" / "engines" / "vllm")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--shims", default="fixed,stock")
+    ap.add_argument("--per-prompt", type=int, default=250_000, help="fixed runs (epsilon 0.01 needs ~216k)")
+    ap.add_argument("--stock-per-prompt", type=int, default=3000)
+    ap.add_argument("--epsilon", type=float, default=0.01)
+    ap.add_argument("--keep-samples", action="store_true")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for mode in args.modes.split(","):
+        for shim in args.shims.split(","):
+            n = args.per_prompt if shim == "fixed" else args.stock_per_prompt
+            rows.append(one(mode, shim, n, args, args.out))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    df = pd.DataFrame(rows)
+    meta = metadata({"modes": args.modes, "shims": args.shims, "per_prompt": args.per_prompt,
+                     "stock_per_prompt": args.stock_per_prompt, "epsilon": args.epsilon}, 0)
+    df.to_csv(args.out / "table.csv", index=False)
+    atomic_write_text(args.out / "table.md", table_md(df, meta))
+    atomic_write_text(args.out / "meta.json", json.dumps(meta, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

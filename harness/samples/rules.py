@@ -1,0 +1,128 @@
+"""Which acceptance rule did the engine run?  Inferred from its own per-step counters on a Markov pair.
+
+    python -m harness.samples.rules vllm.jsonl specimpl/assets/exact_pair/markov_target \\
+        specimpl/assets/exact_pair/markov_draft
+
+Notation: p(· | c), q(· | c) the target's and the draft's warped next-token laws in state c (a Markov pair:
+the state is the current token, :func:`harness.laws.transformer.transition_matrix`).  A speculative step
+starts after the token at index s - 1 and drafts up to k tokens; draft position j is judged in the state
+c_j = the token at index s - 1 + j (the previous draft, accepted).  Each rule gives the probability that
+position j is accepted, given c_j:
+
+    standard     Σ_x min(p(x|c), q(x|c))    the speculative-sampling rule with the draft's probabilities
+    one-hot      p(d | c), d = argmax q(·|c) the same rule with a one-hot q (greedy drafts, draft_probs=None)
+    exact-match  Σ_x p(x|c) q(x|c)          a target sample must equal a draft sample (lossless, slower)
+
+The records' ``x_spec`` (the engine's per-step drafted / accepted counts, :mod:`harness.samples.engines.vllm_engine`)
+place every step in the completion (step i emits accepted_i + 1 tokens), so the observed acceptances can be
+compared with each rule's expectation: z = (accepted − Σ a(c_j)) / √Σ a(1 − a) over every judged position
+(independent Bernoulli trials given the states, under the rule).  A rule is *consistent* when |z| < 5
+(two-sided ~6e-7); the report names the consistent rule(s), so a silent fallback (e.g. "block" verification
+running greedy drafts) is named.  n-gram drafts propose by lookup (q is not a model): not inferred here.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from harness.laws.transformer import check_markov, load_model, transition_matrix
+from harness.samples.format import SampleRecord, read_samples
+from harness.samples.producers import config_of
+
+__all__ = ["RULES", "rule_acceptance", "judged_states", "RuleFit", "fit_rules", "main"]
+
+Z_CONSISTENT = 5.0
+
+
+def rule_acceptance(P: np.ndarray, Q: np.ndarray) -> dict[str, np.ndarray]:
+    """Per state c (V,): the acceptance probability of one draft position under each rule."""
+    d = Q.argmax(1)  # (V,) greedy draft per state
+    return {"standard": np.minimum(P, Q).sum(1), "one-hot": P[np.arange(len(P)), d],
+            "exact-match": (P * Q).sum(1)}
+
+
+RULES = ("standard", "one-hot", "exact-match")
+
+
+def judged_states(rec: SampleRecord, spec: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(state, draft position, accepted) of every draft position the engine judged in ``rec``."""
+    out = rec.output_ids
+    s, states, pos, acc = 1, [], [], []  # token 0 comes from the prefill: the first step starts at index 1
+    for drafted, accepted in zip(spec["drafted"], spec["accepted"]):
+        for j in range(min(drafted, accepted + 1)):  # positions up to the first rejection are judged
+            if s - 1 + j >= len(out):
+                break
+            states.append(out[s - 1 + j]), pos.append(j), acc.append(j < accepted)
+        s += accepted + 1
+    return np.asarray(states, np.int64), np.asarray(pos, np.int64), np.asarray(acc, bool)
+
+
+@dataclass(frozen=True)
+class RuleFit:
+    """Observed acceptances vs each rule's expectation, overall and per draft position."""
+
+    judged: int
+    accepted: int
+    expected: dict
+    z: dict
+    per_position: dict  # j -> (judged, observed rate, {rule: expected rate})
+
+    @property
+    def consistent(self) -> list[str]:
+        return [r for r in RULES if abs(self.z[r]) < Z_CONSISTENT]
+
+    def line(self) -> str:
+        zs = ", ".join(f"{r} z = {self.z[r]:+.1f}" for r in RULES)
+        named = " / ".join(self.consistent) or "none of the three"
+        return f"consistent with: {named} ({zs}; {self.accepted} of {self.judged} judged drafts accepted)"
+
+
+def fit_rules(records: list[SampleRecord], P: np.ndarray, Q: np.ndarray) -> RuleFit:
+    """Compare the engine's acceptances with each rule's expectation (module docstring)."""
+    a = rule_acceptance(P, Q)
+    parts = [judged_states(r, r.extra["x_spec"]) for r in records if r.extra.get("x_spec")]
+    if not parts:
+        raise ValueError("no record carries the engine's speculative counters (x_spec): speculation never ran")
+    st, pos, acc = (np.concatenate(x) for x in zip(*parts))
+    exp = {r: float(a[r][st].sum()) for r in RULES}
+    var = {r: float((a[r][st] * (1 - a[r][st])).sum()) for r in RULES}
+    z = {r: (int(acc.sum()) - exp[r]) / math.sqrt(max(var[r], 1e-12)) for r in RULES}
+    per = {int(j): (int((pos == j).sum()), float(acc[pos == j].mean()),
+                    {r: float(a[r][st[pos == j]].mean()) for r in RULES}) for j in np.unique(pos)}
+    return RuleFit(int(acc.size), int(acc.sum()), exp, z, per)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="which acceptance rule an engine ran (Markov pair, x_spec counters)")
+    ap.add_argument("samples")
+    ap.add_argument("target")
+    ap.add_argument("draft")
+    args = ap.parse_args(argv)
+    records = read_samples(args.samples)
+    config = config_of(records[0].controls)
+    P, Q = (transition_matrix(_markov(m), config) for m in (args.target, args.draft))
+    try:
+        fit = fit_rules(records, P, Q)
+    except ValueError as e:
+        print(str(e))
+        return 0
+    for j, (n, obs, exp) in fit.per_position.items():
+        print(f"draft position {j}: {n} judged, accepted {obs:.4f}; "
+              + ", ".join(f"{r} {v:.4f}" for r, v in exp.items()))
+    print(fit.line())
+    return 0
+
+
+def _markov(path: str) -> torch.nn.Module:
+    m = load_model(path, torch.float64)
+    check_markov(m)
+    return m
+
+
+if __name__ == "__main__":
+    sys.exit(main())
