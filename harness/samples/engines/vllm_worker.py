@@ -46,6 +46,8 @@ def make_llm(job: dict):
     args.update(job.get("engine_args") or {})
     if job.get("speculative"):
         args["speculative_config"] = job["speculative"]
+    else:  # vLLM refuses per-request speculative metrics without speculation
+        args.pop("per_request_spec_decode_metrics")
     return LLM(**args)
 
 
