@@ -119,9 +119,13 @@ def run_worker(job: dict, python: str, shim: str = "fixed", timeout: float = 360
         path = Path(tmp) / "job.json"
         path.write_text(json.dumps(job))
         log = Path(tmp) / "worker.log"
-        with open(log, "w") as lf:
-            rc = subprocess.run([python, str(WORKER), str(path)], env=_worker_env(shim), stdout=lf,
-                                stderr=subprocess.STDOUT, timeout=timeout).returncode
+        with open(log, "w") as lf:  # its own process group: the engine's children stop with it, whatever happens
+            proc = subprocess.Popen([python, str(WORKER), str(path)], env=_worker_env(shim), stdout=lf,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                rc = proc.wait(timeout)
+            finally:
+                _stop(proc)
         if rc != 0:
             raise SamplerError(f"the vLLM worker exited with status {rc}: {root_cause(log.read_text(errors='replace'))}")
         summary = json.loads(Path(job["out"] + ".summary.json").read_text())
@@ -215,7 +219,11 @@ def _wait_healthy(proc, url: str, timeout: float) -> None:
 
 
 def _stop(proc) -> None:
+    """Stop ``proc``'s process group (SIGINT, then SIGKILL after 20 s); after the leader exited, any child it
+    left behind (an engine core) gets SIGTERM."""
     if proc.poll() is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGINT)
