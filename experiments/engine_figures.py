@@ -127,6 +127,7 @@ def planner_rows(a, rows: list[dict]) -> list[dict]:
         out.append(dict(engine=f"planner (epsilon {a.planner_epsilon:g})", role="planner", mode=mode,
                         completions_needed=n, delta_each=r["delta_each"], reach=r["reach"],
                         headline=f"{n} completions {'per file ' if mode == 'two-sample' else ''}certify "
+                                 f"{'token TV' if mode == 'two-sample' else 'PIT Kolmogorov distance'} "
                                  f"{a.planner_epsilon:g} per position (power {s.power:g}, T = {a.tokens})"))
     return out
 
@@ -188,7 +189,9 @@ def table_md(df: pd.DataFrame, a, meta: dict) -> str:
         lines.append(f"| {r.engine} | {r.role} | {r.mode} | **{r.verdict}** | {r.completions:.0f} | {r.tokens:.0f} | "
                      f"{r.bound:.3g} | {r.completions_needed:.0f} | {r.first_rejections or '-'} | {r.sample_wall_s:.0f} "
                      f"| {r.verify_wall_s:.0f} |")
-    lines += ["", "## Completions to certify TV <= %g per position (planners)" % a.planner_epsilon, ""]
+    lines += ["", "## Completions to certify %g per position (planners): scored = the Kolmogorov distance of each "
+              "position's PIT law (not a token TV); two-sample = the token TV; exact mode (a token TV against the "
+              "enumerated law): results/engines/vllm/" % a.planner_epsilon, ""]
     lines += [f"- {r.mode}: {r.headline}; each position's bound at miss probability {r.delta_each:.2g}"
               + (f", reach {r.reach:.3g}" if r.mode == "scored" else "") for r in df[df.role == "planner"].itertuples()]
     lines += ["", f"commit {meta['commit'][:12]}{' (dirty)' if meta['dirty'] else ''}; command `{meta['command']}`"]

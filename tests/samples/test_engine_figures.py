@@ -52,4 +52,4 @@ def test_table_shows_each_verdict():
     df = pd.DataFrame(rows + E.planner_rows(a, rows))
     text = E.table_md(df, a, {"commit": "0" * 40, "dirty": False, "command": "python experiments/engine_figures.py"})
     assert "**certified**" in text and "**lossy**" in text and "ending/x p_adj 0" in text
-    assert "completions certify 0.01" in text
+    assert "completions certify PIT Kolmogorov distance 0.01" in text and "per file certify token TV 0.01" in text
