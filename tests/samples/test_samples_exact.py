@@ -105,3 +105,15 @@ def test_exact_needs_a_target(tmp_path):
     path = _markov_file(tmp_path / "x.jsonl", 2, seed=4)
     assert main(["verify-samples", "--samples", str(path), "--baseline", str(path), "--exact",
                  "--out", str(tmp_path / "r")]) == 2
+
+
+def test_duplicated_completions_are_caught_wherever_they_sit(tmp_path):
+    # every completion written twice under a new request id (issue 26's false certificate): each marginal keeps
+    # its law, but every count and its variance double, so each chi2 statistic doubles (~2x its df): at 10k
+    # completions per prompt (20k with the copies) the window tests reject at the family's level (z ~ sqrt(df / 2))
+    path = _markov_file(tmp_path / "d.jsonl", 10000, seed=5)
+    lines = path.read_text().splitlines()
+    dup = [json.dumps({**json.loads(x), "request_id": json.loads(x)["request_id"] + "-b"}) for x in lines]
+    path.write_text("\n".join(lines + dup) + "\n")
+    assert _verify(tmp_path, path, "--epsilon", "0.5") == 1
+    assert "lossy" in (tmp_path / "rep" / "summary.md").read_text().splitlines()[0]
