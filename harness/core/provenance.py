@@ -94,12 +94,42 @@ def _cpu_model() -> Optional[str]:
     return platform.processor() or None
 
 
+SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16", "amx_tile")
+
+
+def _simd_flags() -> list[str]:
+    """The vector extensions of /proc/cpuinfo that change which kernels torch and numpy pick."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [x for x in SIMD_FLAGS if x in have]
+    except OSError:
+        pass
+    return []
+
+
+def _torch_cpu_capability() -> Optional[str]:
+    """ATen's CPU kernel set (DEFAULT / AVX2 / AVX512; ATEN_CPU_CAPABILITY overrides it), if torch is loaded:
+    float32 exp / softmax / cumsum differ in their last bit between these, so the exact-law scenarios' float32
+    tables -- and a few draws in millions -- depend on it (README: what reproduces across machines)."""
+    torch = sys.modules.get("torch")
+    try:
+        return str(torch.backends.cpu.get_cpu_capability()) if torch is not None else None
+    except AttributeError:
+        return None
+
+
 def machine() -> dict:
-    """CPU model, cores visible to this process, torch threads, load average, memory, GPU."""
+    """CPU model and vector extensions, torch's CPU kernel set, cores visible to this process, torch threads,
+    load average, memory, GPU."""
     info: dict[str, Any] = {
         "hostname": platform.node(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
+        "cpu_simd": _simd_flags(),
+        "torch_cpu_capability": _torch_cpu_capability(),
         "cpu_count": os.cpu_count(),
     }
     try:
