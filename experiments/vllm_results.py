@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vllm-python", default=".venv-vllm/bin/python")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "engines" / "vllm")
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default="draft-prob,ngram,draft-greedy,plain,block")
     ap.add_argument("--shims", default="fixed,stock")
     ap.add_argument("--per-prompt", type=int, default=250_000, help="fixed runs (epsilon 0.01 needs ~216k)")
     ap.add_argument("--stock-per-prompt", type=int, default=3000)

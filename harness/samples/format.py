@@ -325,13 +325,13 @@ class SampleWriter:
         """Write the records not yet in the file with one flush + fsync for the whole batch (a large engine
         run: one fsync per line would dominate); a crash mid-batch leaves at most a torn last line, which the
         next open removes.  How many were written."""
-        lines, ids = [], []
+        lines, ids = [], set()
         for r in records:
             if r.request_id in self.done or r.request_id in ids:
                 continue
             line = r.line()
             parse_record(json.loads(line))
-            lines.append(line), ids.append(r.request_id)
+            lines.append(line), ids.add(r.request_id)
         with self._lock:
             self._f.write("".join(x + "\n" for x in lines))
             self._f.flush()
