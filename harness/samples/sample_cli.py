@@ -81,6 +81,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="vllm CPU: with the expand-kernel fix plugin (vllm#55005) or vLLM as shipped")
     ap.add_argument("--max-num-seqs", type=int, default=256, help="vllm: requests the engine batches (default 256)")
     ap.add_argument("--prefix-caching", choices=("on", "off"), default="off", help="vllm: prefix caching")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=32768,
+                    help="vllm: tokens per scheduler step (default 32768: no prefill is chunked)")
     ap.add_argument("--seeding", choices=("all", "none", "mixed"), default="all",
                     help="vllm: seeded requests (mixed: every other one unseeded)")
     ap.add_argument("--greedy-share", type=float, default=0.0, help="vllm: share of greedy requests in the batch")
@@ -160,7 +162,8 @@ def _in_process(args, reqs, w: SampleWriter) -> int:
 def _vllm(args, reqs, w: SampleWriter) -> int:
     target = args.target or "specimpl/assets/tiny_pair/target"
     draft = args.draft or ("specimpl/assets/tiny_pair/draft" if not args.target else None)
-    engine_args = {"max_num_seqs": args.max_num_seqs, "enable_prefix_caching": args.prefix_caching == "on"}
+    engine_args = {"max_num_seqs": args.max_num_seqs, "enable_prefix_caching": args.prefix_caching == "on",
+                   "max_num_batched_tokens": args.max_num_batched_tokens}
     return produce_vllm(reqs, w, python=args.vllm_python or default_python(), shim=args.vllm_shim,
                         progress=not args.no_progress, target=target,
                         spec=speculative_config(args.spec, args.k, draft), controls=_controls(args), seed=args.seed,
