@@ -6,8 +6,8 @@ For each mode (plain sampling, a draft model with probabilistic / greedy drafts,
 rejection method) and each CPU shim (stock = vLLM as shipped; fixed = the test-only plugin applying PR #55006,
 experiments/vllm_cpu_expand_fix), ``python -m harness sample --engine vllm`` draws completions on the exact
 Markov pair (specimpl/assets/exact_pair/markov_*: V = 16, law exact at every position) and ``verify-samples
---exact`` judges them.  Fixed runs draw ``--per-prompt`` completions of each of 2 prompts (the size the
-planner asks for epsilon = 0.01, with margin); stock runs draw ``--stock-per-prompt`` (their loss shows at a
+--exact`` judges them.  Fixed runs draw ``--per-prompt`` completions of each of ``--prompts`` prompts (the
+planner asks ~216k for epsilon = 0.01; 2 prompts x 250k ended at a largest bound of 0.0104, so 400k); stock runs draw ``--stock-per-prompt`` (their loss shows at a
 few hundred).  ``--quick`` is the make vllm-check size.  Each mode's sample file, report and engine summary go
 under ``--out/<mode>-<shim>/``; the sample files themselves are not kept (``--keep-samples`` keeps them).
 
@@ -42,7 +42,7 @@ MODES = {  # mode -> sample options
     "block": ["--spec", "block", "--draft", f"{PAIR}/markov_draft"],
 }
 COMMON = ["--engine", "vllm", "--k", "4", "--target", f"{PAIR}/markov_target", "--prompt-vocab", "13",
-          "--n-prompts", "2", "--max-new-tokens", "8", "--no-progress"]
+          "--max-new-tokens", "8", "--no-progress"]
 
 
 def _run(cmd: list[str]) -> tuple[int, float, str]:
@@ -56,9 +56,10 @@ def one(mode: str, shim: str, per_prompt: int, args, out: Path) -> dict:
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
     samples = d / "samples.jsonl"
-    rc, wall, err = _run([sys.executable, "-m", "harness", "sample", *COMMON, *MODES[mode], "--vllm-shim", shim,
+    rc, wall, err = _run([sys.executable, "-m", "harness", "sample", *COMMON, "--n-prompts", str(args.prompts),
+                          *MODES[mode], "--vllm-shim", shim,
                           "--vllm-python", args.vllm_python, "--n-per-prompt", str(per_prompt), "--out", str(samples)])
-    row = {"engine": "vllm 0.32.0 (CPU)", "mode": mode, "shim": shim, "completions": 2 * per_prompt,
+    row = {"engine": "vllm 0.32.0 (CPU)", "mode": mode, "shim": shim, "completions": args.prompts * per_prompt,
            "sample_wall_s": round(wall, 1)}
     if rc != 0:
         return {**row, "verdict": f"engine failed (exit {rc})", "detail": err.splitlines()[-1][:200] if err else ""}
@@ -108,8 +109,11 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm-python", default=".venv-vllm/bin/python")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "engines" / "vllm")
     ap.add_argument("--modes", default="draft-prob,ngram,draft-greedy,plain,block")
+    ap.add_argument("--stock-modes", default="draft-prob,ngram,draft-greedy,plain", help="modes also run stock")
     ap.add_argument("--shims", default="fixed,stock")
-    ap.add_argument("--per-prompt", type=int, default=250_000, help="fixed runs (epsilon 0.01 needs ~216k)")
+    ap.add_argument("--prompts", type=int, default=1, help="prompts (each certified on its own: bounds are per prompt)")
+    ap.add_argument("--per-prompt", type=int, default=400_000,
+                    help="fixed runs: the planner asks ~216k for epsilon 0.01, and 2 x 250k ended at 0.0104")
     ap.add_argument("--stock-per-prompt", type=int, default=3000)
     ap.add_argument("--epsilon", type=float, default=0.01)
     ap.add_argument("--keep-samples", action="store_true")
@@ -117,12 +121,12 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for mode in args.modes.split(","):
-        for shim in args.shims.split(","):
+        for shim in [s for s in args.shims.split(",") if s == "fixed" or mode in args.stock_modes.split(",")]:
             n = args.per_prompt if shim == "fixed" else args.stock_per_prompt
             rows.append(one(mode, shim, n, args, args.out))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     df = pd.DataFrame(rows)
-    meta = metadata({"modes": args.modes, "shims": args.shims, "per_prompt": args.per_prompt,
+    meta = metadata({"modes": args.modes, "shims": args.shims, "prompts": args.prompts, "per_prompt": args.per_prompt,
                      "stock_per_prompt": args.stock_per_prompt, "epsilon": args.epsilon}, 0)
     df.to_csv(args.out / "table.csv", index=False)
     atomic_write_text(args.out / "table.md", table_md(df, meta))
