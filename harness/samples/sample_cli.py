@@ -73,6 +73,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--retries", type=int, default=5, help="openai: retries per request")
     ap.add_argument("--backoff", type=float, default=0.5, help="openai: first retry delay, seconds (doubles)")
     ap.add_argument("--timeout", type=float, default=120.0, help="openai: seconds per request")
+    _add_vllm_arguments(ap)
+    ap.add_argument("--no-progress", action="store_true")
+
+
+def _add_vllm_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of ``--engine vllm`` (:mod:`harness.samples.engines.vllm_engine`)."""
     ap.add_argument("--vllm-python", help="vllm: the engine environment's Python (default $SPECVERIFY_VLLM_PYTHON or "
                                           ".venv-vllm/bin/python)")
     ap.add_argument("--spec", choices=SPEC_METHODS, default="draft", help="vllm: speculation (default draft: a draft "
@@ -88,7 +94,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--greedy-share", type=float, default=0.0, help="vllm: share of greedy requests in the batch")
     ap.add_argument("--n", type=int, default=1, help="vllm: completions per request (SamplingParams.n)")
     ap.add_argument("--omit-temperature", action="store_true", help="vllm: leave temperature unset (vLLM's default)")
-    ap.add_argument("--no-progress", action="store_true")
 
 
 def _check(args) -> None:
