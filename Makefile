@@ -66,7 +66,7 @@ $(VLLM_VENV)/.installed: experiments/vllm_cpu_expand_fix/pyproject.toml pyprojec
 
 # the offline API and the server, certified against the exact Markov pair's law (~5 min after the install)
 vllm-check: setup vllm-venv
-	SPECVERIFY_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -p no:cacheprovider tests/samples/test_vllm_engine.py $(ARGS)
+	SPECVERIFY_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -p no:cacheprovider tests/samples/test_vllm_engine.py $(ARGS)
 
 # torch's AVX-512 and AVX2 kernels differ in the last bit of float32 exp / softmax / cumsum, which flips a few of the
 # exact-law scenarios' draws in millions: the gate runs ATen's AVX2 kernels everywhere they exist, so its tables

@@ -30,6 +30,7 @@ from harness.samples.producers import config_of
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "specimpl" / "assets" / "exact_pair"
 PY = os.environ.get("SPECVERIFY_VLLM_PYTHON")
+PY = str(Path(PY).absolute()) if PY else None  # the kernel tests run it from another folder
 needs_vllm = pytest.mark.skipif(not PY or not Path(PY).exists(), reason="no vLLM environment "
                                 "(SPECVERIFY_VLLM_PYTHON; make vllm-check sets it)")
 COMMON = ["--target", str(PAIR / "markov_target"), "--prompt-vocab", "13", "--n-prompts", "2",
