@@ -10,7 +10,7 @@ the drafts.  :class:`VLLMVerify` hands each round to ``vllm.v1.sample.rejection_
 the function the engine's ``RejectionSampler.forward`` calls — with target logits log p (temperature 1: the
 warp is already in p), the draft probabilities q (``draft_probs``; :func:`vllm_greedy_q_generate` passes
 ``None``, the engine's greedy-draft path, which treats q as one-hot: lossless only when x is argmax q, so
-there it drafts argmax q), the bonus token drawn from p_{k+1} with our uniform; vLLM draws its own
+there the round loop drafts argmax q, as :class:`harness.controls.chain.GreedyDraftOneHotQ` does), the bonus token drawn from p_{k+1} with our uniform; vLLM draws its own
 acceptance uniforms and recovered tokens, from a per-row ``torch.Generator`` seeded from the round's uniforms
 (:func:`vllm_seeded_generate`, seeded requests) or from torch's global stream seeded from the round (either way
 a run reproduces).  Rows are ragged when ``ragged=True`` (each row verifies a
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from harness.controls.chain import GreedyDraftOneHotQ
 from specimpl.sampling import SamplingConfig, sample_categorical
 from specimpl.speculative import SpeculativeSampler
 
@@ -87,13 +88,13 @@ class VLLMVerify(SpeculativeSampler):
 
 
 class _GreedyQ(VLLMVerify):
-    """Argmax drafts with ``draft_probs=None``: the engine's greedy-draft path."""
+    """Greedy drafts (the draft's law made one-hot at its argmax, so the round loop drafts argmax q and the
+    target scores those drafts) with ``draft_probs=None``: the engine's greedy-draft path."""
 
     draft_probs = False
 
-    def verify(self, p, q, x, u_accept, u_final):
-        x = q.argmax(-1)  # (B, k) the greedy draft: the drafts the one-hot treatment is lossless for
-        return super().verify(p, torch.nn.functional.one_hot(x, q.shape[-1]).to(q.dtype), x, u_accept, u_final)
+    def warp_draft(self, logits):
+        return GreedyDraftOneHotQ.warp_draft(self, logits)  # (B, V) one-hot at argmax of the warped draft law
 
 
 class _Ragged(VLLMVerify):
