@@ -104,6 +104,10 @@ def main(argv=None) -> int:
     ap.add_argument("draft")
     args = ap.parse_args(argv)
     records = read_samples(args.samples)
+    spec = (records[0].engine or {}).get("speculative") or {}
+    if spec.get("method") == "ngram":
+        print("n-gram drafts: the rule is not inferred (the draft is a lookup, not the draft model's q)")
+        return 0
     config = config_of(records[0].controls)
     P, Q = (transition_matrix(_markov(m), config) for m in (args.target, args.draft))
     try:
