@@ -76,7 +76,7 @@ verify: setup
 	$(VERIFY_ENV) $(PY) -m harness verify $(if $(filter 1,$(FULL)),--full,) $(ARGS)
 
 calibrate: setup
-	$(PY) -m harness calibrate $(ARGS)
+	$(VERIFY_ENV) $(PY) -m harness calibrate $(ARGS)
 
 bench: setup
 	$(PY) -m pytest benchmarks -p no:cacheprovider --benchmark-only --benchmark-columns=min,median,max,rounds $(ARGS)

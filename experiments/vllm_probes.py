@@ -31,7 +31,9 @@ sys.path.insert(0, str(REPO))
 
 import pandas as pd  # noqa: E402
 
+from harness.core.figures import md_table  # noqa: E402
 from harness.core.provenance import atomic_write_text, metadata  # noqa: E402
+from harness.samples.report import report_row  # noqa: E402
 
 PAIR = "specimpl/assets/exact_pair"
 BASE = ["--engine", "vllm", "--k", "4", "--spec", "draft", "--target", f"{PAIR}/markov_target", "--draft",
@@ -54,17 +56,9 @@ def _verify(samples: Path, out: Path) -> dict:
     p = subprocess.run([sys.executable, "-m", "harness", "verify-samples", "--samples", str(samples), "--target",
                         f"{PAIR}/markov_target", "--exact", "--epsilon", "0.05", "--no-progress", "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True)
-    head = (p.stderr.strip().splitlines() or [""])[-2 if p.stderr.count("\n") else -1]
-    row = {"exit": p.returncode, "verdict": head.split(":")[0] if p.returncode in (0, 1) else f"error {p.returncode}",
-           "detail": head[:200]}
-    tests = out / "tests.csv"
-    if tests.exists():
-        t = pd.read_csv(tests, comment="#")
-        pos = t[t["test"].str.endswith("/position")]
-        row["max_position_tv_upper"] = float(pos["tv_upper"].max())
-        rej = t[t["reject"]]
-        row["first_rejecting"] = ", ".join(f"{r.test}@{int(r.position)}" for r in rej.head(3).itertuples())
-    return row
+    if p.returncode not in (0, 1):
+        return {"exit": p.returncode, "verdict": f"error {p.returncode}", "detail": p.stderr.strip()[-200:]}
+    return {"exit": p.returncode, **report_row(out)}
 
 
 def _split_greedy(samples: Path) -> tuple[Path, Path]:
@@ -118,12 +112,8 @@ def main(argv=None) -> int:
     df.to_csv(args.out / "probes.csv", index=False)
     meta = metadata({"probes": args.probes}, 0)
     cols = ["probe", "options", "verdict", "max_position_tv_upper", "first_rejecting", "completions", "engine_generate_s"]
-    lines = [f"<!-- commit {meta.get('commit')}{' (dirty)' if meta.get('dirty') else ''}; "
-             f"command {meta.get('command')} -->", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.fillna("").to_dict("records"):
-        lines.append("| " + " | ".join(f"{r[c]:.3g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
-                                       for c in cols) + " |")
-    atomic_write_text(args.out / "probes.md", "\n".join(lines) + "\n")
+    head = f"<!-- commit {meta.get('commit')}{' (dirty)' if meta.get('dirty') else ''}; command {meta.get('command')} -->\n"
+    atomic_write_text(args.out / "probes.md", head + md_table(df.to_dict("records"), cols))
     return 0
 
 

