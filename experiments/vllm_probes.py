@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 import pandas as pd  # noqa: E402
 
 from harness.core.figures import md_table  # noqa: E402
-from harness.core.provenance import atomic_write_text, metadata  # noqa: E402
+from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
 from harness.samples.report import report_row  # noqa: E402
 
 PAIR = "specimpl/assets/exact_pair"
@@ -109,9 +109,9 @@ def main(argv=None) -> int:
         rows += probe(name, args)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     df = pd.DataFrame(rows)
-    df.to_csv(args.out / "probes.csv", index=False)
     meta = metadata({"probes": args.probes}, 0)
     cols = ["probe", "options", "verdict", "max_position_tv_upper", "first_rejecting", "completions", "engine_generate_s"]
+    atomic_write_csv(args.out / "probes.csv", df, meta)
     head = f"<!-- commit {meta.get('commit')}{' (dirty)' if meta.get('dirty') else ''}; command {meta.get('command')} -->\n"
     atomic_write_text(args.out / "probes.md", head + md_table(df.to_dict("records"), cols))
     return 0

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 import pandas as pd  # noqa: E402
 
 from harness.core.figures import md_table  # noqa: E402
-from harness.core.provenance import atomic_write_text, metadata  # noqa: E402
+from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
 from harness.samples.report import report_row  # noqa: E402
 
 PAIR = "specimpl/assets/exact_pair"
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     df = pd.DataFrame(rows)
     meta = metadata({"modes": args.modes, "shims": args.shims, "prompts": args.prompts, "per_prompt": args.per_prompt,
                      "stock_per_prompt": args.stock_per_prompt, "epsilon": args.epsilon}, 0)
-    df.to_csv(args.out / "table.csv", index=False)
+    atomic_write_csv(args.out / "table.csv", df, meta)
     atomic_write_text(args.out / "table.md", table_md(df, meta))
     atomic_write_text(args.out / "meta.json", json.dumps(meta, indent=1, default=str))
     return 0
