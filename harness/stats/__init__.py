@@ -31,6 +31,7 @@ Modules (``from harness import stats`` keeps every public name of the first nine
     eprocess    anytime-valid mixture e-processes     loglik  whole-sequence log-likelihood tests
     lagged      lagged PIT pairs and joints
     search      the planners' one integer search (smallest n: exponential, then bisection)
+    crossu      the χ²-type (cross U-statistic + Bernstein) finite-sample TV bound, width ~ k^(1/4)/√n
 
 Contents
 --------
@@ -60,6 +61,7 @@ from harness.stats.chi2 import *  # noqa: F401,F403
 from harness.stats.continuous import *  # noqa: F401,F403
 from harness.stats.pit import *  # noqa: F401,F403
 from harness.stats.bounds import *  # noqa: F401,F403
+from harness.stats.crossu import *  # noqa: F401,F403
 from harness.stats.binomial import *  # noqa: F401,F403
 from harness.stats.multiple import *  # noqa: F401,F403
 from harness.stats.vonneumann import *  # noqa: F401,F403
