@@ -59,7 +59,7 @@ from harness.stats.results import TVBound
 from harness.stats.search import smallest_n
 
 __all__ = ["SPLIT_SEED", "TAU_SCALE", "tv_upper_bound_crossu", "tv_upper_bound_crossu_expected",
-           "tv_upper_bound_crossu_n_for"]
+           "tv_upper_bound_crossu_n_for", "tv_upper_bound_crossu_exceed"]
 
 SPLIT_SEED = 24  # the split's seed (issue 24), fixed once; the bound holds for a split independent of the draws
 TAU_SCALE = 0.05  # weights capped at 1/τ, τ = TAU_SCALE / k₊: step 1 costs at most √1.05 (2.5 %)
@@ -145,6 +145,13 @@ def tv_upper_bound_crossu_expected(probs, n, delta: float = 1e-4, *, tau: Option
     _check_level("delta", delta)
     n = int(n)
     check_arg(n >= 2, "n", n, "at least two draws")
+    pl = _plan(p_all, n, delta, tau)
+    theta = _solve(0.0, pl["S2"], pl["S4"], pl["RB"], pl["mA"], pl["mB"], pl["LA"], pl["LB"], pl["w_max"], pl["theta_max"])
+    return min(1.0, 0.5 * math.sqrt(pl["C"] * theta) + 0.5 * pl["q0"])
+
+
+def _plan(p_all: np.ndarray, n: int, delta: float, tau: Optional[float]) -> dict:
+    """The bound's pieces for a lossless sampler at n draws: S2, S4 and R_B at their expectations under P."""
     lumped = bool((p_all <= 0).any())
     p = p_all[p_all > 0]
     w = _weights(p, tau)
@@ -152,11 +159,10 @@ def tv_upper_bound_crossu_expected(probs, n, delta: float = 1e-4, *, tau: Option
     mA, mB = n // 2, n - n // 2
     var = p * (1 - p) / mA  # Var v_i
     m4 = p * (1 - p) * (1 + 3 * (mA - 2) * p * (1 - p)) / mA ** 3  # E (v_i)^4, binomial fourth central moment
-    S2, S4 = float((p * w * w * var).sum()), float((w ** 3 * m4).sum())
     RB = 2 * math.sqrt(2 * math.log(2 * p.size)) * float((w * np.sqrt(var)).max())
-    theta = _solve(0.0, S2, S4, RB, mA, mB, LA, LB, float(w.max()), _theta_max(p, w))
-    q0 = _q0_upper(0, n, delta0) if lumped else 0.0  # a lossless sampler never hits the lumped cell
-    return min(1.0, 0.5 * math.sqrt(float((1 / w).sum()) * theta) + 0.5 * q0)
+    return dict(S2=float((p * w * w * var).sum()), S4=float((w ** 3 * m4).sum()), RB=RB, mA=mA, mB=mB, LA=LA,
+                LB=LB, w_max=float(w.max()), theta_max=_theta_max(p, w), C=float((1 / w).sum()), k=p.size,
+                q0=_q0_upper(0, n, delta0) if lumped else 0.0)  # a lossless sampler never hits the lumped cell
 
 
 def tv_upper_bound_crossu_n_for(probs, epsilon: float, delta: float = 1e-4, *, tau: Optional[float] = None,
@@ -168,3 +174,32 @@ def tv_upper_bound_crossu_n_for(probs, epsilon: float, delta: float = 1e-4, *, t
     guess = max(2, int(math.sqrt(8 * k * math.log(1 / delta)) / (4 * epsilon ** 2)))
     return smallest_n(lambda m: tv_upper_bound_crossu_expected(p, max(m, 2), delta, tau=tau) > epsilon, guess,
                       n_max=n_max, down=True)
+
+
+def tv_upper_bound_crossu_exceed(probs, n, delta: float, epsilon: float, *, tau: Optional[float] = None) -> float:
+    """P(:func:`tv_upper_bound_crossu` ≥ ``epsilon``) for ``n`` draws of a lossless sampler (Q = P): the rate at
+    which that sampler's certificate at ε is *inconclusive* on this bound.
+
+    The bound reaches ε only if U ≥ U* = θ_ε − t_A(θ_ε) − t_B(θ_ε), θ_ε = (2ε − q0_U)²/C_w (θ − G(θ) increases
+    past the fixed point).  Given the first half, U is a mean of n − m iid terms of mean 0 (d = 0) bounded
+    above by R_B with second moment S2, so Bernstein (the module's reference) gives P(U ≥ U*) ≤ e^{−L*},
+    √(2 S2 L*/(n−m)) + R_B L*/(3(n−m)) = U*.  S2, S4 and R_B are taken at (1 + 3√(2/k)) × their expectations
+    (their spread from the first half: S2 is about (k/m) χ²_k/k); ``tests/stats/test_crossu.py`` checks the rate
+    against simulation where it is measurable."""
+    _check_level("delta", delta)
+    check_arg(isinstance(epsilon, (int, float)) and 0 < epsilon <= 1, "epsilon", epsilon, "a number in (0, 1]")
+    pl = _plan(_as_probs("probs", probs), int(n), delta, tau)
+    room = 2 * epsilon - pl["q0"]
+    if room <= 0:
+        return 1.0
+    infl = 1 + 3 * math.sqrt(2 / max(pl["k"], 1))
+    S2, S4, RB = pl["S2"] * infl, pl["S4"] * infl, pl["RB"] * infl
+    th = min(room * room / pl["C"], pl["theta_max"])
+    r = math.sqrt(th * pl["w_max"])
+    u_star = th - _bernstein(th * min(1 + r, pl["w_max"]), 2 * r, pl["mA"], pl["LA"]) \
+        - _bernstein(S2 + math.sqrt(th * S4), RB, pl["mB"], pl["LB"])
+    if u_star <= 0:
+        return 1.0
+    a, b = math.sqrt(2 * S2 / pl["mB"]), RB / (3 * pl["mB"])  # a √L + b L = u*
+    root = (-a + math.sqrt(a * a + 4 * b * u_star)) / (2 * b) if b > 0 else u_star / a
+    return float(min(1.0, math.exp(-root * root)))

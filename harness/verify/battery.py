@@ -1,7 +1,7 @@
 """The verification battery on one (sampler, scenario) run: sufficient statistics and the tests.
 
 Drawing and testing are split.  :class:`Accumulator` folds each sampler call's output into small
-sufficient statistics (counts per position, consecutive pairs and the first-J joint; a histogram of
+sufficient statistics (counts per position, consecutive pairs and every J-window; a histogram of
 the randomized PIT per position and non-overlapping PIT pair grids; per-sequence target
 log-probabilities; the acceptance instrumentation of each call).  :func:`plan_tests` then lists every
 test of the run as a :class:`TestSpec` whose ``evaluate(alpha, power, delta)`` returns one
@@ -14,8 +14,8 @@ the real-model and von Neumann tests the same way.
 Families of tests (row field ``family``; ``loss`` marks the tests whose rejection means *lossy*):
 
 * ``gof``         one-sample χ² against the exact law: each position (bonus positions included), each
-                  consecutive pair of positions, the joint of the first J positions and that of the last J
-                  (``joint[N-J:N]``, :meth:`ExactLaw.joint_at`; when N > J).  Cells pooled from
+                  consecutive pair of positions and every window of J positions (``joint[a:a+J]``,
+                  a = 0..N-J, :meth:`ExactLaw.joint_at`; J = N: the whole output law).  Cells pooled from
                   the target alone (expected counts ≥ 100; a draw in a zero-probability cell is
                   impossible under H0 and rejects outright).
 * ``two_sample``  χ² homogeneity against target-only sampling (``autoregressive_generate``, same budget)
@@ -58,7 +58,7 @@ from scipy import stats as sps
 
 from harness import stats
 from harness.laws.ngram import ExactLaw
-from harness.stats import clopper_pearson
+from harness.stats import clopper_pearson, crossu
 from harness.stats.lagged import LaggedTables
 from harness.stats.loglik import LoglikSums, loglik_test, martingale_test
 from harness.stats.search import bisect_n
@@ -68,7 +68,7 @@ __all__ = ["gof_evaluator", "Accumulator", "TestSpec", "TestRow", "TEST_COLUMNS"
            "hotelling_test", "hoeffding_test",
            "plan_acceptance", "AcceptancePlan", "acceptance_notes", "chunk_t_min_detectable",
            "chunk_t_n_for_deviation", "plan_chunks", "tv_interval", "tv_upper_asymptotic", "tv_interval_expected_upper",
-           "tv_interval_n_for", "ACC_SETTINGS", "state_symbol_codes", "pit_of_codes"]
+           "tv_interval_n_for", "tv_interval_inconclusive", "ACC_SETTINGS", "state_symbol_codes", "pit_of_codes"]
 
 LOGPROB_FLOOR = -1e9  # log-probability given to sequences the target cannot produce (finite for KS/AD)
 PIT_PAIR_TABLES = ("pairs_even", "pairs_odd")  # test names of the PIT pair tables at even and odd offsets
@@ -254,25 +254,43 @@ def hoeffding_test(total, n_sequences: int, width, *, scale: float, alpha: float
 
 
 
+def _use_crossu(P: np.ndarray, n: int, delta: float) -> bool:
+    """Whether :func:`tv_interval` bounds TV from above by the cross U-statistic bound
+    (:mod:`harness.stats.crossu`, χ²-type) rather than the plug-in one: the one with the smaller planning figure
+    at (P, n, δ) — chosen from the law and the size alone, before the counts are looked at, so the chosen
+    bound keeps its level (no minimum of two bounds, which would need δ split)."""
+    return n >= 2 and crossu.tv_upper_bound_crossu_expected(P, n, delta) < stats.tv_upper_bound_expected(P, n, delta)
+
+
+def _one_hot(P: np.ndarray) -> bool:
+    return int((P > 0).sum()) == 1
+
+
 def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
     """(tv_hat, lower, upper, method) for TV(Q, P) from counts of Q, holding with probability >= 1 - delta.
 
-    Finite-sample only (the certificate's bound): :func:`harness.stats.tv_upper_bound` at delta/2 gives both
-    ends (|TV(Q_hat, P) - TV(Q, P)| <= TV(Q_hat, Q)), on the cells of P > 0 plus one cell lumping those of
-    P = 0 (exact for TV; the bound covers the whole law).  A one-hot target (greedy) is a binomial proportion:
-    Clopper-Pearson.  The asymptotic noncentral-chi-square inversion is reported apart
-    (:func:`tv_upper_asymptotic`): its coverage at the gate's delta (~1e-7) is not verified, so no certificate
-    rests on it."""
+    Finite-sample only (the certificate's bound), delta/2 on each side: the lower end is the plug-in bound's
+    (:func:`harness.stats.tv_upper_bound`: |TV(Q_hat, P) - TV(Q, P)| <= TV(Q_hat, Q)); the upper end is the
+    plug-in bound or the chi-square-type cross U-statistic bound (:func:`harness.stats.crossu.tv_upper_bound_crossu`,
+    width ~ k^(1/4)/sqrt(n)), whichever has the smaller planning figure (:func:`_use_crossu`).  Both work on the
+    cells of P > 0 plus one cell lumping those of P = 0 (exact for TV; the bound covers the whole law).  A one-hot
+    target (greedy) is a binomial proportion: Clopper-Pearson.  The asymptotic noncentral-chi-square inversion is
+    reported apart (:func:`tv_upper_asymptotic`): its coverage at the gate's delta (~1e-7) is not verified, so no
+    certificate rests on it."""
     P = np.asarray(probs, dtype=np.float64)
     c = np.asarray(counts)
-    if int((P > 0).sum()) == 1:  # one-hot target (greedy): TV = Q(outside the one cell), a binomial proportion
-        n = int(c.sum())
+    n = int(c.sum())
+    if _one_hot(P):  # one-hot target (greedy): TV = Q(outside the one cell), a binomial proportion
         m = n - int(c[P > 0].sum())
         lo, hi = clopper_pearson(m, n, delta)
         return m / n, lo, hi, "finite-sample: exact binomial (Clopper-Pearson; one-hot target)"
     fs = stats.tv_upper_bound(counts, probs, delta=delta / 2)
     eps = fs.upper - fs.tv_hat if fs.upper < 1 else math.inf
-    return fs.tv_hat, max(0.0, fs.tv_hat - eps), fs.upper, fs.method
+    lower = max(0.0, fs.tv_hat - eps)
+    if _use_crossu(P, n, delta / 2):
+        cu = crossu.tv_upper_bound_crossu(counts, probs, delta=delta / 2)
+        return fs.tv_hat, lower, cu.upper, cu.method
+    return fs.tv_hat, lower, fs.upper, fs.method
 
 
 def tv_upper_asymptotic(counts, probs, delta: float) -> tuple[float, str]:
@@ -293,17 +311,33 @@ def tv_interval_expected_upper(probs, n: int, delta: float) -> float:
     """The expected upper end of :func:`tv_interval` for ``n`` draws of a lossless sampler (law P): its
     planning figure, inverted by :func:`tv_interval_n_for`."""
     P = np.asarray(probs, dtype=np.float64)
-    if int((P > 0).sum()) == 1:  # no draw outside the one cell: Clopper-Pearson's upper end at m = 0
+    if _one_hot(P):  # no draw outside the one cell: Clopper-Pearson's upper end at m = 0
         return float(clopper_pearson(0, int(n), delta)[1])
-    return stats.tv_upper_bound_expected(P, n, delta / 2)
+    fs = stats.tv_upper_bound_expected(P, n, delta / 2)
+    return min(fs, crossu.tv_upper_bound_crossu_expected(P, n, delta / 2)) if n >= 2 else fs
 
 
 def tv_interval_n_for(probs, epsilon: float, delta: float) -> int:
-    """The draws at which :func:`tv_interval`'s expected upper end (lossless sampler) falls to ``epsilon``."""
+    """The draws at which :func:`tv_interval`'s expected upper end (lossless sampler) falls to ``epsilon``: the
+    smaller of the two bounds' planners (at that n the chosen bound is the one whose figure is smaller, so <= epsilon)."""
     P = np.asarray(probs, dtype=np.float64)
-    if int((P > 0).sum()) == 1:  # 1 - (delta/2)^(1/n) <= epsilon
+    if _one_hot(P):  # 1 - (delta/2)^(1/n) <= epsilon
         return int(math.ceil(math.log(delta / 2) / math.log1p(-epsilon)))
-    return stats.tv_upper_bound_n_for(P, epsilon, delta / 2)
+    return min(stats.tv_upper_bound_n_for(P, epsilon, delta / 2), crossu.tv_upper_bound_crossu_n_for(P, epsilon, delta / 2))
+
+
+def tv_interval_inconclusive(probs, n: int, delta: float, epsilon: float) -> float:
+    """An upper bound on P(:func:`tv_interval`'s upper end >= ``epsilon``) for ``n`` draws of a lossless
+    sampler (law P): the rate at which that bound leaves its certificate inconclusive (the chosen bound's
+    tail: McDiarmid for the plug-in bound, Bernstein for the cross U-statistic one; 0 or 1 for a one-hot target,
+    whose lossless counts are fixed)."""
+    P = np.asarray(probs, dtype=np.float64)
+    n = int(n)
+    if _one_hot(P):
+        return float(clopper_pearson(0, n, delta)[1] >= epsilon)
+    if _use_crossu(P, n, delta / 2):
+        return crossu.tv_upper_bound_crossu_exceed(P, n, delta / 2, epsilon)
+    return stats.tv_upper_bound_exceed(P, n, delta / 2, epsilon)
 
 
 def plan_chunks(draws: int, min_chunks: int, max_chunk: int, min_chunk: int = 500) -> list[int]:
@@ -382,6 +416,7 @@ class Accumulator:
     counts: np.ndarray = field(init=False)
     pairs: np.ndarray = field(init=False)
     joint: np.ndarray = field(init=False)
+    windows: np.ndarray = field(init=False)  # (N - J - 1, W^J) the J-windows [a, a + J), a = 1..N-J-1 (the last: lagged)
     pit_hist: np.ndarray = field(init=False)
     pit_pairs: np.ndarray = field(init=False)
     logprob: list = field(init=False)
@@ -397,6 +432,8 @@ class Accumulator:
         self.counts = np.zeros((N, W), np.int64)
         self.pairs = np.zeros((N - 1, W * W), np.int64)
         self.joint = np.zeros(W ** self.joint_tokens if self.joint_tokens >= 2 else 0, np.int64)
+        J = self.joint_tokens
+        self.windows = np.zeros((max(N - J - 1, 0) if J >= 2 else 0, W ** J if J >= 2 else 0), np.int64)
         self.pit_hist = np.zeros((N, self.pit_bins), np.int64)
         self.pit_pairs = np.zeros((2, self.pair_bins ** 2), np.int64)
         self.logprob = []
@@ -431,30 +468,41 @@ class Accumulator:
             self.calls_without_stats += 1
 
     def _add_counts(self, sym: np.ndarray) -> None:
-        """Positions, consecutive pairs and the first-J joint of symbols (B, N) in one bincount (built
-        position-major, so every step runs over contiguous rows)."""
+        """Positions, consecutive pairs, the first-J joint and the middle J-windows of symbols (B, N) in one
+        bincount (built position-major, so every step runs over contiguous rows)."""
         B, N = sym.shape
         W, J = self.law.n_symbols, self.joint_tokens
         n_pos, n_pair = N * W, (N - 1) * W * W
+        n_mid = self.windows.shape[0]
         s = np.ascontiguousarray(sym.T)  # (N, B)
-        codes = np.empty((2 * N - 1 + (J >= 2), B), np.int64)  # (N + N-1 [+ 1], B) cell of each statistic
+        codes = np.empty((2 * N - 1 + (J >= 2) + n_mid, B), np.int64)  # (rows, B) cell of each statistic
         np.add(s, (np.arange(N) * W)[:, None], out=codes[:N])
         pair = codes[N:2 * N - 1]  # (N-1, B)
         np.multiply(s[:-1], W, out=pair)
         pair += s[1:]
         pair += (n_pos + np.arange(N - 1) * W * W)[:, None]
         if J >= 2:
-            j = codes[-1]  # (B,)
+            j = codes[2 * N - 1]  # (B,)
             j[:] = s[0]
             for t in range(1, J):
                 j *= W
                 j += s[t]
+            prev = j.copy()  # the window [a, a + J) -> [a + 1, a + 1 + J): drop x_a, append x_{a+J}
             j += n_pos + n_pair
-        tally = np.bincount(codes.ravel(), minlength=n_pos + n_pair + self.joint.size)
+            base = n_pos + n_pair + self.joint.size
+            for a in range(1, 1 + n_mid):
+                row = codes[2 * N - 1 + a]
+                np.remainder(prev, W ** (J - 1), out=row)
+                row *= W
+                row += s[a + J - 1]
+                prev[:] = row
+                row += base + (a - 1) * W ** J
+        tally = np.bincount(codes.ravel(), minlength=n_pos + n_pair + self.joint.size + self.windows.size)
         self.counts += tally[:n_pos].reshape(N, W)
         self.pairs += tally[n_pos:n_pos + n_pair].reshape(N - 1, W * W)
         if J >= 2:
-            self.joint += tally[n_pos + n_pair:]
+            self.joint += tally[n_pos + n_pair:n_pos + n_pair + self.joint.size]
+            self.windows += tally[n_pos + n_pair + self.joint.size:].reshape(self.windows.shape)
 
     def _add_pit(self, u: np.ndarray, g: np.ndarray) -> None:
         """PIT values u (B, N) and their pair-grid cells g (B, N): the per-position histograms, and the
@@ -654,6 +702,15 @@ def _lag_pair_specs(lagged: Optional[LaggedTables]) -> list[TestSpec]:
             if lagged.pit_pairs[i, ph].sum() > 0]
 
 
+def _window_specs(acc: "Accumulator", law: ExactLaw) -> list[TestSpec]:
+    """χ² (and the TV bound) of each middle J-window [a, a + J), a = 1..N-J-1, against :meth:`ExactLaw.joint_at`:
+    with the first (``joint[0:J]``) and the last (:func:`_later_specs`) every window of J tokens is bounded."""
+    J, W = acc.joint_tokens, law.n_symbols
+    return [TestSpec("gof", f"joint[{a}:{a + J}]", None, True,
+                     _gof(acc.windows[a - 1], law.joint_at(a, J), f"{W ** J} sequences"), True)
+            for a in range(1, 1 + acc.windows.shape[0]) if acc.windows[a - 1].sum() > 0]
+
+
 def _later_specs(acc: "Accumulator", law: ExactLaw) -> list[TestSpec]:
     """χ² of the joint of the last J positions against :meth:`ExactLaw.joint_at` (none when N <= J)."""
     lg = acc.lagged
@@ -816,6 +873,7 @@ def plan_tests(acc: Accumulator, baseline: Optional[Accumulator], k: int, accept
         specs.append(TestSpec("gof", "pair", t, True, _gof(acc.pairs[t], pairm[t], f"{W * W} pairs"), True))
     if joint is not None:
         specs.append(TestSpec("gof", f"joint[0:{J}]", None, True, _gof(acc.joint, joint, f"{W ** J} sequences"), True))
+    specs += _window_specs(acc, law)
     specs += _later_specs(acc, law)
     if baseline is not None and baseline.n > 0:
         for t in range(N):

@@ -148,7 +148,7 @@ class RunState:
             pass
 
 
-SHARD_SCHEME = "shards-v1"  # how a run is cut into shards and seeded (part of every state fingerprint)
+SHARD_SCHEME = "shards-v2"  # how a run is cut into shards and seeded, and its statistics (v2: every J-window); part of every state fingerprint
 SEQUENTIAL_SCHEME = "eprocess-v1"  # how a run is looked at and stopped (harness.verify.sequential)
 CHECKPOINT_S = 10.0  # a run's merged prefix of shards is saved at most this often while it is drawn
 

@@ -124,7 +124,8 @@ def _write(d: Path, table, verdicts, dist_pit, meta, summary, figures: bool, wor
 def _summary(table, verdicts, runs, laws, config, meta, timing, passed, resume_lines=()) -> str:
     is_vn = verdicts.scenario.str.startswith("von_neumann")
     is_rm = verdicts.scenario == REAL_MODEL
-    L = _header(config, meta, passed) + _certificates(verdicts, config) + \
+    must = verdicts[(verdicts.certificate.fillna("") != "") & ~verdicts.role.isin(MUST_BE_CAUGHT)]
+    L = _header(config, meta, passed) + (_strongest(must) if len(must) else []) + _certificates(verdicts, config) + \
         [f"**Resumed:** {line}." for line in resume_lines] + ([""] if resume_lines else []) + _budget(config, timing)
     L += _scenarios(verdicts[verdicts.role.isin(UNDER_TEST) & ~is_vn & ~is_rm], table, runs, laws)
     L += _real_model_section(verdicts[is_rm], config)
@@ -162,19 +163,45 @@ def _header(config, meta, passed) -> list[str]:
 
 
 def cert_statement(v) -> str:
-    """The certificate of one run in words: 'certified: TV ≤ ε per position (confidence 1 − δ)' and the rest,
+    """The certificate of one run in words, by the law each bound covers: 'certified (confidence 1 − δ): TV ≤ ε
+    for the marginal at each position, ..., for every window of J tokens' (or 'the whole output law'),
     'inconclusive: ...' or 'lossy'."""
     conf = f"confidence {_fmt(v.cert_confidence, 4)}"
     if v.scenario == REAL_MODEL:
-        what = f"Kolmogorov distance of the pooled PIT law ≤ {_fmt(v.epsilon_real)} ({conf})"
+        what = f"Kolmogorov distance of the pooled PIT law ≤ {_fmt(v.epsilon_real)}"
     else:
-        what = (f"TV ≤ {_fmt(v.epsilon_position)} per position, ≤ {_fmt(v.epsilon_pair)} per pair, "
-                f"≤ {_fmt(v.epsilon_joint)} on the joint ({conf})")
+        what = getattr(v, "cert_scope", "") or (f"TV ≤ {_fmt(v.epsilon_position)} per position, "
+                                                f"≤ {_fmt(v.epsilon_pair)} per pair, ≤ {_fmt(v.epsilon_joint)} on the joint")
     if v.certificate == "certified":
-        return f"certified: {what}"
+        return f"certified ({conf}): {what}"
     if v.certificate == "lossy":
         return "lossy: a loss test rejects"
-    return f"inconclusive: not {what}"
+    return f"inconclusive ({conf}): not all of {what}"
+
+
+def _rate(x) -> str:
+    return f"{x:.2g}" if isinstance(x, float) and math.isfinite(x) else "—"
+
+
+def _strongest(v) -> list[str]:
+    """The lead: for each run that must be certified, the broadest law it was certified on."""
+    L = ["## What this run certified",
+         "The broadest statement each run earned (whole output law > every window of J tokens > each consecutive "
+         "pair > the marginal at each position), every one at the command's simultaneous confidence; P(inconclusive): "
+         "an upper bound on the probability that a lossless sampler of this size ends inconclusive (the sum over the "
+         "run's bounds of each bound's tail at its ε: McDiarmid / Bernstein, conservative).", ""]
+    for _, r in v.iterrows():
+        if r.scenario == REAL_MODEL:
+            s = f"Kolmogorov distance of the pooled PIT law ≤ {_fmt(r.epsilon_real)}" if r.certificate == "certified" else "none"
+        else:
+            s = getattr(r, "cert_strongest", "") or "none"
+        L.append(f"- **{r.run}** on {r.scenario}: {s} (P(inconclusive | lossless) ≤ {_rate(r.get('cert_inconclusive_rate'))})")
+    rates = v.cert_inconclusive_rate.to_numpy(np.float64) if "cert_inconclusive_rate" in v else np.zeros(0)
+    rates = rates[np.isfinite(rates)]
+    if rates.size:
+        L += ["", f"P(some run of this command ends inconclusive | every sampler lossless) ≤ **{min(1.0, rates.sum()):.2g}** "
+                  f"(sum over the {rates.size} exact-law runs with a certificate; the real-model run's is not included)"]
+    return L + [""]
 
 
 def _needed(v) -> str:
@@ -190,21 +217,24 @@ def _certificates(verdicts, config) -> list[str]:
          "A run is certified when no loss test rejects and every upper confidence bound of it lies below its "
          f"tolerance ε; all bounds of this command hold simultaneously with confidence {config['tv_confidence']:g} "
          f"(Bonferroni: δ = {config['tv_delta_each']:.2g} per bound), so each certificate is an interval-inclusion "
-         "equivalence test at that confidence. TV bounds are finite-sample (Bretagnolle–Huber–Carol or "
-         "E|L1| + McDiarmid on the cells the target gives mass, the others lumped into one: they cover the whole "
-         "law; Clopper–Pearson for a one-hot target); the asymptotic noncentral-χ² inversion is reported in tests.csv "
-         "(`tv_upper_asymptotic`) but certifies nothing (its coverage at this δ is not verified). Largest bound / ε: "
+         "equivalence test at that confidence. TV bounds are finite-sample, on the cells the target gives mass with the "
+         "others lumped into one (they cover the whole law of what they bound): the plug-in bound (Bretagnolle–Huber–Carol "
+         "or E|L1| + McDiarmid, width ~√(k/n)) or the χ²-type cross U-statistic bound (two random halves of the draws, "
+         "Bernstein's inequality; width ~k^(1/4)/√n; `harness.stats.crossu`), whichever has the smaller planning figure at "
+         "that law and size (chosen before the counts are seen); Clopper–Pearson for a one-hot target. The asymptotic "
+         "noncentral-χ² inversion is reported in tests.csv (`tv_upper_asymptotic`) but certifies nothing. Largest bound / ε: "
          "the bound closest to its tolerance. Draws to certify: sequences at which a lossless sampler's expected "
-         "bounds all fall below ε (the bound planners), to compare with those drawn; at exactly that size about "
-         "half of lossless runs certify (each bound scatters around its expectation), at 1.3× nearly all.", "",
-         "| run | scenario | certificate | largest bound / ε | max bound: position, pair, joint | "
-         "sequences drawn | draws to certify | method |",
-         "|---|---|---|---|---|---|---|---|"]
+         "bounds all fall below ε (about half of lossless runs of that size certify). P(inconclusive): the bound on "
+         "the rate at which a lossless sampler of the size drawn ends inconclusive.", "",
+         "| run | scenario | certificate | largest bound / ε | max bound: position, pair, J-window | "
+         "sequences drawn | draws to certify | P(inconclusive) | method |",
+         "|---|---|---|---|---|---|---|---|---|"]
     for _, r in v.iterrows():
         bounds = (f"Kolmogorov {_fmt(r.pit_kolmogorov_upper)}" if r.scenario == REAL_MODEL else
                   f"{_fmt(r.tv_position_upper_max)}, {_fmt(r.tv_pair_upper_max)}, {_fmt(r.tv_joint_upper)}")
         L.append(f"| {r.run} ({r.role}) | {r.scenario} | **{cert_statement(r)}** | {r.cert_worst} "
-                 f"({_fmt(r.cert_worst_ratio)}) | {bounds} | {int(r.sequences):,} | {_needed(r)} | {r.cert_method} |")
+                 f"({_fmt(r.cert_worst_ratio)}) | {bounds} | {int(r.sequences):,} | {_needed(r)} | "
+                 f"{_rate(r.get('cert_inconclusive_rate'))} | {r.cert_method} |")
     return L + [""]
 
 
@@ -248,10 +278,10 @@ def _scenarios(main, table, runs, laws) -> list[str]:
     L = ["## Scenarios",
          "Detectable TV: the smallest TV(sampler, target) at one position that the per-position χ² "
          "detects with the stated power at its level (noncentral χ², ½√(λ*/n)). TV bound: upper "
-         "confidence bound on TV(sampler, target) per position (max over positions) and on the joint "
-         "of the first J tokens, method named in tests.csv (`tv_method`).", "",
+         "confidence bound on TV(sampler, target) per position (max over positions) and on the J-windows "
+         "(max over every window of J tokens; J = N: the whole output law), method named in tests.csv (`tv_method`).", "",
          "| scenario | controls | exact α per draft position | sequences | verdict | min adj. p | "
-         "detectable TV / position | TV bound / position (max) | TV bound, joint | PIT: detectable KS "
+         "detectable TV / position | TV bound / position (max) | TV bound, J-windows (max) | PIT: detectable KS "
          "(pooled / position) |",
          "|---|---|---|---|---|---|---|---|---|---|"]
     for _, v in main.iterrows():

@@ -4,8 +4,8 @@ The verdict of a run is three-valued (issue 10):
 
 * **lossy** — one of its loss tests rejects after Holm;
 * **certified** — nothing rejects *and* every upper confidence bound of the run lies below its tolerance ε
-  (:mod:`harness.verify.epsilon`): TV(sampler, target) per position, per consecutive pair and on the joint of
-  the first J tokens (exact-law runs: finite-sample bounds only, :func:`harness.verify.battery.tv_interval`), or the
+  (:mod:`harness.verify.epsilon`): TV(sampler, target) of the marginal at each position, of each consecutive
+  pair and of every window of J tokens (J = N: the whole output law) (exact-law runs: finite-sample bounds only, :func:`harness.verify.battery.tv_interval`), or the
   Kolmogorov distance of the pooled PIT law from U(0, 1) (real-model runs, DKW).  All bounds of the command
   hold simultaneously with confidence ``tv_confidence`` (Bonferroni-split): an interval-inclusion equivalence
   test at that confidence;
@@ -31,7 +31,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from harness.verify.battery import tv_interval_n_for
+from harness.verify.battery import tv_interval_inconclusive, tv_interval_n_for
 from harness.core.forkmap import fork_map
 from harness.verify.realmodel import REAL_MODEL_SCENARIO
 from harness.stats import kolmogorov_upper_bound_n_for
@@ -47,7 +47,7 @@ NAN = math.nan
 @dataclass(frozen=True)
 class TVPart:
     """TV(sampler, target) of an exact-law run: the worst position (estimate, where, bounds), the largest
-    per-position upper bound and detectable TV, the joint of the first J tokens, and the most certain of all
+    per-position upper bound and detectable TV, the J-windows (each field: its largest over the windows), and the most certain of all
     gof tests (``tv_best*``: the largest certified lower bound)."""
 
     tv_position_max: float = NAN
@@ -110,7 +110,12 @@ class CertificatePart:
     cert_worst_ratio: float = NAN  # that bound / its eps (< 1: certified)
     cert_method: str = ""
     certify_draws: float = NAN  # sequences at which a lossless sampler's expected bounds all fall below eps (about
-                                # half of lossless runs of that size certify; 1.3x that, nearly all)
+                                # half of lossless runs of that size certify)
+    cert_scope: str = ""  # the laws bounded, in words: 'TV <= e for the marginal at each position, ...'
+    cert_strongest: str = ""  # the broadest law whose bounds all lie below their eps (whole output > every
+                              # J-window > each pair > each position marginal), in words; 'none' if no level holds
+    cert_inconclusive_rate: float = NAN  # upper bound on P(inconclusive | lossless sampler) at this run's size:
+                                         # the sum over its bounds of P(bound >= eps) (battery.tv_interval_inconclusive)
 
 
 # The columns of runs.csv, in order (the order they had when RunVerdict was one flat record of 55 fields);
@@ -125,7 +130,7 @@ RUN_COLUMNS = (
     "pit_position_detectable", "pit_pairs_tv_hat", "pit_pairs_min_p", "pit_pairs_min_p_adjusted",
     "pit_pairs_detectable", "pit_pairs_cells", "expected_acceptance", "certificate", "epsilon_position",
     "epsilon_pair", "epsilon_joint", "epsilon_real", "tv_pair_upper_max", "cert_confidence", "cert_worst",
-    "cert_worst_ratio", "cert_method", "certify_draws",
+    "cert_worst_ratio", "cert_method", "certify_draws", "cert_scope", "cert_strongest", "cert_inconclusive_rate",
 )
 PARTS = ("tv", "pit", "accept", "cert")  # the RunVerdict fields holding a part
 
@@ -232,9 +237,8 @@ def _tv_summary(sub: pd.DataFrame) -> dict:
                tv_position_lower=float(worst.tv_lower) if worst is not None else NAN,
                tv_position_upper=float(worst.tv_upper) if worst is not None else NAN,
                tv_position_upper_max=_max(pos.tv_upper),
-               tv_joint=float(joint.tv_hat.iloc[0]) if len(joint) else NAN,
-               tv_joint_lower=float(joint.tv_lower.iloc[0]) if len(joint) else NAN,
-               tv_joint_upper=float(joint.tv_upper.iloc[0]) if len(joint) else NAN,
+               tv_joint=_max(joint.tv_hat), tv_joint_lower=_max(joint.tv_lower),
+               tv_joint_upper=_max(joint.tv_upper),  # the J-windows: the largest of each
                mde_position_tv=_max(pos.min_detectable))
     return out
 
@@ -251,6 +255,7 @@ class Certifier:
     confidence: float
     control_scale: float = 1.0  # control-sized runs (:func:`control_sized`) are certified at ε x this
     planned: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε) -> draws, a cache
+    rates: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε, n) -> P(inconclusive)
 
     def draws_for(self, scenario: str, test: str, position: int, eps: float, probs) -> int:
         """Sequences at which a lossless sampler's expected bound of this test reaches ``eps``
@@ -259,6 +264,14 @@ class Certifier:
         if key not in self.planned:
             self.planned[key] = tv_interval_n_for(probs(), eps, self.delta)
         return self.planned[key]
+
+    def inconclusive_for(self, scenario: str, test: str, position: int, eps: float, n: int, probs) -> float:
+        """Upper bound on P(this bound >= ``eps``) for ``n`` draws of a lossless sampler
+        (:func:`harness.verify.battery.tv_interval_inconclusive`), computed once per scenario, test, ε and n."""
+        key = (scenario, test, position, eps, n)
+        if key not in self.rates:
+            self.rates[key] = tv_interval_inconclusive(probs(), n, self.delta, eps)
+        return self.rates[key]
 
     def of(self, scenario: str, control_sized: bool = False) -> Epsilons:
         eps = self.epsilons.get(scenario, self.default)
@@ -278,8 +291,32 @@ def _outcome(lossy: bool, certified: bool) -> str:
 
 def _gof_law(law, J: int):
     """test name, position -> the exact law a gof test of this run is against (for the planner)."""
-    return lambda test, pos: (law.marginals()[pos] if test == "position" else law.pair_marginals()[pos]
-                              if test == "pair" else law.joint(J))
+    def law_of(test: str, pos: int):
+        if test == "position":
+            return law.marginals()[pos]
+        if test == "pair":
+            return law.pair_marginals()[pos]
+        a, b = (int(x) for x in test[len("joint["):-1].split(":"))  # joint[a:b]: the window [a, b)
+        return law.joint_at(a, b - a)
+    return law_of
+
+
+def _window_words(J: int, N: int, n_windows: int) -> str:
+    return f"the whole output law (all {N} tokens)" if J >= N else f"every window of {J} tokens ({n_windows} windows)"
+
+
+def _scope(eps: Epsilons, J: int, N: int, gof: pd.DataFrame) -> tuple[str, str]:
+    """(the certificate's laws in words, the broadest level whose bounds all lie below their ε)."""
+    n_win = int(gof.test.str.startswith("joint").sum())
+    levels = [("position", f"{eps.position:g} for the marginal at each position"),
+              ("pair", f"{eps.pair:g} for each consecutive pair")]
+    if n_win:
+        levels.append(("joint", f"{eps.joint:g} for {_window_words(J, N, n_win)}"))
+    scope = "TV ≤ " + ", ≤ ".join(w for _, w in levels)
+    kind = gof.test.where(~gof.test.str.startswith("joint"), "joint")
+    earned = [w for k, w in levels if (kind == k).any() and bool(np.all(gof.tv_upper[kind == k] /
+                                                                       eps.for_test(k) < 1))]
+    return scope, ("TV ≤ " + earned[-1] if earned else "none")
 
 
 def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier) -> dict:
@@ -293,18 +330,23 @@ def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier)
     i = int(np.argmax(ratio))
     row = gof.iloc[i]
     certified = not lossy and bool(np.all(ratio < 1))
-    draws = NAN
+    draws = rate = NAN
     if r.role not in MUST_BE_CAUGHT:  # the draws that certify a lossless sampler here (the bound's planner)
         law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
-        draws = float(max(c.draws_for(r.scenario.name, t, int(p), float(x), lambda t=t, p=p: law_of(t, int(p)))
-                          for t, p, x in zip(gof.test, gof.position, e)))
+        keys = list(zip(gof.test, gof.position.astype(int), e.astype(float), gof.n.astype(int)))
+        draws = float(max(c.draws_for(r.scenario.name, t, p, x, lambda t=t, p=p: law_of(t, p)) for t, p, x, _ in keys))
+        rate = min(1.0, sum(c.inconclusive_for(r.scenario.name, t, p, x, n, lambda t=t, p=p: law_of(t, p))
+                            for t, p, x, n in keys))
     methods = sorted({str(m).split(" (")[0].replace("finite-sample: ", "") for m in gof.tv_method})
     pair = gof[gof.test == "pair"]
+    scope, strongest = _scope(eps, r.acc.joint_tokens if r.acc else 0, r.acc.law.N if r.acc else 0, gof)
     return dict(certificate=_outcome(lossy, certified), epsilon_position=eps.position, epsilon_pair=eps.pair,
                 epsilon_joint=eps.joint, tv_pair_upper_max=_max(pair.tv_upper), cert_confidence=c.confidence,
                 cert_worst=f"{row.test}" + (f"[{int(row.position)}]" if row.position >= 0 else "") +
                 f" {row.tv_upper:.3g} / {e[i]:g}", cert_worst_ratio=float(ratio[i]),
-                cert_method="finite-sample TV bounds: " + ", ".join(methods), certify_draws=draws)
+                cert_method="finite-sample TV bounds: " + ", ".join(methods), certify_draws=draws,
+                cert_scope=scope, cert_strongest="none (lossy)" if lossy else strongest,
+                cert_inconclusive_rate=rate)
 
 
 def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier] = None) -> RunVerdict:

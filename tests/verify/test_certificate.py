@@ -119,13 +119,17 @@ def test_inconclusive_exits_1_and_the_planned_draws_certify(scen_dir, tmp_path, 
     need = int(ref.certify_draws)
     assert 3000 < need < 200_000 and ref.cert_worst_ratio >= 1
     summary = (tmp_path / "a" / "summary.md").read_text()
-    assert summary.index("## Certificates") < summary.index("## Error budget") and "inconclusive: not TV" in summary
+    assert summary.index("## Certificates") < summary.index("## Error budget") and "inconclusive (confidence" in summary
+    assert "not all of TV ≤ 0.05 for the marginal at each position" in summary
     assert _verify(scen_dir, tmp_path / "b", 2 * need, *eps) == 0
     runs = pd.read_csv(tmp_path / "b" / "runs.csv", comment="#")
     ref = runs[runs.run == "reference"].iloc[0]
     assert ref.certificate == "certified" and ref.passed and ref.cert_worst_ratio < 1
     assert ref.tv_position_upper_max < 0.05 and ref.tv_pair_upper_max < 0.1 and ref.tv_joint_upper < 0.1
-    assert "certified: TV ≤ 0.05 per position" in (tmp_path / "b" / "summary.md").read_text()
+    text = (tmp_path / "b" / "summary.md").read_text()
+    assert "TV ≤ 0.05 for the marginal at each position, ≤ 0.1 for each consecutive pair, ≤ 0.1 for" in text
+    assert text.index("## What this run certified") < text.index("## Certificates")  # the lead: the broadest law
+    assert ref.cert_strongest.startswith("TV ≤ 0.1 for ") and ref.cert_inconclusive_rate <= 1
 
 
 # ----------------------------------------------------------------------------------- warp guard
