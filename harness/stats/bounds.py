@@ -167,10 +167,12 @@ def kolmogorov_upper_bound_n_for(epsilon: float, delta: float = 1e-4, power: Opt
 
 
 def tv_upper_bound_exceed(probs, n, delta: float, epsilon: float) -> float:
-    """P(:func:`tv_upper_bound` ≥ ``epsilon``) for ``n`` draws of a lossless sampler (law P): the rate at which
-    its certificate at ε is *inconclusive* on this bound.  The bound is TV(Q̂, P) + a width fixed by (n, k, δ);
-    TV(Q̂, P) moves by at most 1/n when one draw changes, so McDiarmid's inequality gives
-    P(TV(Q̂, P) ≥ E TV(Q̂, P) + t) ≤ exp(−2 n t²), with E TV(Q̂, P) exact (:func:`_binomial_mad`)."""
+    """P(:func:`tv_upper_bound` ≥ ``epsilon``) for ``n`` draws of a lossless sampler (law P), bounded above: the
+    rate at which its certificate at ε is *inconclusive* on this bound.  The bound is TV(Q̂, P) + a width fixed
+    by (n, k, δ), so this is P(TV(Q̂, P) ≥ ε − width) ≤ exp(−2 n t²) by McDiarmid (TV(Q̂, P) moves by at most 1/n
+    when one draw changes; t = ε − width − E TV(Q̂, P), E exact from :func:`_binomial_mad`).  Conservative: its
+    proxy sd 1/(2√n) is ~2x the real spread of TV(Q̂, P) (a Chernoff bound using the counts' negative association
+    was tried: no sharper, its independent-terms variance is as large)."""
     p = _as_probs("probs", probs)
     _check_n("n", n)
     _check_level("delta", delta)

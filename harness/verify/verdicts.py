@@ -31,7 +31,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from harness.verify.battery import tv_interval_inconclusive, tv_interval_n_for
+from harness.verify.battery import tv_interval_inconclusive, tv_interval_inconclusive_normal, tv_interval_n_for
 from harness.core.forkmap import fork_map
 from harness.verify.realmodel import REAL_MODEL_SCENARIO
 from harness.stats import kolmogorov_upper_bound_n_for
@@ -116,6 +116,8 @@ class CertificatePart:
                               # J-window > each pair > each position marginal), in words; 'none' if no level holds
     cert_inconclusive_rate: float = NAN  # upper bound on P(inconclusive | lossless sampler) at this run's size:
                                          # the sum over its bounds of P(bound >= eps) (battery.tv_interval_inconclusive)
+    cert_inconclusive_normal: float = NAN  # the same by the normal approximation (the planning figure;
+                                           # battery.tv_interval_inconclusive_normal)
 
 
 # The columns of runs.csv, in order (the order they had when RunVerdict was one flat record of 55 fields);
@@ -131,6 +133,7 @@ RUN_COLUMNS = (
     "pit_pairs_detectable", "pit_pairs_cells", "expected_acceptance", "certificate", "epsilon_position",
     "epsilon_pair", "epsilon_joint", "epsilon_real", "tv_pair_upper_max", "cert_confidence", "cert_worst",
     "cert_worst_ratio", "cert_method", "certify_draws", "cert_scope", "cert_strongest", "cert_inconclusive_rate",
+    "cert_inconclusive_normal",
 )
 PARTS = ("tv", "pit", "accept", "cert")  # the RunVerdict fields holding a part
 
@@ -255,7 +258,7 @@ class Certifier:
     confidence: float
     control_scale: float = 1.0  # control-sized runs (:func:`control_sized`) are certified at ε x this
     planned: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε) -> draws, a cache
-    rates: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε, n) -> P(inconclusive)
+    rates: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε, n) -> the two rates
 
     def draws_for(self, scenario: str, test: str, position: int, eps: float, probs) -> int:
         """Sequences at which a lossless sampler's expected bound of this test reaches ``eps``
@@ -265,12 +268,14 @@ class Certifier:
             self.planned[key] = tv_interval_n_for(probs(), eps, self.delta)
         return self.planned[key]
 
-    def inconclusive_for(self, scenario: str, test: str, position: int, eps: float, n: int, probs) -> float:
-        """Upper bound on P(this bound >= ``eps``) for ``n`` draws of a lossless sampler
-        (:func:`harness.verify.battery.tv_interval_inconclusive`), computed once per scenario, test, ε and n."""
+    def inconclusive_for(self, scenario: str, test: str, position: int, eps: float, n: int, probs) -> tuple:
+        """(upper bound, normal approximation) of P(this bound >= ``eps``) for ``n`` draws of a lossless sampler
+        (:func:`harness.verify.battery.tv_interval_inconclusive`, ``..._normal``), once per scenario, test, ε and n."""
         key = (scenario, test, position, eps, n)
         if key not in self.rates:
-            self.rates[key] = tv_interval_inconclusive(probs(), n, self.delta, eps)
+            P = probs()
+            self.rates[key] = (tv_interval_inconclusive(P, n, self.delta, eps),
+                               tv_interval_inconclusive_normal(P, n, self.delta, eps))
         return self.rates[key]
 
     def of(self, scenario: str, control_sized: bool = False) -> Epsilons:
@@ -330,13 +335,14 @@ def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier)
     i = int(np.argmax(ratio))
     row = gof.iloc[i]
     certified = not lossy and bool(np.all(ratio < 1))
-    draws = rate = NAN
+    draws = rate = normal = NAN
     if r.role not in MUST_BE_CAUGHT:  # the draws that certify a lossless sampler here (the bound's planner)
         law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
         keys = list(zip(gof.test, gof.position.astype(int), e.astype(float), gof.n.astype(int)))
         draws = float(max(c.draws_for(r.scenario.name, t, p, x, lambda t=t, p=p: law_of(t, p)) for t, p, x, _ in keys))
-        rate = min(1.0, sum(c.inconclusive_for(r.scenario.name, t, p, x, n, lambda t=t, p=p: law_of(t, p))
-                            for t, p, x, n in keys))
+        rates = np.array([c.inconclusive_for(r.scenario.name, t, p, x, n, lambda t=t, p=p: law_of(t, p))
+                          for t, p, x, n in keys])
+        rate, normal = (min(1.0, float(v)) for v in rates.sum(0))
     methods = sorted({str(m).split(" (")[0].replace("finite-sample: ", "") for m in gof.tv_method})
     pair = gof[gof.test == "pair"]
     scope, strongest = _scope(eps, r.acc.joint_tokens if r.acc else 0, r.acc.law.N if r.acc else 0, gof)
@@ -346,7 +352,7 @@ def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier)
                 f" {row.tv_upper:.3g} / {e[i]:g}", cert_worst_ratio=float(ratio[i]),
                 cert_method="finite-sample TV bounds: " + ", ".join(methods), certify_draws=draws,
                 cert_scope=scope, cert_strongest="none (lossy)" if lossy else strongest,
-                cert_inconclusive_rate=rate)
+                cert_inconclusive_rate=rate, cert_inconclusive_normal=normal)
 
 
 def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier] = None) -> RunVerdict:

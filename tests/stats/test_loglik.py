@@ -1,5 +1,10 @@
 """The whole-sequence log-likelihood test (harness.stats.loglik): exact moments by DP, its level, its power,
-its planners, the mergeable sums, the real-model martingale, and its rows in the battery."""
+its planners, the mergeable sums, the real-model martingale, and its rows in the battery.
+
+False-failure rates (over seeds; deterministic at the fixed seeds), computed from the binomial law of the
+rejection count: the z test's level windows over 2000 runs 1.8e-3 (at 0.05) and 9e-5 (at 0.01); the martingale's
+over 600 runs 9e-3 (its window is ~2.3 sds); "conservative" checks (rate <= 0.05 at a level that is exact or
+conservative) at most 0.5; power checks (``pvalue < 1e-6`` on a shifted law) fail only for lack of power."""
 import itertools
 import math
 

@@ -1,5 +1,10 @@
 """The certificate of `verify` (issue 10): tolerances ε (default.toml, scenario files, --epsilon), the TV and
-Kolmogorov bound planners checked against the bounds themselves, and the three-valued verdict end to end."""
+Kolmogorov bound planners checked against the bounds themselves, and the three-valued verdict end to end.
+
+False-failure rates (over seeds; deterministic at the fixed seeds): "certifies 9 times in 10" (hits >= 0.9 - 3 sd
+over 300 runs) 1.4e-3 if the planner's 0.9 holds; the planner-mean windows are set by the bound's spread (each states
+it); the end-to-end certificate at twice the planned draws fails for a lossless sampler with the run's
+P(inconclusive) (reported in its runs.csv, cert_inconclusive_normal)."""
 import math
 
 import numpy as np

@@ -1,6 +1,10 @@
 """Sequential stopping (issue 10, item 5): a clearly lossy run stops early, at the same shard on any number
 of workers; a lossless run is never stopped and its row passes; the averaged e-process keeps its level under
-H0 over many looks (simulation) and crosses fast under a real deviation; the budget splits as documented."""
+H0 over many looks (simulation) and crosses fast under a real deviation; the budget splits as documented.
+
+False-failure rates (over seeds; deterministic at the fixed seeds): the level check (crossed / 600 <= 0.1 + 3 sd)
+1.7e-3 for an e-process of level exactly 0.1 (less for a conservative one); a lossless run not stopped, at most its
+level; the crossing check under TV >= 0.2 fails only for lack of power."""
 import math
 
 import numpy as np

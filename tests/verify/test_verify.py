@@ -243,24 +243,39 @@ def _binomial_tolerance(reps: int, rate: float) -> int:
     return int(sps.binom.isf(1e-6, reps, rate))
 
 
-def test_tv_interval_covers_a_known_tv_over_many_seeds():
-    """Coverage against a known TV(Q, P): Q moves mass between cells and onto a cell P gives 0 (where the
-    lumped cell must still count it); both ends of the interval hold in >= 1 - delta of 2000 draws, up to
-    the binomial tolerance.  A bound that dropped the zero cells' mass, or halved its width, fails here."""
-    P = np.array([0.4, 0.3, 0.2, 0.1, 0.0, 0.0])
-    Q = np.array([0.37, 0.3, 0.21, 0.1, 0.02, 0.0])
-    tv = 0.5 * np.abs(Q - P).sum()  # 0.03
-    rng = np.random.default_rng(11)
-    delta, reps, n = 0.2, 2000, 2000
+def _interval_misses(P, Q, n, delta, reps, seed):
+    """(upper-end misses, lower-end misses) of tv_interval over ``reps`` multinomial(n, Q) draws."""
+    tv = 0.5 * np.abs(Q - P).sum()
+    rng = np.random.default_rng(seed)
     miss_up = miss_lo = 0
     for _ in range(reps):
         tv_hat, lo, up, how = tv_interval(rng.multinomial(n, Q), P, delta)
         miss_up += up < tv
         miss_lo += lo > tv
         assert "finite-sample" in how
-    assert miss_up <= _binomial_tolerance(reps, delta / 2) and miss_lo <= _binomial_tolerance(reps, delta / 2)
+    return miss_up, miss_lo
+
+
+def test_tv_interval_covers_a_known_tv_over_many_seeds():
+    """Coverage against a known TV(Q, P), in two regimes chosen so that a wrong bound visibly misses:
+    (a) Q = P at 2000 draws: the lower end must stay at 0 = TV; with the width halved it exceeds 0 in ~25 % of
+    draws (measured: 503 of 2000 lower-end misses with ``_tv_bound_width`` halved);
+    (b) Q moves 0.02 of its mass onto a cell P gives 0 (TV 0.03) at 100,000 draws: with that cell's mass dropped
+    the upper end (~0.028) lies below TV in nearly every draw (measured: 1883 of 2000 with ``lump_zero_cells``
+    dropping it).
+    Both ends hold in >= 1 - delta/2 of the draws each.  False-failure rate: each count may reach
+    binom.isf(1e-6, reps, delta/2), so a correct interval fails each assertion with probability <= 1e-6."""
+    P = np.array([0.4, 0.3, 0.2, 0.1, 0.0, 0.0])
+    Q = np.array([0.37, 0.3, 0.21, 0.1, 0.02, 0.0])
+    delta, reps = 0.2, 2000
+    tol = _binomial_tolerance(reps, delta / 2)
+    up, lo = _interval_misses(P, P, 2000, delta, reps, seed=11)
+    assert up == 0 and lo <= tol
+    up, lo = _interval_misses(P, Q, 100_000, delta, reps, seed=12)
+    assert up <= tol and lo <= tol
     # the interval is informative: at 2000 draws it excludes TV = 0.2 in most draws
-    assert np.mean([tv_interval(rng.multinomial(n, Q), P, delta)[2] < 0.2 for _ in range(200)]) > 0.9
+    rng = np.random.default_rng(13)
+    assert np.mean([tv_interval(rng.multinomial(2000, Q), P, delta)[2] < 0.2 for _ in range(200)]) > 0.9
 
 
 def test_tv_interval_asymptotic_bound_is_reported_apart():
