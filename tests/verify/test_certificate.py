@@ -44,7 +44,8 @@ def test_epsilon_sources_layer(scen_dir):
     from dataclasses import replace
     assert epsilons_for(replace(settings, full=True), power).position == 5e-4  # its full_epsilon_position (--full)
     assert epsilons_for(replace(settings, full=True), base).position == 5e-3  # base has none: its epsilon stays
-    assert epsilons_for(settings, power).joint == settings.epsilon["joint"]
+    assert epsilons_for(settings, power).joint == 5e-3  # power.toml's own: its whole output law (J = N)
+    assert epsilons_for(settings, power).pair == settings.epsilon["pair"]  # not in power.toml: [run]'s
     from dataclasses import replace
     cli = replace(settings, epsilon_override={"position": 0.01})
     assert epsilons_for(cli, power).position == 0.01  # the command line over the scenario file
