@@ -34,7 +34,7 @@ from harness.laws.transformer import check_markov, load_model, transition_matrix
 from harness.samples.format import SampleRecord, read_samples
 from harness.samples.producers import config_of
 
-__all__ = ["RULES", "rule_acceptance", "judged_states", "RuleFit", "fit_rules", "main"]
+__all__ = ["RULES", "rule_acceptance", "judged_states", "fixed_draft_fit", "RuleFit", "fit_rules", "main"]
 
 Z_CONSISTENT = 5.0
 
@@ -49,17 +49,35 @@ def rule_acceptance(P: np.ndarray, Q: np.ndarray) -> dict[str, np.ndarray]:
 RULES = ("standard", "one-hot", "exact-match")
 
 
-def judged_states(rec: SampleRecord, spec: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(state, draft position, accepted) of every draft position the engine judged in ``rec``."""
+def judged_states(rec: SampleRecord, spec: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(state, draft position, accepted, drafted token or -1 when the record does not list them) of every
+    draft position the engine judged in ``rec``."""
     out = rec.output_ids
-    s, states, pos, acc = 1, [], [], []  # token 0 comes from the prefill: the first step starts at index 1
-    for drafted, accepted in zip(spec["drafted"], spec["accepted"]):
+    listed = spec.get("draft_tokens")
+    s, states, pos, acc, tok = 1, [], [], [], []  # token 0 comes from the prefill: the first step starts at index 1
+    for i, (drafted, accepted) in enumerate(zip(spec["drafted"], spec["accepted"])):
         for j in range(min(drafted, accepted + 1)):  # positions up to the first rejection are judged
             if s - 1 + j >= len(out):
                 break
             states.append(out[s - 1 + j]), pos.append(j), acc.append(j < accepted)
+            tok.append(listed[i][j] if listed else -1)
         s += accepted + 1
-    return np.asarray(states, np.int64), np.asarray(pos, np.int64), np.asarray(acc, bool)
+    return (np.asarray(states, np.int64), np.asarray(pos, np.int64), np.asarray(acc, bool),
+            np.asarray(tok, np.int64))
+
+
+def fixed_draft_fit(records: list[SampleRecord], P: np.ndarray) -> tuple[int, int, float, float]:
+    """Drafts the engine names token by token (a lookup, e.g. llama.cpp's prompt lookup: ``x_spec.draft_tokens``):
+    every lossless verification of a fixed draft token d in state c accepts it with probability p(d | c)
+    (standard rule with a one-hot q, or exact match).  (judged, accepted, expected, z)."""
+    parts = [judged_states(r, r.extra["x_spec"]) for r in records
+             if r.extra.get("x_spec") and r.extra["x_spec"].get("draft_tokens") is not None]
+    if not parts:
+        raise ValueError("no record lists its drafted tokens (x_spec.draft_tokens)")
+    st, _, acc, tok = (np.concatenate(x) for x in zip(*parts))
+    a = P[st, tok]
+    exp, var = float(a.sum()), float((a * (1 - a)).sum())
+    return int(acc.size), int(acc.sum()), exp, (int(acc.sum()) - exp) / math.sqrt(max(var, 1e-12))
 
 
 @dataclass(frozen=True)
@@ -88,7 +106,7 @@ def fit_rules(records: list[SampleRecord], P: np.ndarray, Q: np.ndarray) -> Rule
     parts = [judged_states(r, r.extra["x_spec"]) for r in records if r.extra.get("x_spec")]
     if not parts:
         raise ValueError("no record carries the engine's speculative counters (x_spec): speculation never ran")
-    st, pos, acc = (np.concatenate(x) for x in zip(*parts))
+    st, pos, acc, _ = (np.concatenate(x) for x in zip(*parts))
     exp = {r: float(a[r][st].sum()) for r in RULES}
     var = {r: float((a[r][st] * (1 - a[r][st])).sum()) for r in RULES}
     z = {r: (int(acc.sum()) - exp[r]) / math.sqrt(max(var[r], 1e-12)) for r in RULES}
@@ -105,6 +123,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     records = read_samples(args.samples)
     spec = (records[0].engine or {}).get("speculative") or {}
+    x0 = next((r.extra["x_spec"] for r in records if r.extra.get("x_spec")), None)
+    if x0 is not None and x0.get("draft_tokens") is not None:
+        P = transition_matrix(_markov(args.target), config_of(records[0].controls))
+        n, k, exp, z = fixed_draft_fit(records, P)
+        verdict = "consistent with" if abs(z) < Z_CONSISTENT else "NOT consistent with"
+        print(f"{verdict}: lossless verification of fixed drafts, acceptance p(d | c) (z = {z:+.1f}; {k} of {n} "
+              f"judged drafts accepted, {exp:.0f} expected)")
+        return 0
     if spec.get("method") == "ngram":
         print("n-gram drafts: the rule is not inferred (the draft is a lookup, not the draft model's q)")
         return 0

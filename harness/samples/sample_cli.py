@@ -31,13 +31,14 @@ from specimpl.hf import load_pair, load_tiny_pair
 from harness.samples.openai import EndpointSpec, produce_openai
 from harness.samples.producers import make_requests
 from harness.samples.controls import CONTROLS
+from harness.samples.engines.llama_sample import SPEC_CHOICES as LLAMA_SPECS, produce_llama
 from harness.samples.engines.vllm_engine import SPEC_METHODS, default_python, produce_vllm, speculative_config
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--engine", choices=("ours", "hf", "openai", "vllm"), required=True)
+    ap.add_argument("--engine", choices=("ours", "hf", "openai", "vllm", "llama-cpp"), required=True)
     ap.add_argument("--out", type=Path, required=True, help="sample file to write (appended to; resumable)")
     ap.add_argument("--n-prompts", type=int, default=32)
     ap.add_argument("--n-per-prompt", type=int, default=4, help="completions per prompt (>= 2 for the "
@@ -81,8 +82,8 @@ def _add_vllm_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of ``--engine vllm`` (:mod:`harness.samples.engines.vllm_engine`)."""
     ap.add_argument("--vllm-python", help="vllm: the engine environment's Python (default $SPECVERIFY_VLLM_PYTHON or "
                                           ".venv-vllm/bin/python)")
-    ap.add_argument("--spec", choices=SPEC_METHODS, default="draft", help="vllm: speculation (default draft: a draft "
-                                                                          "model, probabilistic drafts)")
+    ap.add_argument("--spec", choices=SPEC_METHODS, help="vllm: speculation (default draft: a draft model, probabilistic "
+                                                         "drafts); llama-cpp: none or ngram (default: prompt lookup)")
     ap.add_argument("--vllm-shim", choices=("fixed", "stock"), default="fixed",
                     help="vllm CPU: with the expand-kernel fix plugin (vllm#55005) or vLLM as shipped")
     ap.add_argument("--max-num-seqs", type=int, default=256, help="vllm: requests the engine batches (default 256)")
@@ -94,6 +95,8 @@ def _add_vllm_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--greedy-share", type=float, default=0.0, help="vllm: share of greedy requests in the batch")
     ap.add_argument("--n", type=int, default=1, help="vllm: completions per request (SamplingParams.n)")
     ap.add_argument("--omit-temperature", action="store_true", help="vllm: leave temperature unset (vLLM's default)")
+    ap.add_argument("--gguf", help="llama-cpp: a GGUF file to run (default: --target exported to float32 GGUF)")
+    ap.add_argument("--llama-workers", type=int, default=1, help="llama-cpp: engine processes (one thread each)")
 
 
 def _check(args) -> None:
@@ -171,9 +174,18 @@ def _vllm(args, reqs, w: SampleWriter) -> int:
                    "max_num_batched_tokens": args.max_num_batched_tokens}
     return produce_vllm(reqs, w, python=args.vllm_python or default_python(), shim=args.vllm_shim,
                         progress=not args.no_progress, target=target,
-                        spec=speculative_config(args.spec, args.k, draft), controls=_controls(args), seed=args.seed,
+                        spec=speculative_config(args.spec or "draft", args.k, draft), controls=_controls(args), seed=args.seed,
                         seeding=args.seeding, greedy_share=args.greedy_share, n=args.n,
                         omit_temperature=args.omit_temperature, engine_args=engine_args)
+
+
+def _llama(args, reqs, w: SampleWriter) -> int:
+    args.spec = args.spec or "ngram"
+    check_option(args.spec in LLAMA_SPECS, "--spec", args.spec, f"one of {LLAMA_SPECS} for --engine llama-cpp "
+                 "(ngram: llama-cpp-python's prompt-lookup drafts)")
+    check_option(1 <= args.llama_workers <= 64, "--llama-workers", args.llama_workers, "an integer in [1, 64]")
+    return produce_llama(reqs, w, controls=_controls(args), seed=args.seed, spec=args.spec, k=args.k,
+                         workers=args.llama_workers, target=args.target, gguf=args.gguf, progress=not args.no_progress)
 
 
 def _openai(args, reqs, w: SampleWriter) -> int:
@@ -200,7 +212,7 @@ def run(args) -> int:
         before = len(w.done)
         try:
             n = (_openai(args, reqs, w) if args.engine == "openai" else _vllm(args, reqs, w) if args.engine == "vllm"
-                 else _in_process(args, reqs, w))
+                 else _llama(args, reqs, w) if args.engine == "llama-cpp" else _in_process(args, reqs, w))
         except (SamplerError, UsageError):
             raise
         except (OSError, ValueError) as e:
