@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -54,7 +54,8 @@ import pandas as pd
 from specimpl.errors import check_arg
 
 __all__ = ["expected_tokens", "analytic_speedup", "AcceptanceMetrics", "acceptance_metrics", "CostTable",
-           "simulate_rounds", "Prediction", "predict_measured", "predict_from_counts"]
+           "conditional_alphas", "simulate_rounds", "Prediction", "predict_run", "predict_measured",
+           "predict_from_counts"]
 
 
 # -- analytic model -------------------------------------------------------------------------------
@@ -209,6 +210,17 @@ class CostTable:
 
 
 # -- the round process ----------------------------------------------------------------------------
+def conditional_alphas(accepted_hist: Sequence[int]) -> np.ndarray:
+    """(k,) alpha_i = P(n >= i) / P(n >= i - 1) of the round law given by a histogram of n (rounds with
+    n = 0..k accepted drafts); 0 past the deepest position ever reached.
+
+    :func:`simulate_rounds` fed with these draws n with exactly the histogram's law, whatever verifier
+    produced it (chain, block, a tree's accepted depth): every round emits n + 1 tokens.
+    """
+    m = acceptance_metrics(accepted_hist)
+    return np.nan_to_num(np.asarray(m.alpha_per_position, dtype=np.float64), nan=0.0)
+
+
 def simulate_rounds(alphas: Sequence[float], B: int, max_new_tokens: int, n_sim: int = 400,
                     rng: Optional[np.random.Generator] = None, compact_below: float = 0.5) -> np.ndarray:
     """Rounds spent at each active batch size, averaged over ``n_sim`` simulated runs: array (B + 1,).
@@ -264,6 +276,22 @@ def _prefill_costs(costs: CostTable, B: int, prompt_len: int) -> tuple[float, fl
     return costs("target.prefill", prompt_len - 1, B), costs("draft.prefill", prompt_len - 1, B)
 
 
+def predict_run(round_s: Callable[[int], float], ar_step_s: float, prefill_s: tuple[float, float],
+                rounds_at: np.ndarray, max_new_tokens: int) -> Prediction:
+    """Expected wall times of one finite call of each kind, the round process given.
+
+    ``rounds_at`` (:func:`simulate_rounds`) is the expected number of rounds run with A rows in the batch;
+    ``round_s(A)`` the seconds of one round at active batch A (its draft calls, its verification, its
+    roll-backs and the sampler's own work); ``ar_step_s`` one target-only step at the full batch;
+    ``prefill_s`` = (target, draft) seconds of prefilling the prompts.  Both calls pay the target's prefill;
+    the speculative one also the draft's, and its last round is cut at ``max_new_tokens`` (a sequence
+    that needs 2 more tokens still pays a whole round).
+    """
+    pre_t, pre_d = (float(x) for x in prefill_s)
+    t_spec = pre_t + pre_d + sum(r * round_s(A) for A, r in enumerate(rounds_at) if r > 0)
+    return Prediction(t_spec, pre_t + max_new_tokens * ar_step_s, float(np.sum(rounds_at)))
+
+
 def predict_measured(costs: CostTable, alphas: Sequence[float], B: int, max_new_tokens: int, prompt_len: int,
                      n_sim: int = 400, seed: int = 0) -> Prediction:
     """Measured model: expected wall times of the speculative and the target-only call, and S.
@@ -272,11 +300,8 @@ def predict_measured(costs: CostTable, alphas: Sequence[float], B: int, max_new_
     """
     k = len(alphas)
     rounds_at = simulate_rounds(alphas, B, max_new_tokens, n_sim, np.random.default_rng(seed))
-    pre_t, pre_d = _prefill_costs(costs, B, prompt_len)
-    t_spec = pre_t + pre_d
-    t_spec += sum(r * costs.round_cost(k, A) for A, r in enumerate(rounds_at) if r > 0)
-    t_ar = pre_t + max_new_tokens * costs.token_cost_ar(B)
-    return Prediction(t_spec, t_ar, float(rounds_at.sum()))
+    return predict_run(lambda A: costs.round_cost(k, A), costs.token_cost_ar(B),
+                       _prefill_costs(costs, B, prompt_len), rounds_at, max_new_tokens)
 
 
 def predict_from_counts(costs: CostTable, k: int, round_batches: Sequence[int], B: int, max_new_tokens: int,

@@ -47,8 +47,8 @@ from harness.speedup.costmodel import CostTable
 from harness.speedup.profiler import profile_model, profile_sampler_overhead
 from harness.speedup.roofline.speedup import PairCosts
 from harness.speedup.roofline.model import Roofline
-from harness.speedup.roofline.speedup import speedup_table
 from harness.speedup.roofline.speedup import crossover_batch
+from harness.speedup.costmodel_run import RunCosts, run_grid, run_interval
 from harness.speedup.roofline.fidelity import bound_of, fits_of
 from harness.core.atomic import staged_report
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
@@ -57,7 +57,7 @@ from harness.core.threads import with_threads
 from harness.speedup.membound.widen import apply_prepack
 from specimpl.hf import tiny_pair_prompts
 
-__all__ = ["add_arguments", "run", "measure_acceptance", "local_costs", "roofline_costs", "recommend"]
+__all__ = ["add_arguments", "run", "measure_acceptance", "roofline_costs", "recommend"]
 
 Z95 = 1.959963984540054
 ROOFLINE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -75,6 +75,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--n-sequences", type=int, default=64, help="prompts used for acceptance")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5, help="profiler passes (local)")
+    ap.add_argument("--replicates", type=int, default=100, help="bootstrap replicates behind S's interval")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--prepack", choices=("none", "mkldnn", "skinny"), default="none",
@@ -100,6 +101,7 @@ def _check(args):
     for name, v in (("--n-sequences", args.n_sequences), ("--max-new-tokens", args.max_new_tokens),
                     ("--repeats", args.repeats)):
         check_option(v >= 1, name, v, "an integer >= 1")
+    check_option(args.replicates >= 10, "--replicates", args.replicates, "an integer >= 10")
     names = [a for a in args.algorithms.split(",") if a.strip()]
     try:
         algos = [Algorithm.parse(a.strip(), "--algorithms").name for a in names]
@@ -163,28 +165,31 @@ def _prompts(args, target) -> list[list[int]]:
 
 @torch.no_grad()
 def measure_acceptance(target, draft, prompts, algorithms, ks, max_new_tokens: int, seed: int = 0):
-    """(acceptance rows per (algorithm, k): E and its 95 % interval; the chain's alpha per position at max k)."""
-    rows, alpha = [], pd.DataFrame()
+    """(acceptance rows per (algorithm, k): E and its 95 % interval, the histogram of accepted drafts; the chain's
+    alpha per draft position at max k; {(algorithm, k): histogram})."""
+    rows, alpha, hists = [], pd.DataFrame(), {}
     for name in algorithms:
         algo = Algorithm.parse(name, "algorithm")
         for k in ks:
             r = algo.generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens,
                               generator=torch.Generator().manual_seed(seed))
             h = np.asarray(r.stats.accepted_hist, dtype=np.float64)  # (k+1,) rounds with n accepted
+            hists[(name, k)] = h.astype(np.int64)
             n = np.arange(h.size)
             N = h.sum()
             mean = float((h * n).sum() / N)
             sd = float(math.sqrt(max((h * (n - mean) ** 2).sum() / max(N - 1, 1), 0.0)))
             half = Z95 * sd / math.sqrt(N)
             rows.append({"algorithm": name, "k": k, "rounds": int(N), "tokens_per_round": 1 + mean,
-                         "tokens_per_round_lo": 1 + max(mean - half, 0.0), "tokens_per_round_hi": 1 + min(mean + half, k)})
+                         "tokens_per_round_lo": 1 + max(mean - half, 0.0), "tokens_per_round_hi": 1 + min(mean + half, k),
+                         "accepted_hist": " ".join(str(int(x)) for x in h)})
             if algo.kind == "chain" and k == max(ks):
                 reached, acc = r.stats.reached, r.stats.accepted_at
                 ci = [clopper_pearson(int(a), int(m), 0.05) for a, m in zip(acc, reached)]
                 alpha = pd.DataFrame({"position": np.arange(1, k + 1), "judged": reached, "accepted": acc,
                                       "alpha": acc / np.maximum(reached, 1), "alpha_lo95": [c[0] for c in ci],
                                       "alpha_hi95": [c[1] for c in ci]})
-    return pd.DataFrame(rows), alpha
+    return pd.DataFrame(rows), alpha, hists
 
 
 def _tokens_scored(algorithms, ks) -> tuple[list[int], list[int]]:
@@ -199,42 +204,65 @@ def _tokens_scored(algorithms, ks) -> tuple[list[int], list[int]]:
     return sorted(tn), sorted(dn)
 
 
-def local_costs(target, draft, algorithms, ks, batches, contexts, repeats: int, seed: int = 0):
-    """(PairCosts over the profiled contexts, the profile frame): forwards timed here at each context."""
+def _profile(target, draft, algorithms, ks, batches, contexts, max_new_tokens: int, repeats: int, seed: int):
+    """The profile frame: forwards at L + max_new_tokens // 2 (half-way through a call), prefill of L-token
+    prompts, each model on its own (``context`` = L); the sampler's overheads on null models (``context`` 0)."""
     tn, dn = _tokens_scored(algorithms, ks)
     frames = []
     for L in contexts:
         for role, m, ns in (("target", target, tn), ("draft", draft, dn)):
-            f = profile_model(m, role, ns, batches, context_len=L, prompt_len=8, repeats=repeats, warmup=1, seed=seed)
+            f = profile_model(m, role, ns, batches, context_len=L + max_new_tokens // 2, prompt_len=L,
+                              repeats=repeats, warmup=1, seed=seed)
             frames.append(f.assign(context=L))
     over = profile_sampler_overhead(target.vocab_size, ks, batches, repeats=max(3, repeats // 2), seed=seed)
-    prof = pd.concat(frames + [over.assign(context=0)], ignore_index=True)
-    # process CPU time (single-threaded): what a call costs this process, not that minute's contention on a
-    # shared machine (the sweep's 'cpu' basis); wall time is kept in costs.csv (median_s) beside it
-    tables = {L: CostTable(prof[prof.context == L], value="cpu_median_s") for L in contexts}
-    ov = CostTable(over, value="cpu_median_s")
+    return pd.concat(frames + [over.assign(context=0)], ignore_index=True)
+
+
+def _local_run_costs(prof: pd.DataFrame, contexts, max_new_tokens: int, value: str = "cpu_median_s") -> RunCosts:
+    """RunCosts from a profile frame (process CPU time, single-threaded: what a call costs this process, not that
+    minute's contention on a shared machine; wall time is kept in costs.csv as median_s)."""
+    half = max_new_tokens // 2
+    tables = {L + half: CostTable(prof[prof.context == L], value=value) for L in contexts}
+    ov = CostTable(prof[prof.context == 0], value=value)
+    first = tables[min(contexts) + half]
 
     def t(role):
-        return lambda n, B, L: tables[int(L)](f"{role}.forward", int(n), int(B))
+        return lambda n, B, Lm: tables[int(Lm)](f"{role}.forward", int(n), int(B))
 
-    costs = PairCosts(t("target"), t("draft"), lambda k, B: ov("spec.overhead", int(k), int(B)),
-                      lambda B: ov("ar.overhead", 1, int(B)))
-    return costs, prof.drop(columns=[c for c in ("samples_s", "cpu_samples_s") if c in prof])
+    def round_overhead(k, B):  # the sampler's own work and both models' roll-backs, per round
+        return (ov("spec.overhead", int(k), int(B)) + first.get("target.rollback", int(k), int(B))
+                + first.get("draft.rollback", max(int(k) - 1, 1), int(B)))
+
+    pair = PairCosts(t("target"), t("draft"), round_overhead, lambda B: ov("ar.overhead", 1, int(B)))
+    return RunCosts(pair, lambda role, B, L: tables[int(L) + half](f"{role}.prefill", int(L) - 1, int(B)))
 
 
-def roofline_costs(tshape, dshape, hw):
-    return PairCosts(Roofline(tshape, hw), Roofline(dshape, hw))
+def _resampler(prof: pd.DataFrame, contexts, max_new_tokens: int):
+    """rng -> RunCosts whose every (op, n, B) is the median of a bootstrap resample of its profiled passes."""
+    samples = [np.asarray(x, dtype=np.float64) for x in prof["cpu_samples_s"]]
+
+    def draw(rng):
+        med = [float(np.median(rng.choice(x, x.size))) for x in samples]
+        return _local_run_costs(prof.assign(cpu_median_s=med), contexts, max_new_tokens)
+    return draw
 
 
-def _grid(costs, acc: pd.DataFrame, batches, contexts, name: str, source: str, fits=None, bound=None) -> pd.DataFrame:
-    """The speedup grid (harness.speedup.roofline.speedup.COLUMNS) at the measured E, with S's interval from E's."""
-    frames = []
-    for a in acc.itertuples():
-        t = speedup_table(name, costs, 0.0, [a.algorithm], [a.k], batches, contexts,
-                          tokens={(a.algorithm, a.k): a.tokens_per_round}, bound=bound, fits=fits)
-        frames.append(t.assign(speedup_lo=t.speedup * a.tokens_per_round_lo / a.tokens_per_round,
-                               speedup_hi=t.speedup * a.tokens_per_round_hi / a.tokens_per_round))
-    return pd.concat(frames, ignore_index=True).assign(source=source)
+def roofline_costs(tshape, dshape, hw) -> RunCosts:
+    """Roofline forwards of the two configs on ``hw``; prefill of L tokens = one call scoring L - 1 tokens from
+    an empty cache (as :func:`harness.speedup.roofline.speedup.cost_frame`)."""
+    t, d = Roofline(tshape, hw), Roofline(dshape, hw)
+    return RunCosts(PairCosts(t, d), lambda role, B, L: float((t if role == "target" else d)(int(L) - 1, int(B), 0)))
+
+
+def _grid(costs: RunCosts, hists, batches, contexts, args, name: str, source: str, resample=None, fits=None,
+          bound=None) -> pd.DataFrame:
+    """The speedup grid (:data:`harness.speedup.costmodel_run.RUN_COLUMNS`) of the finite call at the measured
+    acceptance, with S's bootstrap interval (profiling noise where ``resample`` is given, acceptance always)."""
+    grid = run_grid(name, costs, hists, batches, contexts, args.max_new_tokens, seed=args.seed, bound=bound,
+                    fits=fits)
+    grid = run_interval(grid, resample or (lambda rng: costs), hists, args.max_new_tokens,
+                        replicates=args.replicates, seed=args.seed)
+    return grid.assign(source=source)
 
 
 def recommend(grid: pd.DataFrame, batches) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -257,15 +285,19 @@ def recommend(grid: pd.DataFrame, batches) -> tuple[pd.DataFrame, pd.DataFrame]:
         off.append({"context": L, "off_beyond_batch": x, "batches_scanned": f"{b.batch.min()}..{b.batch.max()}",
                     "regime": where})
     cols = ["context", "batch", "recommendation", "algorithm", "k", "speedup", "speedup_lo", "speedup_hi",
-            "goodput_spec", "goodput_ar", "tokens_per_round", "c", "speculate"]
+            "speedup_steady", "goodput_spec", "goodput_ar", "tokens_per_round", "c", "max_new_tokens", "speculate"]
     return rec[cols].reset_index(drop=True), pd.DataFrame(off)
 
 
 def _md(rec: pd.DataFrame, off: pd.DataFrame, alpha: pd.DataFrame, header: str) -> str:
-    lines = [header, "", "| context | batch | recommendation | predicted S (95 % from E) | goodput tok/s (spec / "
-             "target-only) | E | c |", "|---|---|---|---|---|---|---|"]
+    lines = [header, "", "S is the speedup of one call (prompt of `context` tokens, `max_new_tokens` new ones; prefill, the "
+             "last round cut, ragged batches included; harness.speedup.costmodel_run); its 95 % interval covers the "
+             "profiling noise and the acceptance estimate (bootstrap).  Steady-state S: one round against E "
+             "target-only steps, no prefill, no cut.", "",
+             "| context | batch | recommendation | S (95 %) | steady-state S | goodput tok/s (spec / target-only) | E | c |",
+             "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r.context} | {r.batch} | {r.recommendation} | {r.speedup:.3f} ({r.speedup_lo:.3f}–{r.speedup_hi:.3f}) "
-              f"| {r.goodput_spec:.4g} / {r.goodput_ar:.4g} | {r.tokens_per_round:.3f} | {r.c:.3f} |"
+              f"| {r.speedup_steady:.3f} | {r.goodput_spec:.4g} / {r.goodput_ar:.4g} | {r.tokens_per_round:.3f} | {r.c:.3f} |"
               for r in rec.itertuples()]
     lines += ["", "| context | speculation off beyond batch | batches scanned | over the scan |", "|---|---|---|---|"]
     lines += [f"| {r.context} | {'–' if not np.isfinite(r.off_beyond_batch) else f'{r.off_beyond_batch:.1f}'} | "
@@ -277,19 +309,25 @@ def _md(rec: pd.DataFrame, off: pd.DataFrame, alpha: pd.DataFrame, header: str) 
 
 
 def _costs(args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts):
-    """(PairCosts, profile frame or None, batches of the grid, fits, bound, source)."""
+    """(RunCosts, profile frame or None, batches of the grid, resampler, fits, bound, source)."""
     if hw is None:
-        costs, prof = local_costs(target, draft, algos, ks, batches, contexts, args.repeats, args.seed)
-        return costs, prof, batches, None, None, "measured"
+        prof = _profile(target, draft, algos, ks, batches, contexts, args.max_new_tokens, args.repeats, args.seed)
+        return (_local_run_costs(prof, contexts, args.max_new_tokens), prof, batches,
+                _resampler(prof, contexts, args.max_new_tokens), None, None, "measured")
     costs = roofline_costs(tshape, dshape, hw)
     scan = sorted(set(batches) | set(ROOFLINE_BATCHES))
-    return costs, None, scan, fits_of(costs), bound_of(costs.target), "roofline"
+    return costs, None, scan, None, fits_of(costs.pair), bound_of(costs.pair.target), "roofline"
+
+
+def _costs_csv(prof: pd.DataFrame) -> pd.DataFrame:
+    """The profile as costs.csv holds it: summaries, the raw samples left out."""
+    return prof.drop(columns=[c for c in ("samples_s", "cpu_samples_s") if c in prof])
 
 
 def _check_context(args, target, draft, algos, ks, contexts) -> None:
     """Profiling here needs every context plus the longest scored block within the models' positions."""
     mpe = min(getattr(m.model.config, "max_position_embeddings", 10 ** 9) for m in (target, draft))
-    need = max(contexts) + max(_tokens_scored(algos, ks)[0]) + 8
+    need = max(contexts) + args.max_new_tokens // 2 + max(_tokens_scored(algos, ks)[0]) + 8
     if need > mpe:
         raise UsageError(f"`--context` {args.context!r} is too long for this pair on `--hardware local`: profiling "
                          f"needs {need} positions, the models have {mpe} (max_position_embeddings)")
@@ -305,19 +343,22 @@ def run(args) -> int:
     prompts = _prompts(args, target)
     say = (lambda m: print(f"tune: {m}", file=sys.stderr))
     say(f"acceptance of {algos} at k = {ks} on {len(prompts)} prompts")
-    acc, alpha = with_threads(args.threads, lambda: measure_acceptance(target, draft, prompts, algos, ks,
-                                                                        args.max_new_tokens, args.seed))
+    acc, alpha, hists = with_threads(args.threads, lambda: measure_acceptance(target, draft, prompts, algos, ks,
+                                                                               args.max_new_tokens, args.seed))
     say("costs: " + ("profiling this machine" if hw is None else f"roofline on {hw.name}"))
-    costs, prof, scan, fits, bound, source = with_threads(args.threads, lambda: _costs(
+    costs, prof, scan, resample, fits, bound, source = with_threads(args.threads, lambda: _costs(
         args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts))
-    grid = _grid(costs, acc, scan, contexts, f"{tshape.name}+{dshape.name}@{args.hardware}", source, fits, bound)
+    say(f"S of a {args.max_new_tokens}-token call and its interval ({args.replicates} bootstrap replicates)")
+    grid = _grid(costs, hists, scan, contexts, args, f"{tshape.name}+{dshape.name}@{args.hardware}", source,
+                 resample, fits, bound)
     rec, off = recommend(grid, batches)
     meta = metadata({**vars(args), "name": f"tune-{tshape.name}-{args.hardware}"}, args.seed)
     text = _md(rec, off, alpha, f"`tune` {args.target} + {args.draft} on {args.hardware} ({source} costs); "
                                 f"{results_line(meta)}.")
     with staged_report(out, "tune") as st:
         for name, df in (("recommendation.csv", rec), ("off_beyond.csv", off), ("acceptance.csv", acc),
-                         ("alpha.csv", alpha), ("roofline.csv", grid)) + ((("costs.csv", prof),) if prof is not None else ()):
+                         ("alpha.csv", alpha), ("roofline.csv", grid)) + ((("costs.csv", _costs_csv(prof)),)
+                                                                           if prof is not None else ()):
             atomic_write_csv(st.dir / name, df, meta)
         atomic_write_text(st.dir / "recommendation.md", text)
         atomic_write_json(st.dir / "meta.json", meta)
