@@ -10,12 +10,17 @@
    rounds: rounds of one sequence are treated as independent), and the chain's alpha per draft position
    with exact 95 % Clopper-Pearson intervals.  Block's and tree's E are measured, not bounded.
 2. Costs: ``--hardware local`` profiles this machine's forwards (:func:`harness.speedup.profiler.profile_model`,
-   at each context) and the sampler's own per-round and per-token overheads, in process CPU time (robust
-   to other work on a shared machine; run with ``--threads 1``); any other hardware uses the
-   roofline (:mod:`harness.speedup.roofline.model`) of the two configs on that hardware file.
-3. S and goodput for every (algorithm, k, B, L) (:mod:`harness.speedup.roofline.speedup`), the best (algorithm, k)
-   per (B, L) with S's interval from E's, and the batch beyond which speculation should be off (the S = 1
-   crossover of the best configuration; on ``local`` only within the profiled batches).
+   half-way through a call of each context: L + max_new_tokens // 2; prefill of L-token prompts) and the
+   sampler's own per-round and per-token overheads, in process CPU time (robust to other work on a shared
+   machine; run with ``--threads 1``), then calibrates them by target-only runs of each model alone
+   (``--calibration solo``, :mod:`harness.speedup.costmodel_calibrate`; no speculative call is timed); any
+   other hardware uses the roofline (:mod:`harness.speedup.roofline.model`) of the two configs on that file.
+3. S of one call — prompt of L = ``--context`` tokens, ``--max-new-tokens`` new ones — for every (algorithm,
+   k, B, L) (:mod:`harness.speedup.costmodel_run`: prefill, the last round cut, ragged batches, per-batch
+   verification, per-round overheads), its 95 % bootstrap interval (profiling noise, acceptance), the
+   steady-state S beside it, the best (algorithm, k) per (B, L) or off where no S exceeds 1, and the batch
+   beyond which speculation should be off (the S = 1 crossover of the best configuration; on ``local``
+   only within the profiled batches).
 
 Writes, all together (:func:`harness.core.atomic.staged_report`), to ``--out`` (default results/tune/<target
 name>-<hardware>): recommendation.csv / .md, acceptance.csv, alpha.csv, roofline.csv (figures: ``python
@@ -49,6 +54,7 @@ from harness.speedup.roofline.speedup import PairCosts
 from harness.speedup.roofline.model import Roofline
 from harness.speedup.roofline.speedup import crossover_batch
 from harness.speedup.costmodel_run import RunCosts, run_grid, run_interval
+from harness.speedup.costmodel_calibrate import calibrate, profile_solo_runs
 from harness.speedup.roofline.fidelity import bound_of, fits_of
 from harness.core.atomic import staged_report
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
@@ -76,6 +82,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5, help="profiler passes (local)")
     ap.add_argument("--replicates", type=int, default=100, help="bootstrap replicates behind S's interval")
+    ap.add_argument("--calibration", choices=("solo", "none"), default="solo",
+                    help="local: calibrate the isolated profile by target-only runs of each model "
+                         "(harness.speedup.costmodel_calibrate), or not")
+    ap.add_argument("--solo-repeats", type=int, default=3, help="target-only runs per model and batch (local)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--prepack", choices=("none", "mkldnn", "skinny"), default="none",
@@ -102,6 +112,7 @@ def _check(args):
                     ("--repeats", args.repeats)):
         check_option(v >= 1, name, v, "an integer >= 1")
     check_option(args.replicates >= 10, "--replicates", args.replicates, "an integer >= 10")
+    check_option(args.solo_repeats >= 1, "--solo-repeats", args.solo_repeats, "an integer >= 1")
     names = [a for a in args.algorithms.split(",") if a.strip()]
     try:
         algos = [Algorithm.parse(a.strip(), "--algorithms").name for a in names]
@@ -312,6 +323,13 @@ def _costs(args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts
     """(RunCosts, profile frame or None, batches of the grid, resampler, fits, bound, source)."""
     if hw is None:
         prof = _profile(target, draft, algos, ks, batches, contexts, args.max_new_tokens, args.repeats, args.seed)
+        if args.calibration == "solo":
+            V = target.vocab_size
+            g = torch.Generator().manual_seed(args.seed)
+            solo = profile_solo_runs({"target": target, "draft": draft},
+                                     lambda B, L: torch.randint(0, V, (B, L), generator=g).tolist(), batches, contexts,
+                                     args.max_new_tokens, repeats=args.solo_repeats, seed=args.seed)
+            prof = calibrate(prof, solo)
         return (_local_run_costs(prof, contexts, args.max_new_tokens), prof, batches,
                 _resampler(prof, contexts, args.max_new_tokens), None, None, "measured")
     costs = roofline_costs(tshape, dshape, hw)

@@ -1,0 +1,67 @@
+"""One vLLM engine (its own process, the vLLM venv's Python) timed at several batch sizes: the worker of
+experiments/vllm_speedup.py.
+
+    .venv-vllm/bin/python experiments/vllm_speedup_worker.py job.json      # writes job["out"] (JSON)
+
+The job: ``target``, ``speculative`` (vLLM's speculative_config or null), ``prompts`` (token-id lists),
+``batches``, ``max_new_tokens``, ``repeats``, ``temperature``, ``engine_args``.  After one discarded warm-up
+call per batch, each repeat times, per batch B (order alternating between repeats), one ``generate`` of the
+first B prompts with max_new_tokens tokens (EOS ignored) and one with a single token (prefill + first step).
+Imports only the standard library, vLLM and harness/samples/engines/vllm_worker.py (itself stdlib + vLLM).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness" / "samples" / "engines"))
+
+from vllm_worker import engine_block, make_llm  # noqa: E402
+
+
+def _generate(llm, prompts, max_tokens: int, temperature: float):
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
+    t0 = time.perf_counter()
+    outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp, use_tqdm=False)
+    dt = time.perf_counter() - t0
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    drafted = accepted = 0
+    for o in outs:
+        m = getattr(o.outputs[0], "spec_decode_metrics", None)
+        if m is not None:
+            d = m.to_dict()
+            drafted += sum(d.get("per_step_drafted") or [])
+            accepted += sum(d.get("per_step_accepted") or [])
+    return dt, tokens, drafted, accepted
+
+
+def run(job: dict) -> dict:
+    tic = time.perf_counter()
+    llm = make_llm({"target": job["target"], "speculative": job["speculative"],
+                    "engine_args": job.get("engine_args") or {}})
+    startup = time.perf_counter() - tic
+    N, T, P = int(job["max_new_tokens"]), float(job["temperature"]), job["prompts"]
+    for B in job["batches"]:  # warm-up, discarded
+        _generate(llm, P[:B], N, T)
+    rows = []
+    for rep in range(int(job["repeats"])):
+        for B in (job["batches"] if rep % 2 == 0 else job["batches"][::-1]):
+            for kind, n in (("generate", N), ("first_token", 1)):
+                dt, tokens, drafted, accepted = _generate(llm, P[:B], n, T)
+                rows.append({"rep": rep, "batch": B, "kind": kind, "max_new_tokens": n, "seconds": dt,
+                             "tokens": tokens, "drafted": drafted, "accepted": accepted})
+    return {"engine": engine_block(job), "startup_s": startup, "rows": rows}
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    Path(job["out"]).write_text(json.dumps(run(job), indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":  # vLLM spawns its engine process on CPU: the guard is required
+    raise SystemExit(main(sys.argv[1:]))
