@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's harness: its provenance is this checkout's
 
 import numpy as np
 import pandas as pd
 from scipy import optimize, stats as sps
 
-from harness.samples.certificate import two_sample_n_for_tv
+from harness.samples.certificate import two_sample_n_for_tv  # noqa: E402
 from harness.core.figures import md_table
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.stats import clopper_pearson
