@@ -961,6 +961,503 @@ def _provenance(ctx: Ctx):
     return obs, checked > 0 and not dirty and not foreign and not missing
 
 
+# ====================================================== issue 26: "Nothing lost, nothing falsely certified"
+TINY = REPO / "specimpl" / "assets" / "tiny_pair"
+SMALL_SAMPLE = ("--engine", "ours", "--no-progress", "--n-prompts", 4, "--n-per-prompt", 2, "--max-new-tokens", 8)
+
+
+def _verdict(ctx: Ctx, out: str) -> str:
+    """The verdict a verify-samples report folder records (meta.json), or '?'."""
+    try:
+        return json.loads(ctx.path(out, "meta.json").read_text()).get("verdict", "?")
+    except (OSError, ValueError):
+        return "?"
+
+
+def _sample(ctx: Ctx, out: str, *args, timeout: float = 90) -> Proc:
+    return ctx.harness("sample", "--out", out, *args, timeout=timeout)
+
+
+def _sample_ids(path: Path) -> list[str]:
+    ids = []
+    for line in path.read_text().splitlines():
+        try:
+            ids.append(json.loads(line)["request_id"])
+        except (ValueError, KeyError, TypeError):
+            ids.append("<unreadable>")
+    return ids
+
+
+@probe("i26_partial_sweep_keeps_tables",
+       "Finding 1 (data loss): `sweep --suites grid` deletes the committed results/sweep/default/{measured.csv, "
+       "profiles.csv, timings.csv, fidelity.json} (the manifest removes the previous report's files a partial "
+       "run did not rewrite); a following `report` then deletes committed figures.  Probed on a copy of the "
+       "committed folder (cells left out): `sweep --suites grid --out sw`, then `report --results sw`.",
+       "after both commands every committed table and figure is still there (the tables of suites not run "
+       "byte-identical)", timeout=170, slow=True)
+def _partial_sweep(ctx: Ctx):
+    src = REPO / "results" / "sweep" / "default"
+    sw = ctx.path("sw")
+    shutil.copytree(src, sw, ignore=shutil.ignore_patterns("cells"))
+    tables = ["measured.csv", "profiles.csv", "timings.csv", "fidelity.json"]
+    before = {t: (sw / t).read_bytes() for t in tables if (sw / t).exists()}
+    figs = sorted(p.relative_to(sw).as_posix() for p in (sw / "figures").rglob("*") if p.is_file())
+    s = ctx.harness("sweep", "--suites", "grid", "--out", "sw", "--no-progress", timeout=80)
+    lost = [t for t in before if not (sw / t).exists()]
+    changed = [t for t in before if (sw / t).exists() and (sw / t).read_bytes() != before[t]]
+    r = ctx.harness("report", "--results", "sw", timeout=80)
+    gone = [f for f in figs if not (sw / f).exists()]
+    obs = (f"sweep {describe(s, 0).split(':')[0]}: tables lost {lost or 'none'}, changed {changed or 'none'}; "
+           f"report {describe(r, 0).split(':')[0]}: {len(gone)} of {len(figs)} committed figure files gone"
+           + (f" ({', '.join(gone[:3])})" if gone else ""))
+    return obs, s.rc == 0 and r.rc == 0 and not lost and not changed and not gone and len(before) == len(tables)
+
+
+def _dup_renamed(src: Path, dst: Path) -> None:
+    lines = [ln for ln in src.read_text().splitlines() if ln.strip()]
+    extra = []
+    for ln in lines:
+        o = json.loads(ln)
+        o["request_id"] += "-b"
+        extra.append(json.dumps(o, separators=(",", ":")))
+    dst.write_text("\n".join(lines + extra) + "\n")
+
+
+@probe("i26_duplicated_renamed_ids_certify",
+       "Finding 2 (false certificate): every line of a sample file duplicated with request_id += \"-b\": "
+       "`verify-samples --samples dup.jsonl --target T --epsilon 0.5` certifies (exit 0) where the original is "
+       "inconclusive; the duplicate check compares only adjacent completions.  Probed with 16 prompts x 4 "
+       "completions of 32 tokens of the tiny pair.",
+       "the duplicated file is not certified: exit 1 with verdict lossy (the duplicates found), or exit 2",
+       timeout=170, slow=True)
+def _dup_renamed_probe(ctx: Ctx):
+    s = _sample(ctx, "a.jsonl", "--engine", "ours", "--no-progress", "--n-prompts", 16, "--n-per-prompt", 4,
+                timeout=100)
+    if s.rc != 0:
+        return f"sample failed: {describe(s)}", False
+    _dup_renamed(ctx.path("a.jsonl"), ctx.path("dup.jsonl"))
+    r = ctx.harness("verify-samples", "--samples", "dup.jsonl", "--target", TINY / "target", "--epsilon", 0.5,
+                    "--out", "v", "--no-progress", timeout=60)
+    v = _verdict(ctx, "v")
+    return f"{describe(r, 1)}; verdict {v}", (r.rc == 1 and v == "lossy") or r.rc == 2
+
+
+@probe("i26_baseline_is_samples",
+       "Finding 2 (false certificate): the same file given as --samples and --baseline certifies at epsilon "
+       "0.9.  Probed with a file of 8 prompts x 4 completions of 8 tokens, given twice, and a renamed copy.",
+       "exit 2 for both, one line naming both files (a baseline identical to the sample set is refused)",
+       timeout=120, slow=True)
+def _baseline_same(ctx: Ctx):
+    s = _sample(ctx, "a.jsonl", "--engine", "ours", "--no-progress", "--n-prompts", 8, "--n-per-prompt", 4,
+                "--max-new-tokens", 8, timeout=60)
+    if s.rc != 0:
+        return f"sample failed: {describe(s)}", False
+    shutil.copy(ctx.path("a.jsonl"), ctx.path("copy.jsonl"))
+    obs, oks = [], []
+    for base in ("a.jsonl", "copy.jsonl"):
+        r = ctx.harness("verify-samples", "--samples", "a.jsonl", "--baseline", base, "--epsilon", 0.9,
+                        "--out", "v", "--no-progress", timeout=30)
+        obs.append(f"{base}: {describe(r, 1)}")
+        oks.append(r.rc == 2 and "a.jsonl" in r.err and base in r.err and not has_traceback(r.err))
+    return " | ".join(obs), all(oks)
+
+
+@probe("i26_baseline_one_per_prompt",
+       "Finding 3 (false 'lossy'): a baseline with one completion per prompt makes our own reference sampler "
+       "'lossy' (\"1 of 16 pairs identical vs 0 of 0 in the baseline\", p = 0).  Probed: 16 prompts x 8 "
+       "completions of 1 token by our speculative sampler (short completions collide legitimately) against "
+       "16 x 1 of our autoregressive sampler.",
+       "not lossy: exit 0 (certified) or exit 1 with verdict inconclusive; a test without data in one arm "
+       "does not reject", timeout=170, slow=True)
+def _baseline_one(ctx: Ctx):
+    a = _sample(ctx, "a.jsonl", "--engine", "ours", "--no-progress", "--n-prompts", 16, "--n-per-prompt", 8,
+                "--max-new-tokens", 1, timeout=60)
+    b = _sample(ctx, "b.jsonl", "--engine", "ours", "--no-progress", "--n-prompts", 16, "--n-per-prompt", 1,
+                "--max-new-tokens", 1, "--method", "autoregressive", "--seed", 1, timeout=60)
+    if a.rc != 0 or b.rc != 0:
+        return f"sample failed: {describe(a)} / {describe(b)}", False
+    r = ctx.harness("verify-samples", "--samples", "a.jsonl", "--baseline", "b.jsonl", "--out", "v",
+                    "--no-progress", timeout=40)
+    v = _verdict(ctx, "v")
+    dup = ""
+    try:
+        import pandas as pd
+        t = pd.read_csv(ctx.path("v", "tests.csv"), comment="#")
+        row = t[t["test"].astype(str).str.contains("duplicates")]
+        dup = f"; duplicates row: p = {float(row['pvalue'].iloc[0]):.3g} ({str(row['method'].iloc[0])[:70]})" \
+            if len(row) else ""
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    return f"{describe(r, 1)}; verdict {v}{dup}", r.rc in (0, 1) and v in ("certified", "inconclusive")
+
+
+HELPER_GOOD = """
+    from specimpl import SamplingConfig, speculative_generate
+    def gen(target, draft, prompts, k, max_new_tokens, config, eos_token_id, generator):
+        return speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
+                                    eos_token_id=eos_token_id, generator=generator)
+"""
+
+HELPER_LOSSY = """
+    import torch
+    from specimpl import SpeculativeSampler
+    class AcceptAll(SpeculativeSampler):
+        def uniforms(self, B, generator, dtype, device):
+            u_draft, u_acc, u_fin = super().uniforms(B, generator, dtype, device)
+            return u_draft, torch.zeros_like(u_acc), u_fin
+    def gen(target, draft, prompts, k, max_new_tokens, config, eos_token_id, generator):
+        return AcceptAll(target, draft, k, config).generate(prompts, max_new_tokens, eos_token_id, generator)
+"""
+
+SAMPLER_VIA_HELPER = """
+    # the sampler is a thin file; the work is in helper.py (PROBE_MARK / PROBE_SLEEP as in GOOD_SAMPLER)
+    import os, time
+    from specimpl import SamplingConfig
+    from helper import gen
+
+    def fn(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
+           generator=None):
+        mark = os.environ.get("PROBE_MARK")
+        if mark:
+            open(f"{mark}_N{max_new_tokens}", "a").close()
+            if max_new_tokens == 10:
+                time.sleep(float(os.environ.get("PROBE_SLEEP", "0")))
+        return gen(target, draft, prompts, k, max_new_tokens, config, eos_token_id, generator)
+"""
+
+
+@probe("i26_sampler_helper_stale",
+       "Finding 4 (stale draws reused): a sampler file s.py doing `from helper import gen`: interrupt a run "
+       "(`verify --sampler s.py:fn --scenario base --scenario alpha_one`, SIGINT once base is saved), make "
+       "helper.py lossy (accept every draft), rerun `--scenario base` into the same --out -> \"reused 3 saved "
+       "draw shards from an earlier run of the same code\".  Only the sampler file is fingerprinted.",
+       "exit 1 (lossy: the changed helper is redrawn and caught), or exit 2 refusing to resume naming "
+       "helper.py; never exit 0 from the old draws", timeout=170, slow=True)
+def _helper_stale(ctx: Ctx):
+    ctx.write("helper.py", HELPER_GOOD)
+    ctx.write("s.py", SAMPLER_VIA_HELPER)
+    out, mark = ctx.path("out"), ctx.path("mark")
+    alpha_one = Path(f"{mark}_N10")
+    p = ctx.spawn("verify", "--sampler", "s.py:fn", "--scenario", "base", "--scenario", "alpha_one",
+                  "--draws", 20000, *QUIET, "--out", "out", env={"PROBE_MARK": mark, "PROBE_SLEEP": "0.1",
+                                                                 "PYTHONPATH": f"{ctx.tmp}{os.pathsep}{REPO}"})
+    t0 = []
+
+    def ready():
+        if not alpha_one.exists():
+            return False
+        t0.append(time.monotonic())
+        return bool(complete_files(out)) or time.monotonic() - t0[0] > 1.0
+    first = ctx.interrupt_when(p, ready, timeout=80)
+    if first.out != "interrupted":
+        return f"could not interrupt during alpha_one ({first.out}, {describe(first)})", False
+    ctx.write("helper.py", HELPER_LOSSY)
+    second = ctx.harness("verify", "--sampler", "s.py:fn", "--scenario", "base", "--draws", 20000, *QUIET,
+                         "--out", "out", timeout=80, env={"PYTHONPATH": f"{ctx.tmp}{os.pathsep}{REPO}"})
+    reused = re.search(r"reused[^\n]*", second.err)
+    ok = second.rc == 1 or (second.rc == 2 and "helper" in second.err)
+    return f"rerun with a lossy helper.py: {describe(second, 1)}" + (f"; says {reused.group(0)[:90]!r}" if reused
+                                                                       else ""), ok
+
+
+@probe("i26_concurrent_sample_writers",
+       "Finding 5 (a corrupt sample file): two `sample ... --out out.jsonl` at once both exit 0 and leave "
+       "request ids twice; afterwards `sample` and `verify-samples` refuse the file (exit 2).  Probed with "
+       "8 prompts x 2 completions of 8 tokens, the two commands started together.",
+       "one writer at a time: the second exits 2 naming the lock (or waits), and the file holds every "
+       "request id once", timeout=170, slow=True)
+def _concurrent(ctx: Ctx):
+    args = ("sample", "--out", "out.jsonl", "--engine", "ours", "--no-progress", "--n-prompts", 8,
+            "--n-per-prompt", 2, "--max-new-tokens", 8, "--batch-size", 2)
+    ps = [ctx.spawn(*args) for _ in range(2)]
+    res = []
+    for p in ps:
+        try:
+            _, err = p.communicate(timeout=ctx.remaining())
+        except subprocess.TimeoutExpired:
+            _kill_group(p)
+            _, err = p.communicate()
+        res.append((p.returncode, err))
+    ids = _sample_ids(ctx.path("out.jsonl")) if ctx.path("out.jsonl").exists() else []
+    twice = len(ids) - len(set(ids))
+    rcs = sorted(rc for rc, _ in res)
+    locked = [err for rc, err in res if rc == 2]
+    obs = (f"exits {rcs}; {len(ids)} lines, {twice} request ids twice" +
+           (f"; refused: {stderr_head(locked[0], 1)}" if locked else ""))
+    ok = twice == 0 and len(set(ids)) == 16 and (rcs == [0, 0] or (rcs == [0, 2] and "lock" in locked[0].lower()))
+    return obs, ok
+
+
+@probe("i26_sample_repair_path",
+       "Finding 5: a sample file holding a request id twice (what two writers left) is refused by `sample` "
+       "and `verify-samples` (exit 2) with no repair path.  Probed: a file of 4 x 2 completions with one "
+       "line appended again; `sample` resumes it; the documented repair `python -m harness samples-dedupe "
+       "--samples out.jsonl` is run; `sample` resumes again.",
+       "the refusal names the repair command; samples-dedupe exits 0 keeping each request id once; the "
+       "resumed `sample` then exits 0", timeout=170, slow=True)
+def _repair(ctx: Ctx):
+    s = _sample(ctx, "out.jsonl", *SMALL_SAMPLE, timeout=60)
+    if s.rc != 0:
+        return f"sample failed: {describe(s)}", False
+    lines = ctx.path("out.jsonl").read_text().splitlines()
+    ctx.path("out.jsonl").write_text("\n".join(lines + [lines[3]]) + "\n")
+    r1 = _sample(ctx, "out.jsonl", *SMALL_SAMPLE, timeout=40)
+    d = ctx.harness("samples-dedupe", "--samples", "out.jsonl", timeout=40)
+    ids = _sample_ids(ctx.path("out.jsonl"))
+    r2 = _sample(ctx, "out.jsonl", *SMALL_SAMPLE, timeout=40)
+    obs = (f"resume of the corrupt file: {describe(r1, 1)}; samples-dedupe: {describe(d, 1)}; then {len(ids)} "
+           f"lines, {len(ids) - len(set(ids))} ids twice; resume: exit {r2.rc}")
+    ok = r1.rc == 2 and "samples-dedupe" in r1.err and d.rc == 0 and len(ids) == len(set(ids)) == 8 and r2.rc == 0
+    return obs, ok
+
+
+@probe("i26_resume_other_settings",
+       "Finding 5: resuming `sample` with another --prompt-seed, --method or --control silently mixes prompt "
+       "sets or engines in one file.  Probed: `sample --n-prompts 2` then, into the same --out, `--n-prompts "
+       "4` with --prompt-seed 1, with --method autoregressive, with --control shared_stream (three files).",
+       "each resume exits 2 with one line naming the differing option (--prompt-seed, --method, --control) "
+       "and the file, writing nothing", timeout=170, slow=True)
+def _resume_other(ctx: Ctx):
+    base = ("--engine", "ours", "--no-progress", "--n-per-prompt", 2, "--max-new-tokens", 4)
+    obs, oks = [], []
+    for name, extra in (("--prompt-seed", ("--prompt-seed", 1)), ("--method", ("--method", "autoregressive")),
+                        ("--control", ("--control", "shared_stream"))):
+        f = f"{name.strip('-')}.jsonl"
+        s = _sample(ctx, f, *base, "--n-prompts", 2, timeout=50)
+        if s.rc != 0:
+            return f"sample failed: {describe(s)}", False
+        n0 = len(_sample_ids(ctx.path(f)))
+        r = _sample(ctx, f, *base, "--n-prompts", 4, *extra, timeout=50)
+        n1 = len(_sample_ids(ctx.path(f)))
+        obs.append(f"{name}: {describe(r, 1)} ({n1 - n0} lines added)")
+        oks.append(r.rc == 2 and name in r.err and f in r.err and n1 == n0)
+    return " | ".join(obs), all(oks)
+
+
+@probe("i26_tree_nonfinite_logits",
+       "Finding 6 (silent garbage): a NaN or +inf logit in tree_generate gives a row of the last token id "
+       "with no error (speculative_generate and block_generate raise NonFiniteLawError).",
+       "tree_generate raises NonFiniteLawError (a ValueError) for NaN and for +inf", timeout=60)
+def _tree_nonfinite(ctx: Ctx):
+    obs, oks = [], []
+    for label, body in (("nan", "logits[tokens == 3] = float('nan')"),
+                        ("+inf", "logits[..., 2][tokens == 3] = float('inf')")):
+        r = ctx.python(_LIB_SETUP, _WRAP_MODEL, f"def poison(logits, tokens):\n    {body}\n    return logits\n", """
+            from specimpl.tree import tree_generate
+            tok = tree_generate(Poisoned(t, poison), d, [[0]] * 200, k=2, max_new_tokens=8, generator=g()).tokens
+            share = float((tok == t.vocab_size - 1).float().mean())
+            return f'returned ({share:.0%} of tokens = last id {t.vocab_size - 1})'
+        """, timeout=50)
+        obs.append(f"{label}: {raised(r)}")
+        oks.append(r["raised"] == "NonFiniteLawError")
+    return " | ".join(obs), all(oks)
+
+
+@probe("i26_logits_wrong_width",
+       "Finding 6: a model whose logits have V +- 1 columns gives a raw torch index error "
+       "(speculative/block/tree) or returns tokens (autoregressive_generate).",
+       "every sampler raises ValueError naming the vocabulary size, for V - 1 and V + 1 columns", timeout=90, slow=True)
+def _wrong_width(ctx: Ctx):
+    r = ctx.python(_LIB_SETUP, """
+        import torch.nn.functional as F
+        from specimpl import block_generate
+        from specimpl.tree import tree_generate
+        class Wide(LanguageModel):
+            def __init__(self, inner, extra):
+                self.inner, self.extra = inner, extra
+                self.vocab_size, self.dtype, self.name = inner.vocab_size, torch.float32, 'wide'
+            def prefill(self, prompts):
+                return self.inner.prefill(prompts)
+            def forward(self, state, tokens, n_new=None):
+                x = self.inner.forward(state, tokens, n_new)
+                return F.pad(x, (0, 1), value=-1.0) if self.extra > 0 else x[..., :-1]
+            def rollback(self, state, lengths):
+                return self.inner.rollback(state, lengths)
+            def select(self, state, index):
+                return self.inner.select(state, index)
+        out = []
+        for extra in (-1, 1):
+            tp = Wide(t, extra)
+            for name, call in (('spec', lambda: speculative_generate(tp, d, [[0]] * 20, k=2, max_new_tokens=4, generator=g())),
+                               ('block', lambda: block_generate(tp, d, [[0]] * 20, k=2, max_new_tokens=4, generator=g())),
+                               ('tree', lambda: tree_generate(tp, d, [[0]] * 20, k=2, max_new_tokens=4, generator=g())),
+                               ('ar', lambda: autoregressive_generate(tp, [[0]] * 20, max_new_tokens=4, generator=g()))):
+                try:
+                    call()
+                    out.append(f'V{extra:+d} {name}: returned')
+                except ValueError as e:
+                    out.append(f'V{extra:+d} {name}: ValueError' + (' (names 8)' if '8' in str(e) else ''))
+                except Exception as e:
+                    out.append(f'V{extra:+d} {name}: {type(e).__name__}')
+        return '; '.join(out)
+    """, timeout=80)
+    v = r["value"] or ""
+    parts = v.split("; ")
+    return raised(r), r["raised"] is None and len(parts) == 8 and all("ValueError (names 8)" in x for x in parts)
+
+
+@probe("i26_tune_bandwidth_zero",
+       "Finding 6: `tune` with bandwidth_gbps = 0 (a hardware file) exits 0 recommending 'off' with S = nan.",
+       "exit 2, one line naming bandwidth_gbps and the file", timeout=120, slow=True)
+def _tune_bw(ctx: Ctx):
+    text = (REPO / "harness" / "configs" / "hardware" / "a100.toml").read_text()
+    ctx.write("hw0.toml", re.sub(r"(?m)^bandwidth_gbps\s*=.*$", "bandwidth_gbps = 0", text))
+    r = ctx.harness("tune", "--target", TINY / "target", "--draft", TINY / "draft", "--hardware", "hw0.toml",
+                    "--batch", "1", "--context", "32", "--k", "1,2", "--algorithms", "chain", timeout=110)
+    return describe(r, 1), r.rc == 2 and "bandwidth_gbps" in r.err and "hw0.toml" in r.err
+
+
+DROP_SERVER = """
+    # an OpenAI-compatible completions endpoint that drops every connection halfway through its response
+    import socket, sys
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0)); s.listen(64)
+    open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+    while True:
+        c, _ = s.accept()
+        try:
+            c.recv(65536)
+            c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nContent-Length: 4000\\r\\n\\r\\n"
+                      b'{"id": "x", "choices": [{"text": "')
+        finally:
+            c.close()
+"""
+
+
+@probe("i26_openai_dropped_connection",
+       "Finding 7 (network faults): a server that drops the connection mid-response makes `sample --engine "
+       "openai` fail at once (exit 3, IncompleteRead), with no retry, request id or resume hint.  Probed "
+       "with a local server that drops every response halfway; --retries 2 --backoff 0.05.",
+       "the request is retried (stderr says so), then exit 3 naming the request id and how to resume",
+       timeout=120, slow=True)
+def _dropped(ctx: Ctx):
+    ctx.write("drop.py", DROP_SERVER)
+    port_file = ctx.path("port")
+    srv = subprocess.Popen([sys.executable, str(ctx.path("drop.py")), str(port_file)], cwd=ctx.tmp,
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 20
+        while not (port_file.exists() and port_file.read_text()) and time.monotonic() < end:
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port_file.read_text()}/v1"
+        r = ctx.harness("sample", "--engine", "openai", "--url", url, "--model", "m", "--out", "o.jsonl",
+                        "--n-prompts", 2, "--n-per-prompt", 1, "--max-new-tokens", 4, "--retries", 2, "--backoff",
+                        0.05, "--timeout", 5, "--no-progress", timeout=90)
+    finally:
+        _kill_group(srv)
+        srv.wait()
+    err = r.err.lower()
+    ok = (r.rc == 3 and "retr" in err and re.search(r"p\d+-s\d+", r.err) is not None
+          and ("resume" in err or "again" in err) and not has_traceback(r.err))
+    return describe(r, 2), ok
+
+
+@probe("i26_openai_bad_options",
+       "Finding 7: `sample --engine openai` with --timeout 0, --timeout -1, --backoff -1, or a URL without a "
+       "scheme exits 3 instead of 2 (the last after 23 s of retries).",
+       "exit 2 for each within 20 s, one line naming the option", timeout=150, slow=True)
+def _openai_bad(ctx: Ctx):
+    base = ("sample", "--engine", "openai", "--model", "m", "--out", "o.jsonl", "--n-prompts", 1,
+            "--n-per-prompt", 1, "--max-new-tokens", 2, "--no-progress")
+    url = ("--url", "http://127.0.0.1:9/v1")
+    obs, oks = [], []
+    for name, extra in (("--timeout", (*url, "--timeout", 0)), ("--timeout", (*url, "--timeout", -1)),
+                        ("--backoff", (*url, "--backoff", -1)), ("--url", ("--url", "127.0.0.1:9/v1"))):
+        r = ctx.harness(*base, *extra, timeout=35)
+        obs.append(f"{' '.join(str(x) for x in extra[-2:])}: exit {r.rc} in {r.wall:.0f} s")
+        oks.append(r.rc == 2 and r.wall < 20 and name in r.err)
+    return "; ".join(obs), all(oks)
+
+
+@probe("i26_workers_1000",
+       "Finding 7: `--workers 1000` on 2 cores spawns dozens of workers and produces nothing in 200 s.  "
+       "Probed: `verify --scenario base --draws 2000 --no-controls --workers 1000`.",
+       "exit 2 naming --workers (more workers than the machine can run), or the run finishes within 100 s",
+       timeout=130, slow=True)
+def _workers(ctx: Ctx):
+    r = ctx.harness("verify", "--scenario", "base", "--draws", 2000, "--no-controls", *QUIET, "--workers", 1000,
+                    "--out", "out", timeout=100)
+    return describe(r, 1), (r.rc == 2 and "--workers" in r.err) or (r.rc in (0, 1) and not r.timed_out)
+
+
+@probe("i26_sampler_uint8_tokens",
+       "Finding 8 (still open): a sampler returning uint8 tokens is refused with a message quoting valid ids, "
+       "not the dtype.",
+       "accepted (exit 0 or 1 from the battery), or exit 3/2 with a message naming the dtype uint8", timeout=60, slow=True)
+def _uint8(ctx: Ctx):
+    r = _sampler_run(ctx, """
+        import torch
+        from specimpl import SamplingConfig, speculative_generate
+        from specimpl.speculative import GenerationResult
+
+        def fn(target, draft, prompts, *, k, max_new_tokens, config=SamplingConfig(), eos_token_id=None,
+               generator=None):
+            res = speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
+                                       eos_token_id=eos_token_id, generator=generator)
+            return GenerationResult(tokens=res.tokens.to(torch.uint8), lengths=res.lengths, stats=res.stats,
+                                    timings=res.timings)
+    """)
+    return describe(r, 1), r.rc in (0, 1) or (r.rc in (2, 3) and "uint8" in r.err)
+
+
+@probe("i26_sweep_bad_models_up_front",
+       "Finding 8: bad `real.drafts` / `profile.models` in a sweep file fail at the first cell with exit 3 "
+       "instead of up front with exit 2.  Probed with --list (print the plan and exit).",
+       "exit 2 for each, one line naming the file, the key and the value", timeout=100, slow=True)
+def _sweep_bad_models(ctx: Ctx):
+    obs, oks = [], []
+    for key, text in (("drafts", 'name = "probe"\nsuites = ["real"]\n[real]\ndrafts = ["no_such_draft"]\n'),
+                      ("models", 'name = "probe"\nsuites = ["profile"]\n[profile]\nmodels = ["no_such_model"]\n')):
+        ctx.write(f"{key}.toml", text)
+        r = ctx.harness("sweep", "--config", f"{key}.toml", "--list", "--out", "sw", timeout=45)
+        obs.append(f"{key}: {describe(r, 1)}")
+        oks.append(r.rc == 2 and key in r.err and f"{key}.toml" in r.err and "no_such" in r.err)
+    return " | ".join(obs), all(oks)
+
+
+@probe("i26_load_pair_local_absent",
+       "Finding 8: `load_pair(\"tiny/target\", ...)` with tiny/ absent spends 25 s retrying the hub (a "
+       "local-looking path must fail fast).  HF_HUB_OFFLINE unset.",
+       "fails within 3 s with an error naming the path", timeout=90, slow=True)
+def _load_absent(ctx: Ctx):
+    r = ctx.python("""
+        import time
+        from transformers import AutoConfig, AutoTokenizer
+        from specimpl.hf import load_pair
+        tic = time.perf_counter()
+        try:
+            load_pair('tiny/target', 'tiny/draft')
+        except Exception as e:
+            raise type(e)(f'[{time.perf_counter() - tic:.1f} s] {e}') from None
+        return 'loaded?!'
+    """, timeout=70, env={"HF_HUB_OFFLINE": None, "TRANSFORMERS_OFFLINE": None})
+    m = re.match(r"\[([\d.]+) s\]", r["msg"] or "")
+    secs = float(m.group(1)) if m else None
+    return raised(r), secs is not None and secs < 3 and "tiny/target" in r["msg"]
+
+
+@probe("i26_tree_numpy_k_tensor_eos",
+       "Finding 8: tree_generate refuses k=np.int64(2), and an EOS given as a 0-d tensor gives a deep TypeError.",
+       "both accepted (the same tokens as k=2 / eos_token_id=3)", timeout=60)
+def _tree_np(ctx: Ctx):
+    r = ctx.python(_LIB_SETUP, """
+        import numpy as np
+        from specimpl.tree import tree_generate
+        ref = tree_generate(t, d, [[0]] * 20, k=2, max_new_tokens=6, eos_token_id=3, generator=g()).tokens
+        out = []
+        for name, kw in (('k=np.int64(2)', dict(k=np.int64(2), eos_token_id=3)),
+                         ('eos=tensor(3)', dict(k=2, eos_token_id=torch.tensor(3)))):
+            try:
+                tok = tree_generate(t, d, [[0]] * 20, max_new_tokens=6, generator=g(), **kw).tokens
+                out.append(f'{name}: ' + ('same tokens' if torch.equal(tok, ref) else 'other tokens'))
+            except Exception as e:
+                out.append(f'{name}: {type(e).__name__}: {str(e)[:60]}')
+        return '; '.join(out)
+    """, timeout=50)
+    v = r["value"] or ""
+    return raised(r), r["raised"] is None and v.count("same tokens") == 2
+
+
 # ------------------------------------------------------------------------------------------- driver
 def run_probe(p: Probe, keep: bool = False) -> dict:
     """Run one probe in a fresh temporary directory; never raises."""
