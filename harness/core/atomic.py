@@ -34,8 +34,9 @@ def manifest_path(out: Path, kind: str) -> Path:
 class Staged:
     """A staging folder (:attr:`dir`) for the report of ``kind`` that goes to ``out``."""
 
-    def __init__(self, out: Path, kind: str, patterns: Iterable[str] = ()):
+    def __init__(self, out: Path, kind: str, patterns: Iterable[str] = (), keep: Iterable[str] = ()):
         self.out, self.kind, self.patterns = Path(out), kind, tuple(patterns)
+        self.keep = set(keep)  # files of the previous report this one does not own: left in place, still listed
         where = self.out.resolve()
         where.parent.mkdir(parents=True, exist_ok=True)
         try:  # beside the destination (same filesystem) ...
@@ -62,18 +63,20 @@ class Staged:
 
     def commit(self) -> list[str]:
         """Move the staged files into the destination, drop the previous report's other files, write the
-        manifest; returns the relative names of the report's files."""
+        manifest; returns the relative names of the report's files.  Files named in ``keep`` that the
+        previous report wrote stay as they are (a partial run keeps the tables it did not rebuild)."""
         new = sorted(p.relative_to(self.dir).as_posix() for p in self.dir.rglob("*") if p.is_file())
         with _no_interrupt():
             old = self._previous()
+            kept = sorted(rel for rel in (old & self.keep) - set(new) if (self.out / rel).is_file())
             self.out.mkdir(parents=True, exist_ok=True)
             for rel in new:
                 (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(self.dir / rel, self.out / rel)
-            for rel in sorted(old - set(new)):
+            for rel in sorted(old - set(new) - set(kept)):
                 _remove(self.out, rel)
-            atomic_write_text(manifest_path(self.out, self.kind), json.dumps({"kind": self.kind, "files": new},
-                                                                            indent=1) + "\n")
+            atomic_write_text(manifest_path(self.out, self.kind),
+                              json.dumps({"kind": self.kind, "files": sorted(new + kept)}, indent=1) + "\n")
             self.discard()
         return new
 
@@ -113,10 +116,11 @@ def _no_interrupt() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def staged_report(out, kind: str, patterns: Iterable[str] = ()) -> Iterator[Staged]:
+def staged_report(out, kind: str, patterns: Iterable[str] = (), keep: Iterable[str] = ()) -> Iterator[Staged]:
     """Stage a report of ``kind`` for ``out``: write into ``staged.dir``; on success the files replace the
-    previous report of that kind together, on an exception nothing in ``out`` changes."""
-    staged = Staged(Path(out), kind, patterns)
+    previous report of that kind together (but those named in ``keep``, which stay), on an exception
+    nothing in ``out`` changes."""
+    staged = Staged(Path(out), kind, patterns, keep)
     try:
         yield staged
     except BaseException:

@@ -190,3 +190,26 @@ def test_report_is_byte_reproducible(tmp_path):
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert "drawn from the stored results of sweep `default`" in (tmp_path / "a" / "measured_table.tex").read_text()
+
+
+def test_partial_sweep_keeps_the_tables_of_suites_it_did_not_run(tiny, tmp_path, capsys):
+    """Issue 26, finding 1: `sweep --suites grid` into a folder holding a full sweep kept measured.csv,
+    timings.csv, fidelity.json and profiles.csv only if it rebuilt them; they are fed by the synthetic suite
+    it did not run, so they stay byte-identical (and listed in the manifest), and a following report draws
+    every figure of the full sweep's report."""
+    import shutil
+    _, full = tiny
+    out = tmp_path / "out"
+    shutil.copytree(full, out, ignore=shutil.ignore_patterns("cells", "figures"))
+    shutil.copytree(full / "cells" / "grid", out / "cells" / "grid")
+    kept = ["measured.csv", "timings.csv", "fidelity.json", "profiles.csv"]
+    before = {n: (out / n).read_bytes() for n in kept}
+    figs_full = set(report.make_report(full, tmp_path / "f_full", formats=("png",)))
+    assert sweep.run(_args(full.parent / "tiny.toml", out, suites="grid")) == 0
+    assert {n: (out / n).read_bytes() for n in kept} == before
+    assert set(kept) <= set(json.loads((out / ".sweep-manifest.json").read_text())["files"])
+    assert "kept" in capsys.readouterr().err
+    assert set(report.make_report(out, formats=("png",))) == figs_full
+    # a full sweep into the same folder owns every table again
+    assert sweep.not_owned(out, ["grid", "synthetic"], ["grid", "synthetic"]) == set()
+    assert sweep.not_owned(out, ["synthetic"], ["grid", "synthetic"]) == {"grid.parquet"}

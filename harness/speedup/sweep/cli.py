@@ -41,6 +41,7 @@ from specimpl.errors import check_arg
 from harness.speedup.report.cli import make_report
 
 __all__ = ["add_arguments", "run", "load_config", "plan", "run_cell", "cell_key", "store_cell", "read_cell",
+           "not_owned",
            "finalize", "DEFAULT_CONFIG"]
 
 DEFAULT_CONFIG = SWEEP_DIR / "default.toml"
@@ -218,18 +219,44 @@ def _sweep_meta(cfg: dict, cells: list[Cell], recs: list[StoredCell], missing: l
     return meta
 
 
-def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True) -> dict:
+def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True,
+             config_suites: Optional[list] = None) -> dict:
     """Build the tables from the stored cells of this plan (cells missing from disk are listed, not faked);
     with ``current_only``, cells stored under another :func:`cell_key` (other code) count as missing.
-    The tables are staged and moved into ``out`` together (:func:`harness.core.atomic.staged_report`)."""
+    The tables are staged and moved into ``out`` together (:func:`harness.core.atomic.staged_report`);
+    ``config_suites`` (the sweep file's suites, when ``cfg['suites']`` is a ``--suites`` subset): the tables
+    also fed by the suites not run are kept as they are (:func:`not_owned`)."""
     code = code_fingerprint()
     keys = {c.id: cell_key(c, cfg, code) for c in cells}
     current = {c.id for c in cells if _stored_key(out, c) == keys[c.id]} if current_only else None
     recs, missing = _stored(out, cells, current)
     meta = _sweep_meta(cfg, cells, recs, missing, keys)
-    with staged_report(out, "sweep", TABLE_FILES) as staged:
+    keep = not_owned(out, cfg["suites"], config_suites or cfg["suites"])
+    with staged_report(out, "sweep", TABLE_FILES, keep=keep) as staged:
         written = _write_tables(out, staged.dir, recs, meta)
-    return {"written": {k: str(staged.final(v)) for k, v in written.items()}, "missing": missing, "meta": meta}
+        for name, path in list(written.items()):
+            if Path(path).name in keep:  # the previous table stays as it is
+                Path(path).unlink()
+                del written[name]
+    for name in sorted(keep):
+        print(f"sweep: kept {out / name} (also fed by suite(s) this run did not run; a sweep of every suite "
+              "rebuilds it)", file=sys.stderr)
+    return {"written": {k: str(staged.final(v)) for k, v in written.items()}, "missing": missing, "meta": meta,
+            "kept": sorted(keep)}
+
+
+# which cell feed each table is built from (meta.json describes the run itself and is always rewritten)
+TABLE_FEEDS = {"grid.parquet": "grid", "measured.csv": "measured", "timings.csv": "measured",
+               "fidelity.json": "measured", "profiles.csv": "profiles"}
+
+
+def not_owned(out: Path, run_suites, config_suites) -> set:
+    """Tables in ``out`` a run of ``run_suites`` must leave as they are: those fed by a suite of the sweep
+    file (``config_suites``) that the run does not run (a partial ``--suites`` run rebuilds only the
+    tables all of whose suites it ran; a table not there yet is written from what the run has)."""
+    skipped = [s for s in config_suites if s not in run_suites]
+    return {name for name, feed in TABLE_FEEDS.items()
+            if (Path(out) / name).is_file() and any(feed in SUITES[s].feeds for s in skipped)}
 
 
 def _write_tables(out: Path, d: Path, recs: list[StoredCell], meta: dict) -> dict:
@@ -303,7 +330,7 @@ def _compute(out: Path, cfg: dict, todo: list[Cell], code: str, bar, backend) ->
 
 
 def _run_cells(out: Path, cfg: dict, cells: list[Cell], todo: list[Cell], progress: bool, code: str,
-               backend=None) -> bool:
+               backend=None, config_suites: Optional[list] = None) -> bool:
     """Compute and store the cells ``todo`` (keyed on ``code``, the run's :func:`code_fingerprint`) here or on
     ``backend``; False when interrupted (the stored cells are kept)."""
     from tqdm import tqdm
@@ -316,7 +343,7 @@ def _run_cells(out: Path, cfg: dict, cells: list[Cell], todo: list[Cell], progre
         print(f"\ninterrupted: {done}/{len(cells)} cells are stored in {out}; run the same command again to resume",
               file=sys.stderr)
         if done:
-            finalize(out, cfg, cells)  # tables of what is stored, the missing cells listed in meta.json
+            finalize(out, cfg, cells, config_suites=config_suites)  # tables of what is stored, the missing cells listed
         return False
     bar.close()
     return True
@@ -352,6 +379,7 @@ def run(args) -> int:
     check_out(args.out)
     check_backend_options(args.backend, args.workers, args.address)
     cfg = load_config(args.config, _overrides(args))
+    config_suites = load_config(args.config, {})["suites"]  # the file's own: a --suites run keeps the others' tables
     try:
         cells = plan(cfg)  # the whole plan, before the first cell
     except ValueError as e:
@@ -376,9 +404,9 @@ def run(args) -> int:
     print(f"sweep {cfg['name']!r}: {len(cells)} cells, {len(cells) - len(todo)} stored, {len(todo)} to run -> {out}",
           file=sys.stderr)
     with make_backend(args.backend, args.workers or 1, args.address) as backend:
-        if not _run_cells(out, cfg, cells, todo, not args.no_progress, code, backend):
+        if not _run_cells(out, cfg, cells, todo, not args.no_progress, code, backend, config_suites):
             return 130
-    res = finalize(out, cfg, cells, current_only=not args.tables)
+    res = finalize(out, cfg, cells, current_only=not args.tables, config_suites=config_suites)
     _print_fidelity(res["meta"].get("fidelity", {}))
     for v in res["written"].values():
         print(f"wrote {v}", file=sys.stderr)
