@@ -23,7 +23,9 @@ Two-sample mode (no model; both files' tokens):
     ngram          homogeneity of the first bigram (x_0, x_1); KS of each completion's distinct-bigram share
     logprobs       KS and AD of each completion's mean engine logprob (when both files carry them)
 Independence (both modes): duplicate completions of one prompt beyond what the law allows (a shared
-random stream), and the PIT values of paired completions of one prompt at the same position (scored: a
+random stream, a file holding its completions twice), wherever they sit in the file
+(:mod:`harness.stats.collisions`: scored, against the target's probability of each completion; two-sample,
+against the pooled files relabelled at random), and the PIT values of paired completions of one prompt at the same position (scored: a
 χ² on the grid of (U_i,t, U_j,t), iid uniform under H0) or the share of positions where they agree
 (two-sample: KS of one value per pair against the baseline's).
 """
@@ -34,9 +36,9 @@ from collections import defaultdict
 from typing import Optional
 
 import numpy as np
-from scipy import stats as sps
 
 from harness import stats
+from harness.stats import collisions
 from harness.verify.battery import TestRow, TestSpec, plan_pit_value_tests
 from harness.samples.format import SampleRecord
 
@@ -69,39 +71,22 @@ def completion_pairs(records: list[SampleRecord]) -> list[tuple[int, int]]:
     return out
 
 
-def _duplicate_pairs(records: list[SampleRecord]) -> tuple[int, int]:
-    """(identical pairs, pairs) over the disjoint pairs of completions of one prompt (independent under H0)."""
-    pairs = completion_pairs(records)
-    return sum(records[i].output_ids == records[j].output_ids for i, j in pairs), len(pairs)
-
-
-def poisson_binomial_sf(d: int, probs) -> float:
-    """P(sum of independent Bernoulli(probs) >= d), exactly (dynamic programming over the trials)."""
-    if d <= 0:
-        return 1.0
-    dist = np.zeros(d + 1)  # dist[j] = P(j successes so far), j = d holding ">= d"
-    dist[0] = 1.0
-    for p in probs:
-        top = dist[d] + dist[d - 1] * p
-        dist[1:d] = dist[1:d] * (1 - p) + dist[:d - 1] * p
-        dist[0] *= 1 - p
-        dist[d] = top
-    return float(min(1.0, dist[d]))
+def _completion_keys(records: list[SampleRecord]) -> list[tuple]:
+    """(prompt token ids, output token ids) of each record: completions of one prompt are grouped by the
+    prompt's tokens (not its id), wherever they sit in the file."""
+    return [(r.prompt_ids, r.output_ids) for r in records]
 
 
 def _duplicates_scored(records, scores):
-    """Exact under H0: for a disjoint pair (i, j) of completions of one prompt, P(s_j = s_i | s_i) = P(s_i),
-    the target's probability of completion i; the number of identical pairs is Poisson-binomial."""
-    pairs = completion_pairs(records)
-    seq_p = np.exp(np.where(scores.present, scores.logp, 0.0).sum(1))  # (N,) P(completion) under the target
-    probs = [float(seq_p[i]) for i, _ in pairs]
-    dup = sum(records[i].output_ids == records[j].output_ids for i, j in pairs)
+    """Repeats of whole completions of one prompt anywhere in the file, against the target's probability
+    of each completion (:func:`harness.stats.collisions.repeat_test`: anytime-valid, exact level)."""
+    log_p = np.where(scores.present, scores.logp, 0.0).sum(1)  # (N,) log P(completion) under the target
+    keys = _completion_keys(records)
+    r = collisions.repeat_test([k[0] for k in keys], [k[1] for k in keys], log_p.tolist())
 
     def ev(alpha, power, delta):
-        return TestRow(statistic=float(dup), pvalue=poisson_binomial_sf(dup, probs), expected=float(sum(probs)),
-                       observed=float(dup), n=float(len(pairs)),
-                       method="exact Poisson-binomial: identical disjoint pairs of completions of one prompt, "
-                              "P(pair identical | first) = P(first completion) under the target")
+        return TestRow(statistic=r.statistic, pvalue=r.pvalue, expected=r.expected, observed=r.statistic,
+                       n=float(r.n), method=r.method)
     return ev
 
 
@@ -170,7 +155,7 @@ def plan_scored(records: list[SampleRecord], scores, eos_token_id: Optional[int]
         specs.append(TestSpec("numerics", "engine_logprobs", None, False, agree))
     else:
         notes.append("numerics: the samples carry no engine logprobs; no agreement test")
-    if completion_pairs(records):
+    if len(records) >= 2:
         specs.append(TestSpec("independence", "duplicates", None, True, _duplicates_scored(records, scores)))
     cross = _cross_pit(scores.u, scores.present, completion_pairs(records))
     if cross is not None:
@@ -225,21 +210,14 @@ def _distinct_bigram_share(r: SampleRecord) -> float:
 
 
 def _duplicates_two_sample(a, b):
-    da, pa = _duplicate_pairs(a)
-    db, pb = _duplicate_pairs(b)
+    """Identical completions of one prompt within the file under test, anywhere in it, against the pooled
+    files relabelled at random (:func:`harness.stats.collisions.within_collision_test`); prompts missing
+    from either file carry no evidence (a test without data in one arm does not reject)."""
+    r = collisions.within_collision_test(_completion_keys(a), _completion_keys(b))
 
     def ev(alpha, power, delta):
-        d = da + db
-        if d == 0 or pa == 0:
-            p = 1.0
-        elif pb == 0:
-            p = 0.0 if da > 0 else 1.0
-        else:  # given d identical pairs in all, the file's share is Binomial(d, pa / (pa + pb)) under H0 (exact
-            # when both files pair the same prompts equally often; approximate otherwise)
-            p = float(sps.binomtest(da, d, pa / (pa + pb), alternative="greater").pvalue)
-        return TestRow(statistic=float(da), pvalue=p, observed=float(da),
-                       expected=d * pa / (pa + pb) if pa + pb else NAN, n=float(pa),
-                       method=f"conditional binomial: {da} of {pa} pairs identical vs {db} of {pb} in the baseline")
+        return TestRow(statistic=r.statistic, pvalue=r.pvalue, observed=r.statistic, expected=r.expected,
+                       n=float(r.n), method=r.method)
     return ev
 
 

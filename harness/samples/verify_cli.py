@@ -11,7 +11,8 @@ with each row's detectable deviation stated at the run's power.  The verdict
 (:mod:`harness.samples.certificate`) is *lossy* (a loss test rejects), *certified* (nothing rejects and
 every per-position upper bound is below ``--epsilon``) or *inconclusive* (with the completions that
 would certify).  Controls the scorer cannot apply (min_p, stop strings), files whose completions were
-drawn under different controls, or a baseline with other controls or prompts are refused (exit 2): a
+drawn under different controls, a baseline with other controls or prompts, and a baseline that is the
+sample set or shares its completions (:func:`check_independent_baseline`) are refused (exit 2): a
 verdict is never given for a configuration other than the one the engine applied.
 
 The report goes to ``--out``: tests.csv (one row per test, the columns of ``verify``), summary.md (the
@@ -25,6 +26,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -45,6 +47,7 @@ from harness.samples.plan import plan_scored
 from harness.samples.scoring import score_records
 from harness.samples.plan import plan_two_sample, position_cells
 from harness.samples.report import write_report
+from harness.stats.collisions import matched_identity_permutation_test
 
 __all__ = ["add_arguments", "run", "verify_samples", "SamplesVerdict"]
 
@@ -154,8 +157,30 @@ def scored(records, target_name: str, args, settings) -> SamplesVerdict:
     return SamplesVerdict("scored", table, cert, tuple(notes), info)
 
 
+SHARED_LEVEL = 1e-3  # false refusal rate of the shared-completions check (independent files refused this often)
+
+
+def check_independent_baseline(records, base, samples_path: Path, baseline_path: Path) -> None:
+    """UsageError naming both files when the baseline is the sample set (the same file, or the same
+    completions of the same prompts under any request ids) or shares completions with it (request ids
+    holding the same completion in both files beyond what independent files give, at SHARED_LEVEL): a
+    two-sample test of a file against itself certifies anything."""
+    where = f"`--baseline` {str(baseline_path)!r} and `--samples` {str(samples_path)!r}"
+    same = samples_path.exists() and baseline_path.exists() and samples_path.samefile(baseline_path)
+    if same or Counter((r.prompt_ids, r.output_ids) for r in records) == \
+            Counter((r.prompt_ids, r.output_ids) for r in base):
+        raise UsageError(f"{where} hold the same completions ({'one file' if same else 'identical sample sets'}); "
+                         "the baseline must be an independent sample of the reference engine")
+    key = lambda rs: {r.request_id: (r.prompt_ids, r.output_ids) for r in rs}  # noqa: E731
+    m = matched_identity_permutation_test(key(records), key(base))
+    if m.pvalue <= SHARED_LEVEL:
+        raise UsageError(f"{where} share completions: {m.method} (p = {m.pvalue:.2g} <= {SHARED_LEVEL:g}); the "
+                         "baseline must be drawn independently of the sample set (another seed, another run)")
+
+
 def two_sample(records, baseline_path: Path, args, settings) -> SamplesVerdict:
     base = read_samples(baseline_path, option="--baseline")
+    check_independent_baseline(records, base, Path(args.samples), Path(baseline_path))
     if _one_law(base, baseline_path) != _one_law(records, args.samples):
         raise UsageError(f"`--baseline` must be drawn under the controls of `--samples`; got "
                          f"{base[0].controls.to_json()} vs {records[0].controls.to_json()} (seed aside)")

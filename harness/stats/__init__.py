@@ -32,6 +32,7 @@ Modules (``from harness import stats`` keeps every public name of the first nine
     lagged      lagged PIT pairs and joints
     search      the planners' one integer search (smallest n: exponential, then bisection)
     crossu      the χ²-type (cross U-statistic + Bernstein) finite-sample TV bound, width ~ k^(1/4)/√n
+    collisions  identical completions anywhere in a sample (scored e-process, two-sample Chernoff bound)
 
 Contents
 --------

@@ -9,7 +9,6 @@ import pytest
 from harness.cli import main
 from harness.samples.certificate import scored_bounds, scored_n_for_distance, two_sample_bounds, two_sample_n_for_tv
 from harness.samples.format import FORMAT
-from harness.samples.plan import poisson_binomial_sf
 from harness.stats import dkw_n_for_distance
 
 TARGET = "specimpl/assets/tiny_pair/target"
@@ -112,15 +111,6 @@ def test_refusals_exit_2(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
-def test_poisson_binomial_against_enumeration():
-    import itertools
-    probs = [0.1, 0.5, 0.7, 0.02]
-    for d in range(6):
-        brute = sum(np.prod([p if x else 1 - p for p, x in zip(probs, xs)])
-                    for xs in itertools.product([0, 1], repeat=4) if sum(xs) >= d)
-        assert poisson_binomial_sf(d, probs) == pytest.approx(brute, abs=1e-12)
-
-
 def test_planners_agree_with_bounds():
     """The planners' sizes make the bounds fall below epsilon under H0 (and a quarter of them does not)."""
     eps, conf, power = 0.05, 0.999, 0.99
@@ -211,3 +201,46 @@ def test_scored_loglik_terms_equal_the_real_model_martingale():
     got = loglik_terms(SimpleNamespace(logp=logp, entropy=H, var_logp=var))
     for a, b in zip(got, martingale_terms(P, X, pad_mask=mask)):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def _renamed_copy(src, dst):
+    """Every line of ``src`` twice, the copies with request_id += "-b" (appended after the originals)."""
+    lines = [json.loads(x) for x in src.read_text().splitlines()]
+    dst.write_text("".join(json.dumps(x) + "\n" for x in lines + [{**x, "request_id": x["request_id"] + "-b"}
+                                                                   for x in lines]))
+    return dst
+
+
+def test_duplicates_found_wherever_they_sit(tmp_path):
+    """Issue 26, finding 2: a file holding each completion twice, the copies renamed and far from their
+    originals (not adjacent), is lossy by the duplicate test in two-sample mode (the old test paired
+    neighbours only); the clean file against the same baseline is not."""
+    a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), P, n_prompts=200, per_prompt=4, T=6)
+    b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=200, per_prompt=4, T=6)
+    code, meta = _verify(tmp_path, a, b)
+    assert meta["verdict"] == "inconclusive"
+    d = _renamed_copy(a, tmp_path / "dup.jsonl")
+    code, meta = _verify(tmp_path, d, b)
+    assert code == 1 and meta["verdict"] == "lossy" and "independence/duplicates" in meta["headline"]
+
+
+def test_baseline_that_is_the_sample_set_is_refused(tmp_path, capsys):
+    """Issue 26, finding 2: the same file as --samples and --baseline (or a copy, or a copy with renamed
+    request ids, or one sharing most completions) is refused, exit 2, naming both files."""
+    a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), P, n_prompts=50, per_prompt=4, T=6)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_text(a.read_text())
+    lines = [json.loads(x) for x in a.read_text().splitlines()]
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text("".join(json.dumps({**x, "request_id": "z" + x["request_id"]}) + "\n" for x in lines))
+    b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=50, per_prompt=4, T=6)
+    shared = tmp_path / "shared.jsonl"  # the baseline with half of its lines replaced by the sample set's
+    bl = [json.loads(x) for x in b.read_text().splitlines()]
+    shared.write_text("".join(json.dumps(lines[i] if i % 2 else bl[i]) + "\n" for i in range(len(bl))))
+    for base in (a, copy, renamed, shared):
+        code, _ = _verify(tmp_path, a, base, "--epsilon", "0.9")
+        err = capsys.readouterr().err
+        assert code == 2 and str(a) in err and str(base) in err, (base, err)
+    code, meta = _verify(tmp_path, a, b, "--epsilon", "0.9")
+    assert code in (0, 1) and meta["verdict"] != "lossy"
+
