@@ -184,6 +184,8 @@ def _homog(a_vals, b_vals, unit: str):
     ca, cb = _compact(np.asarray(a_vals), np.asarray(b_vals))
 
     def ev(alpha, power, delta):
+        if ca.sum() == 0 or cb.sum() == 0:
+            return _no_data(ca.sum(), cb.sum())
         if ca.size < 2:
             return TestRow(statistic=0.0, pvalue=1.0, n=float(ca.sum()), cells=1.0,
                            method="one value in both samples (nothing to compare)")
@@ -194,8 +196,16 @@ def _homog(a_vals, b_vals, unit: str):
     return ev
 
 
+def _no_data(n_a, n_b) -> TestRow:
+    """A two-sample test with an empty arm: no evidence, no rejection (p = 1)."""
+    return TestRow(statistic=0.0, pvalue=1.0, n=float(n_a),
+                   method=f"no data in one arm ({int(n_a)} vs {int(n_b)} values): nothing to compare")
+
+
 def _two_sample_continuous(x, y, which: str):
     def ev(alpha, power, delta):
+        if len(x) == 0 or len(y) == 0:
+            return _no_data(len(x), len(y))
         r = (stats.ks_2samp if which == "ks" else stats.ad_2samp)(x, y, alpha=alpha, power=power)
         return TestRow(statistic=r.statistic, pvalue=r.pvalue, min_detectable=r.min_detectable_distance,
                        min_detectable_unit="Kolmogorov distance", method=r.method, n=float(len(x)))

@@ -244,3 +244,20 @@ def test_baseline_that_is_the_sample_set_is_refused(tmp_path, capsys):
     code, meta = _verify(tmp_path, a, b, "--epsilon", "0.9")
     assert code in (0, 1) and meta["verdict"] != "lossy"
 
+
+
+def test_baseline_with_one_completion_per_prompt_does_not_reject(tmp_path):
+    """Issue 26, finding 3: identical pairs in the sample set (short completions collide legitimately)
+    against a baseline of one completion per prompt (no pairs) were "1 of 16 pairs identical vs 0 of 0",
+    p = 0: lossy.  The same law in both files is not lossy."""
+    a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), P, n_prompts=16, per_prompt=8, T=1)
+    b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=16, per_prompt=1, T=1)
+    code, meta = _verify(tmp_path, a, b)
+    assert code == 1 and meta["verdict"] == "inconclusive", meta["headline"]
+
+
+def test_two_sample_tests_with_an_empty_arm_do_not_reject():
+    """Issue 26, finding 3: a two-sample test without data in one arm has p = 1."""
+    from harness.samples.plan import _homog, _two_sample_continuous
+    assert _homog([1, 2, 2], [], "TV")(1e-4, 0.99, 0.05).pvalue == 1.0
+    assert _two_sample_continuous([0.1, 0.5], [], "ks")(1e-4, 0.99, 0.05).pvalue == 1.0
