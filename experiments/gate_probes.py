@@ -1402,16 +1402,19 @@ def _uint8(ctx: Ctx):
 
 @probe("i26_sweep_bad_models_up_front",
        "Finding 8: bad `real.drafts` / `profile.models` in a sweep file fail at the first cell with exit 3 "
-       "instead of up front with exit 2.  Probed with --list (print the plan and exit).",
-       "exit 2 for each, one line naming the file, the key and the value", timeout=100, slow=True)
+       "instead of up front with exit 2.  Probed: `sweep --config bad.toml --out sw` with a real suite of one "
+       "unknown draft, and a profile suite of one unknown model.",
+       "exit 2 for each before any cell runs, one line naming the file, the key and the value", timeout=120,
+       slow=True)
 def _sweep_bad_models(ctx: Ctx):
     obs, oks = [], []
     for key, text in (("drafts", 'name = "probe"\nsuites = ["real"]\n[real]\ndrafts = ["no_such_draft"]\n'),
                       ("models", 'name = "probe"\nsuites = ["profile"]\n[profile]\nmodels = ["no_such_model"]\n')):
         ctx.write(f"{key}.toml", text)
-        r = ctx.harness("sweep", "--config", f"{key}.toml", "--list", "--out", "sw", timeout=45)
+        r = ctx.harness("sweep", "--config", f"{key}.toml", "--out", f"sw_{key}", "--no-progress", timeout=55)
+        cells = list(ctx.path(f"sw_{key}").rglob("*.json")) if ctx.path(f"sw_{key}").exists() else []
         obs.append(f"{key}: {describe(r, 1)}")
-        oks.append(r.rc == 2 and key in r.err and f"{key}.toml" in r.err and "no_such" in r.err)
+        oks.append(r.rc == 2 and key in r.err and f"{key}.toml" in r.err and "no_such" in r.err and not cells)
     return " | ".join(obs), all(oks)
 
 
