@@ -7,7 +7,8 @@ Saved state (a verify run's draw shards, a calibrate seed, a sweep cell) is keye
 * the sampler's source (:func:`sampler_fingerprint`): for a sampler loaded from ``file.py:fn``, that
   file's bytes; for ``package.module:fn``, every ``.py`` file of its top-level package (or the module's
   own file when it is not in a package; for a third-party package installed in site-packages, its
-  version and the module's file);
+  version and the module's file); and every imported module from outside the standard library,
+  site-packages and this project (:func:`user_module_files`: the helpers a sampler file imports);
 * the resolved configuration (a scenario dataclass, a cell's settings: canonical JSON, :func:`canonical`),
   the seed and the draw counts — whatever the caller passes to :func:`fingerprint`.
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 __all__ = ["fingerprint", "canonical", "code_fingerprint", "sampler_fingerprint", "files_fingerprint", "short",
-           "PROJECT_PACKAGES"]
+           "PROJECT_PACKAGES", "user_module_files"]
 
 PROJECT_PACKAGES = ("harness", "specimpl")
 _SUFFIXES = (".py", ".toml")
@@ -136,10 +137,45 @@ def _source_files(fn) -> tuple[str, list[Path], Optional[Path]]:
     return f"unreadable source of {getattr(holder, '__qualname__', repr(holder))}", [], None
 
 
+def _library_dirs() -> tuple[Path, ...]:
+    """Where the interpreter's standard library and installed packages live."""
+    import sysconfig
+    paths = sysconfig.get_paths()
+    dirs = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    return tuple(sorted(dirs | {Path(sys.base_prefix).resolve() / "lib"}))
+
+
+def user_module_files() -> list[Path]:
+    """The source files of every imported module that is neither the standard library, nor an installed
+    package (site-packages), nor this project's own packages (those are in :func:`code_fingerprint`):
+    a sampler file and whatever it imports from beside it (``from helper import gen``)."""
+    libs = _library_dirs()
+    out = set()
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if not f or name == "__main__" or name.split(".")[0] in PROJECT_PACKAGES or not f.endswith(".py"):
+            continue
+        path = Path(f).resolve()
+        if any(part in ("site-packages", "dist-packages") for part in path.parts) or \
+                any(path.is_relative_to(d) for d in libs) or not path.is_file():
+            continue
+        out.add(path)
+    return sorted(out)
+
+
 def sampler_fingerprint(fn: Callable) -> str:
     """Fingerprint of a sampler's source: the file it was defined in (``--sampler file.py:fn``) or every
-    .py file of its top-level package (``package.module:fn``), plus its qualified name.  A callable whose
-    source cannot be read is fingerprinted by its name only."""
+    .py file of its top-level package (``package.module:fn``), its qualified name, and every module
+    imported from outside the standard library, site-packages and this project (:func:`user_module_files`:
+    a helper the sampler file imports is code that draws too; not for the project's own samplers, whose
+    code is :func:`code_fingerprint`'s, nor installed packages).  A callable whose source cannot be read is
+    fingerprinted by its name and those modules.  A module the sampler imports only later, inside a call,
+    is not seen here (import helpers at the top of the sampler file)."""
     how, files, root = _source_files(fn)
     name = getattr(_unwrap(fn), "__qualname__", type(fn).__qualname__)
-    return fingerprint(how, name, files_fingerprint(files, root) if files else None)
+    own = how.startswith("package ") and how.split()[1] in PROJECT_PACKAGES
+    own = own or bool(files) and all(any(p in f.parts for p in PROJECT_PACKAGES) and f.is_relative_to(
+        Path(__file__).resolve().parents[2]) for f in files)
+    helpers = [] if own or how.startswith("installed ") else [f for f in user_module_files() if f not in set(files)]
+    return fingerprint(how, name, files_fingerprint(files, root) if files else None,
+                       [[str(f), files_fingerprint([f])] for f in helpers])

@@ -143,3 +143,24 @@ def test_real_model_shards_are_reused_and_announced(tmp_path, keep_state, capsys
     assert "reused 1 saved draw shard from an earlier run of the same code" in capsys.readouterr().err
     meta = json.loads((tmp_path / "p" / "meta.json").read_text())
     assert meta["resume"]["reused_shards"] == 1 and meta["resume"]["stale_shards_redrawn"] == 0
+
+
+def test_sampler_fingerprint_follows_the_modules_it_imports(tmp_path, monkeypatch):
+    """Issue 26, finding 4: a sampler file doing `from helper import gen` was fingerprinted by its own bytes
+    only, so a run resumed after helper.py became lossy reused the old draws.  Every module imported from
+    outside the standard library, site-packages and the project now counts; the project's own samplers
+    are not keyed on the user's files."""
+    import sys
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "helper_i26.py").write_text(textwrap.dedent(GOOD).replace("def fn(", "def gen("))
+    src = tmp_path / "s.py"
+    src.write_text("from helper_i26 import gen as fn\n")
+    from specimpl import speculative_generate
+    ref = fpmod.sampler_fingerprint(speculative_generate)
+    a = fpmod.sampler_fingerprint(load_sampler(f"{src}:fn"))
+    assert fpmod.sampler_fingerprint(load_sampler(f"{src}:fn")) == a
+    assert tmp_path / "helper_i26.py" in fpmod.user_module_files()
+    (tmp_path / "helper_i26.py").write_text(textwrap.dedent(LOSSY).replace("def fn(", "def gen("))
+    monkeypatch.delitem(sys.modules, "helper_i26")
+    assert fpmod.sampler_fingerprint(load_sampler(f"{src}:fn")) != a
+    assert fpmod.sampler_fingerprint(speculative_generate) == ref
