@@ -1131,8 +1131,9 @@ SAMPLER_VIA_HELPER = """
        "(`verify --sampler s.py:fn --scenario base --scenario alpha_one`, SIGINT once base is saved), make "
        "helper.py lossy (accept every draft), rerun `--scenario base` into the same --out -> \"reused 3 saved "
        "draw shards from an earlier run of the same code\".  Only the sampler file is fingerprinted.",
-       "exit 1 (lossy) with no saved draw reused (the changed helper is redrawn), or exit 2 refusing to "
-       "resume naming helper.py; never a draw of the old helper reused", timeout=170, slow=True)
+       "exit 1 (lossy) with the sampler's saved shard found stale and redrawn (the target-only baseline, "
+       "same code, may be reused), or exit 2 refusing to resume naming helper.py; never a draw of the old "
+       "helper reused", timeout=170, slow=True)
 def _helper_stale(ctx: Ctx):
     ctx.write("helper.py", HELPER_GOOD)
     ctx.write("s.py", SAMPLER_VIA_HELPER)
@@ -1143,21 +1144,26 @@ def _helper_stale(ctx: Ctx):
                                                                  "PYTHONPATH": f"{ctx.tmp}{os.pathsep}{REPO}"})
     t0 = []
 
-    def ready():
+    def ready():  # alpha_one has started and base's two shards (sampler, target-only baseline) are saved
         if not alpha_one.exists():
             return False
         t0.append(time.monotonic())
-        return bool(complete_files(out)) or time.monotonic() - t0[0] > 1.0
+        return len(list(out.glob("_tmp_state/*.pkl"))) >= 2 or time.monotonic() - t0[0] > 3.0
     first = ctx.interrupt_when(p, ready, timeout=80)
+    n_saved = len(list(out.glob("_tmp_state/*.pkl")))
     if first.out != "interrupted":
         return f"could not interrupt during alpha_one ({first.out}, {describe(first)})", False
     ctx.write("helper.py", HELPER_LOSSY)
     second = ctx.harness("verify", "--sampler", "s.py:fn", "--scenario", "base", "--draws", 20000, *QUIET,
                          "--out", "out", timeout=80, env={"PYTHONPATH": f"{ctx.tmp}{os.pathsep}{REPO}"})
-    reused = re.search(r"reused[^\n]*", second.err)
-    ok = (second.rc == 1 and reused is None) or (second.rc == 2 and "helper" in second.err)
-    return f"rerun with a lossy helper.py: {describe(second, 1)}" + (f"; says {reused.group(0)[:90]!r}" if reused
-                                                                       else ""), ok
+    try:
+        resume = json.loads(ctx.path("out", "meta.json").read_text()).get("resume", {})
+    except (OSError, ValueError):
+        resume = {}
+    stale = resume.get("stale_shards_redrawn", 0)
+    ok = (second.rc == 1 and stale >= 1) or (second.rc == 2 and "helper" in second.err)
+    return (f"{n_saved} shards saved at the interrupt; rerun with a lossy helper.py: {describe(second, 0)}; "
+            f"reused {resume.get('reused_shards')}, stale redrawn {stale}"), ok
 
 
 @probe("i26_concurrent_sample_writers",
