@@ -30,7 +30,11 @@ engine         an object with at least "name" (string); free-form otherwise (ver
 :class:`~harness.core.errors.UsageError`, exit 2) reading ``FILE:LINE: field 'X': what is wrong``.
 :class:`SampleWriter` appends records, one ``write`` + flush + fsync per line, and skips request ids the
 file already holds (a completed request is never redone); a last line cut short by a crash (no newline)
-is removed when the writer opens the file, and said so.
+is removed when the writer opens the file, and said so.  The writer holds the file's exclusive lock
+(``flock``) while it is open: a second writer of the same file is refused (:class:`SampleFileLocked`,
+exit 2).  A file that holds a request id twice anyway (written by hand, or by an older version with two
+writers at once) is repaired by ``python -m harness samples-dedupe --samples FILE``
+(:mod:`harness.samples.dedupe_cli`).
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ from typing import Iterable, Optional
 from harness.core.errors import UsageError
 
 __all__ = ["FORMAT", "FINISH_REASONS", "Controls", "SampleRecord", "SampleFormatError", "parse_record",
-           "read_samples", "SampleWriter"]
+           "read_samples", "SampleWriter", "SampleFileLocked", "lock_exclusive"]
 
 FORMAT = "specverify.samples/1"
 FINISH_REASONS = ("length", "eos", "stop")
@@ -256,12 +260,31 @@ def read_samples(path, *, option: str = "--samples") -> list[SampleRecord]:
         rec = _parse_line(path, lineno, line)
         if rec.request_id in seen:
             raise SampleFormatError(f"{path}:{lineno}: field 'request_id': {rec.request_id!r} repeats line "
-                                    f"{seen[rec.request_id]} (request ids are unique in a file)")
+                                    f"{seen[rec.request_id]} (request ids are unique in a file; `python -m harness "
+                                    f"samples-dedupe --samples {path}` keeps the first of each)")
         seen[rec.request_id] = lineno
         records.append(rec)
     if not records:
         raise SampleFormatError(f"`{option}` must hold at least one record; got {str(path)!r}, which holds none")
     return records
+
+
+class SampleFileLocked(UsageError):
+    """Another process holds a sample file's lock (exit 2)."""
+
+
+def lock_exclusive(f, path: Path, option: str) -> None:
+    """Take the exclusive advisory lock (``flock``) of the open file ``f`` or raise :class:`SampleFileLocked`:
+    one writer per sample file (two ``sample --out same.jsonl`` at once would both append every request)."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no lock
+        return
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SampleFileLocked(f"`{option}` {str(path)!r} is locked: another process is writing it (one writer per "
+                               "sample file); wait for it to end, or write to another file") from None
 
 
 class SampleWriter:
@@ -286,16 +309,21 @@ class SampleWriter:
 
     def __enter__(self) -> "SampleWriter":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
+        self._f = open(self.path, "a", encoding="utf-8")
+        try:
+            lock_exclusive(self._f, self.path, "--out")
             self._drop_partial_line()
             if self.path.stat().st_size:
                 self.done = {r.request_id for r in read_samples(self.path, option="--out")}
-        self._f = open(self.path, "a", encoding="utf-8")
+        except BaseException:
+            self._f.close()
+            self._f = None
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         if self._f is not None:
-            self._f.close()
+            self._f.close()  # closing releases the lock
             self._f = None
 
     def _drop_partial_line(self) -> None:

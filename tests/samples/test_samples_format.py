@@ -113,3 +113,41 @@ def test_writer_refuses_malformed_existing_file(tmp_path):
     p = _write(tmp_path, [_rec(0, top="x")], "out.jsonl")
     with pytest.raises(SampleFormatError, match=r"out\.jsonl:1: field 'top'"):
         SampleWriter(p).__enter__()
+
+
+def test_one_writer_per_file(tmp_path):
+    """Issue 26, finding 5: two writers of one file at once both appended every request.  The writer holds
+    the file's lock; a second writer (here a second open file description, as another process has) is
+    refused naming the lock, and the file is writable again once the first is closed."""
+    from harness.samples.format import SampleFileLocked
+    p = tmp_path / "out.jsonl"
+    with SampleWriter(p) as w:
+        w.write(parse_record(_rec(0)))
+        with pytest.raises(SampleFileLocked, match=r"`--out` '.*out\.jsonl' is locked: another process is writing"):
+            SampleWriter(p).__enter__()
+    with SampleWriter(p) as w:
+        assert w.done == {"p0-s0"}
+
+
+def test_samples_dedupe_repairs_a_file_with_repeats(tmp_path, capsys):
+    """Issue 26, finding 5: a file holding a request id twice had no repair path.  samples-dedupe keeps
+    the first line of each request id (whatever the later ones hold) and a torn last line goes; the
+    reader's refusal names the command."""
+    from harness.cli import main
+    p = _write(tmp_path, [_rec(0), _rec(1), _rec(0, output_ids=[3, 2, 1]), _rec(1)], "out.jsonl")
+    with pytest.raises(SampleFormatError, match="samples-dedupe --samples"):
+        read_samples(p)
+    p.write_text(p.read_text() + json.dumps(_rec(2))[:30])
+    assert main(["samples-dedupe", "--samples", str(p)]) == 0
+    err = capsys.readouterr().err
+    assert "dropped 2 repeated line(s), 1 of them with another completion" in err and "unfinished last line" in err
+    recs = read_samples(p)
+    assert [r.request_id for r in recs] == ["p0-s0", "p0-s1"] and recs[0].output_ids == (1, 2, 3)
+    assert main(["samples-dedupe", "--samples", str(p)]) == 0  # nothing left to drop
+    bad = _write(tmp_path, [_rec(0), _rec(0, top="x")], "bad.jsonl")
+    before = bad.read_text()
+    assert main(["samples-dedupe", "--samples", str(bad)]) == 2 and bad.read_text() == before
+    assert "bad.jsonl:2: field 'top'" in capsys.readouterr().err
+    with SampleWriter(tmp_path / "busy.jsonl"):
+        assert main(["samples-dedupe", "--samples", str(tmp_path / "busy.jsonl")]) == 2
+    assert "is locked" in capsys.readouterr().err
