@@ -12,13 +12,17 @@ Requests: ``--n-per-prompt`` completions of each of ``--n-prompts`` held-out byt
 tiny pair (``--target``/``--draft`` for other local checkpoints); ``openai`` asks an OpenAI-compatible
 completions endpoint (:mod:`harness.samples.openai`: bounded concurrency, retries with backoff).  The
 file is append-only: a rerun of the same command skips the requests already in it (resume), and refuses
-a file drawn under other controls.  Exit 0 done, 2 bad options or file, 3 the engine failed.
+a file drawn under other controls, other prompts (--prompt-seed, --prompt-lengths, --prompt-vocab) or by
+another engine configuration (--engine, --method, --hf-mode, --k, --control), naming the option.  One
+writer per file: a second ``sample`` of the same ``--out`` is refused while the first runs (the file's
+lock); a file holding a request id twice is repaired by ``python -m harness samples-dedupe``.  Exit 0 done, 2 bad options or file, 3 the engine failed.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional
 
 from harness.core.errors import SamplerError, UsageError
 from harness.core.options import check_option, check_out, check_seed
@@ -133,33 +137,75 @@ def _controls(args):
                     stop=tuple(args.stop))
 
 
-def _check_resume(w: SampleWriter, controls) -> None:
+def _check_resume(w: SampleWriter, controls, args, reqs) -> None:
+    """A resumed file must be continued by the same configuration: the controls, the prompts of its request
+    ids (--prompt-seed, --prompt-lengths, --prompt-vocab) and the engine (--engine, --method, --hf-mode,
+    --k, --control); UsageError naming the differing option, before anything is written."""
     if not w.done:
         return
-    first = read_samples(w.path, option="--out")[0].controls
+    held = read_samples(w.path, option="--out")
+    first = held[0].controls
+    where = f"`--out` {str(w.path)!r}"
     if first.law_key() != controls.law_key():
-        raise UsageError(f"`--out` {str(w.path)!r} holds completions drawn under {first.to_json()}; this run asks "
+        raise UsageError(f"{where} holds completions drawn under {first.to_json()}; this run asks "
                          f"for {controls.to_json()} (one configuration per file: write to another file)")
+    prompts = {r.request_id: r.prompt_ids for r in reqs}
+    other = next((r for r in held if r.request_id in prompts and prompts[r.request_id] != r.prompt_ids), None)
+    if other is not None:
+        raise UsageError(f"{where} holds request {other.request_id!r} with another prompt than this run's: the file "
+                         f"was drawn with another --prompt-seed (this run: {args.prompt_seed}), --prompt-lengths "
+                         f"({' '.join(map(str, args.prompt_lengths))}) or --prompt-vocab ({args.prompt_vocab}); resume "
+                         "with the file's options, or write to another file")
+    want = _engine_identity(args)
+    if want is None:
+        return
+    for r in held:
+        for key, option in (("name", "--engine"), ("control", "--control"), ("speculative", _spec_option(args))):
+            if r.engine.get(key) != want.get(key):
+                raise UsageError(f"{where} holds request {r.request_id!r} drawn by engine {key} "
+                                 f"{r.engine.get(key)!r}; this run's {option} gives {want.get(key)!r} (one engine "
+                                 "configuration per file: resume with the file's options, or write to another file)")
+
+
+def _spec_option(args) -> str:
+    if args.control is not None:
+        return "--control"
+    return ("--method / --k" if args.engine == "ours" else "--hf-mode / --k")
+
+
+def _engine_identity(args) -> Optional[dict]:
+    """The ``engine`` fields an in-process run (ours, hf) writes: name, speculative method and k, control;
+    None for the other engines (their records name the server or the engine build)."""
+    if args.engine not in ("ours", "hf"):
+        return None
+    name = args.engine
+    if args.control is not None:
+        c = CONTROLS[args.control]
+        spec = {"method": c.name}
+        name = "hf" if c.engine == "transformers" else name
+    elif args.engine == "ours":
+        spec = {"method": "draft", "k": args.k} if args.method == "speculative" else None
+    else:
+        spec = None if args.hf_mode == "plain" else {"method": args.hf_mode, "k": args.k}
+    return {"name": "transformers" if name == "hf" else "specimpl", "speculative": spec,
+            **({"control": args.control} if args.control else {})}
 
 
 def _in_process(args, reqs, w: SampleWriter) -> int:
     target, draft = load_pair(args.target, args.draft, local_files_only=True) if args.target else load_tiny_pair()
     config = P.config_of(_controls(args)) if args.temperature > 0 else SamplingConfig(greedy=True)
-    post, name = None, args.engine
+    post = None
     if args.control is not None:
         c = CONTROLS[args.control]
-        fn, post, spec = c.fn, c.postprocess, {"method": c.name}
-        name = "hf" if c.engine == "transformers" else name
+        fn, post = c.fn, c.postprocess
     elif args.engine == "ours":
         fn = P.speculative_sampler if args.method == "speculative" else P.autoregressive_sampler
-        spec = {"method": "draft", "k": args.k} if args.method == "speculative" else None
     else:
         fn = P.hf_sampler(args.hf_mode)
-        spec = None if args.hf_mode == "plain" else {"method": args.hf_mode, "k": args.k}
     eos = None if args.no_eos else target.model.config.eos_token_id
-    engine = {"name": "transformers" if name == "hf" else "specimpl", "speculative": spec, "dtype": "float32",
-              **({"control": args.control} if args.control else {})}
-    if name == "hf":
+    engine = {**_engine_identity(args), "dtype": "float32"}
+    engine = {k: engine[k] for k in ("name", "speculative", "dtype", "control") if k in engine}  # the file's order
+    if engine["name"] == "transformers":
         import transformers
         engine["version"] = transformers.__version__
     return P.produce(reqs, fn, target, draft, config=config, max_new_tokens=args.max_new_tokens, eos_token_id=eos,
@@ -208,7 +254,7 @@ def run(args) -> int:
     reqs = make_requests(args.n_prompts, args.n_per_prompt, tuple(args.prompt_lengths), args.prompt_seed,
                          args.prompt_vocab)
     with SampleWriter(args.out) as w:
-        _check_resume(w, _controls(args))
+        _check_resume(w, _controls(args), args, reqs)
         before = len(w.done)
         try:
             n = (_openai(args, reqs, w) if args.engine == "openai" else _vllm(args, reqs, w) if args.engine == "vllm"

@@ -76,3 +76,20 @@ def test_hf_prompt_lookup_producer(tmp_path):
     assert recs[0].engine["speculative"] == {"method": "prompt_lookup", "k": 3}
     code, meta = _scored(tmp_path, f)
     assert meta["verdict"] != "lossy", meta["headline"]
+
+
+@pytest.mark.parametrize("option, value", [("--prompt-seed", "1"), ("--method", "autoregressive"),
+                                           ("--control", "shared_stream"), ("--k", "2")])
+def test_resume_with_other_settings_is_refused(tmp_path, capsys, option, value):
+    """Issue 26, finding 5: resuming `sample` with another --prompt-seed, --method or --control mixed
+    prompt sets or engines in one file.  The resume exits 2 naming the option and writes nothing."""
+    f = _sample(tmp_path / "s.jsonl", n_prompts=2, per=1, T=4)
+    before = f.read_text()
+    capsys.readouterr()
+    code = main(["sample", "--engine", "ours", "--n-prompts", "3", "--n-per-prompt", "1", "--max-new-tokens", "4",
+                 "--out", str(f), "--no-progress", option, value])
+    err = capsys.readouterr().err
+    assert code == 2 and option in err and str(f) in err, err
+    assert f.read_text() == before
+    assert main(["sample", "--engine", "ours", "--n-prompts", "3", "--n-per-prompt", "1", "--max-new-tokens", "4",
+                 "--out", str(f), "--no-progress"]) == 0  # the same options resume
