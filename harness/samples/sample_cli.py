@@ -15,7 +15,8 @@ file is append-only: a rerun of the same command skips the requests already in i
 a file drawn under other controls, other prompts (--prompt-seed, --prompt-lengths, --prompt-vocab) or by
 another engine configuration (--engine, --method, --hf-mode, --k, --control), naming the option.  One
 writer per file: a second ``sample`` of the same ``--out`` is refused while the first runs (the file's
-lock); a file holding a request id twice is repaired by ``python -m harness samples-dedupe``.  Exit 0 done, 2 bad options or file, 3 the engine failed.
+lock); a file holding a request id twice is repaired by ``python -m harness samples-dedupe``.
+Exit 0 done, 2 bad options or file, 3 the engine failed.
 """
 from __future__ import annotations
 
