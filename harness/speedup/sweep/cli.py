@@ -378,8 +378,10 @@ def _overrides(args) -> dict:
 def run(args) -> int:
     check_out(args.out)
     check_backend_options(args.backend, args.workers, args.address)
-    cfg = load_config(args.config, _overrides(args))
-    config_suites = load_config(args.config, {})["suites"]  # the file's own: a --suites run keeps the others' tables
+    over = _overrides(args)
+    cfg = load_config(args.config, over)
+    # the file's own suites (every other override applied): a --suites run keeps the tables of the others
+    config_suites = load_config(args.config, {k: v for k, v in over.items() if k != "suites"})["suites"]
     try:
         cells = plan(cfg)  # the whole plan, before the first cell
     except ValueError as e:
