@@ -16,7 +16,8 @@ from typing import Optional
 
 import torch
 
-from specimpl.inputs import check_finite_laws, check_generate_args, check_generator, law_sums, prompt_batch
+from specimpl.inputs import (check_finite_laws, check_generate_args, check_generator, check_logits_vocab, law_sums,
+                             prompt_batch)
 from specimpl.model import LanguageModel, Prompts
 from specimpl.result import PAD, GenerationResult
 from specimpl.sampling import SamplingConfig, sample_categorical, warp
@@ -57,7 +58,7 @@ def autoregressive_generate(target: LanguageModel, prompts: Prompts, *, max_new_
     calls = 0
     for t in range(max_new_tokens):
         tic = time.perf_counter()
-        logits = target.forward(state, pending.unsqueeze(1))[:, 0]  # (B, V)
+        logits = check_logits_vocab("target", target, target.forward(state, pending.unsqueeze(1)), f"step {t + 1}")[:, 0]  # (B, V)
         p = warp(logits, config)  # (B, V)
         total = law_sums(p) if check_finite else None  # read after the draw, which syncs anyway
         sync()

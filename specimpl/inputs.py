@@ -19,12 +19,30 @@ from specimpl.model import Prompts, as_prompt_list, check_prompt_tensor
 from specimpl.sampling import SamplingConfig
 
 __all__ = ["check_generate_args", "check_generator", "check_finite_laws", "law_sums", "prompt_batch",
-           "NonFiniteLawError"]
+           "NonFiniteLawError", "LogitsShapeError", "check_logits_vocab"]
 
 
 class NonFiniteLawError(ValueError):
     """A warped next-token law (target p or draft q) holds NaN or inf: non-finite logits, or a warp
     that overflowed."""
+
+
+class LogitsShapeError(ValueError):
+    """A model returned logits whose last axis is not its ``vocab_size`` (one column per token)."""
+
+
+def check_logits_vocab(who: str, model, logits: torch.Tensor, where: str) -> torch.Tensor:
+    """Raise :class:`LogitsShapeError` unless ``logits`` (..., V) has ``model.vocab_size`` columns; returns ``logits``.
+
+    A shape read only (no device sync).  Without it, V + 1 columns index past the samplers' (..., V) laws
+    (a raw torch index error) or emit token id V, and V - 1 columns silently drop the last token."""
+    V = model.vocab_size
+    got = logits.shape[-1] if logits.dim() else None
+    if got != V:
+        raise LogitsShapeError(f"the {who} model {getattr(model, 'name', type(model).__name__)!r} returned logits "
+                               f"with {got} columns at {where}, but its vocab_size is {V}: expected logits of shape "
+                               f"(..., {V}), one column per token of the vocabulary; got shape {tuple(logits.shape)}")
+    return logits
 
 
 def check_generate_args(k, max_new_tokens, config, eos_token_id, vocab_size: int):

@@ -37,7 +37,8 @@ import numpy as np
 import torch
 
 from specimpl.errors import check_arg
-from specimpl.inputs import check_finite_laws, check_generate_args, check_generator, law_sums, prompt_batch
+from specimpl.inputs import (check_finite_laws, check_generate_args, check_generator, check_logits_vocab, law_sums,
+                             prompt_batch)
 from specimpl.model import LanguageModel, ModelState, Prompts, check_same_vocab
 from specimpl.result import PAD, GenerationResult, SpecStats, emit_round
 from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
@@ -219,12 +220,13 @@ class SpeculativeSampler:
             # ---- draft: k autoregressive proposals x_i ~ q_i ------------------------------------
             tic = time.perf_counter()
             u_draft, u_acc, u_fin = self.uniforms(A, generator, self.target_dtype, dev)
-            q, tokens = self._propose(rows, u_draft)  # (A, k, V), (A, k+1) pending, x_1..x_k
+            q, tokens = self._propose(rows, u_draft, rnd)  # (A, k, V), (A, k+1) pending, x_1..x_k
             x = tokens[:, 1:]  # (A, k)
             sync()
             t1 = time.perf_counter()
             # ---- target: score pending + k drafts in one call ---------------------------------
-            p = self.warp_target(self.target.forward(rows.tstate, tokens))  # (A, k+1, V)
+            logits = check_logits_vocab("target", self.target, self.target.forward(rows.tstate, tokens), f"round {rnd}")
+            p = self.warp_target(logits)  # (A, k+1, V)
             sync()
             t2 = time.perf_counter()
             # ---- accept / resample -------------------------------------------------------------
@@ -271,10 +273,12 @@ class SpeculativeSampler:
                      d_npend=torch.ones(B, dtype=torch.long, device=dev), d_two=np.zeros(B, dtype=bool),
                      idx=np.arange(B), alive=np.ones(B, dtype=bool))
 
-    def _propose(self, rows: _Rows, u_draft: torch.Tensor):
+    def _propose(self, rows: _Rows, u_draft: torch.Tensor, rnd: int = 0):
         """The draft's k proposals x_i ~ q_i: q (A, k, V) and tokens (A, k+1) = t_pending, x_1..x_k."""
         A, V = rows.idx.size, self.target.vocab_size
-        logits = self.draft.forward(rows.dstate, rows.d_pending, rows.d_npend)  # (A, 2, V)
+        where = f"round {rnd}"
+        logits = check_logits_vocab("draft", self.draft, self.draft.forward(rows.dstate, rows.d_pending, rows.d_npend),
+                                    where)  # (A, 2, V)
         if not rows.d_two.any():  # (A, V) after the last fed token
             logits = logits[:, 0]
         else:
@@ -286,7 +290,8 @@ class SpeculativeSampler:
             qs.append(q_i)
             tokens.append(x_i)
             if i < self.k - 1:
-                logits = self.draft.forward(rows.dstate, x_i.unsqueeze(1))[:, 0]  # (A, V)
+                logits = check_logits_vocab("draft", self.draft, self.draft.forward(rows.dstate, x_i.unsqueeze(1)),
+                                            where)[:, 0]  # (A, V)
         return torch.stack(qs, 1), torch.stack(tokens, 1)
 
     def _roll_back(self, rows: _Rows, n_h, x_h, y_h, y) -> None:

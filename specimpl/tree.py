@@ -28,6 +28,7 @@ models keep only the accepted path (``commit_path``).  :func:`verify_tree` is th
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 
 from specimpl.errors import check_arg
-from specimpl.inputs import check_generate_args, prompt_batch
+from specimpl.inputs import check_finite_laws, check_generate_args, check_logits_vocab, law_sums, prompt_batch
 from specimpl.model import LanguageModel, Prompts, check_same_vocab
 from specimpl.result import PAD, GenerationResult, SpecStats, emit_round
 from specimpl.sampling import SamplingConfig, check_probs, sample_categorical, warp
@@ -261,6 +262,7 @@ class TreeSampler:
     """
 
     compact_below = 0.5  # as the reference sampler: keeps the uniforms' batch layout identical
+    check_finite = True  # raise NonFiniteLawError when a warped p or q holds NaN/inf (as the reference sampler)
 
     def __init__(self, target: LanguageModel, draft: LanguageModel, k: int, config: SamplingConfig = SamplingConfig(),
                  *, tree=None, n_drafts: int = 2, replacement: bool = True, validate: bool = False):
@@ -312,7 +314,8 @@ class TreeSampler:
         tokens[:, 0] = pending
         for d in range(1, tree.depth + 1):
             lo, hi = tree.level(d)
-            q_lev = self.warp_draft(self.draft.forward_tree(dstate, tokens[:, :1 + lo], par[:1 + lo]))  # (A, 1+lo, V)
+            logits = self.draft.forward_tree(dstate, tokens[:, :1 + lo], par[:1 + lo])
+            q_lev = self.warp_draft(check_logits_vocab("draft", self.draft, logits, f"depth {d}"))  # (A, 1+lo, V)
             pe = par[1 + lo:1 + hi]  # (c,) ext parents of this level's nodes
             x = self._draw_level(q_lev, pe, tree.sibling_rank[lo:hi], u_draft[:, lo:hi])  # (A, c)
             dead_parent = (pe > 0) & (tokens[:, pe] < 0)  # (A, c) a node below an unused node is unused
@@ -356,9 +359,11 @@ class TreeSampler:
         alive = np.ones(B, dtype=bool)
         stats = SpecStats(D)
         j = np.arange(D + 1)
+        rnd = 0
         while True:
+            rnd += 1
             n_h, emit, m, done, pending, times = self._round(st, pending, max_new_tokens - n_out[idx], alive,
-                                                             eos_token_id, generator)
+                                                             eos_token_id, generator, rnd)
             out[idx[:, None], n_out[idx][:, None] + j] = emit
             n_out[idx] += m
             _record(stats, idx.size, np.bincount(n_h[alive], minlength=D + 1), int(m.sum()), self.tree.n_nodes,
@@ -376,7 +381,7 @@ class TreeSampler:
         tokens = torch.from_numpy(np.ascontiguousarray(out[:, :max_new_tokens])).to(dev)
         return GenerationResult(tokens=tokens, lengths=torch.from_numpy(n_out).to(dev), stats=stats, timings=t_clock)
 
-    def _round(self, st, pending, remaining, alive, eos_token_id, generator):
+    def _round(self, st, pending, remaining, alive, eos_token_id, generator, rnd: int = 0):
         """One round on the batch's A sequences: draft, score, verify, commit, emit (host arrays)."""
         tstate, dstate = st
         A, dev = pending.shape[0], pending.device
@@ -385,7 +390,9 @@ class TreeSampler:
         tokens, q = self.draft_tree(dstate, pending, u_draft)  # (A, 1+N), (A, 1+N, V)
         self._sync()
         t1 = time.perf_counter()
-        p = self.warp_target(self.target.forward_tree(tstate, tokens, self.tree.parents_ext.to(dev)))  # (A, 1+N, V)
+        logits = self.target.forward_tree(tstate, tokens, self.tree.parents_ext.to(dev))
+        p = self.warp_target(check_logits_vocab("target", self.target, logits, f"round {rnd}"))  # (A, 1+N, V)
+        total = law_sums(q, p) if self.check_finite else None  # read after the host copies below
         self._sync()
         t2 = time.perf_counter()
         qc = self.proposal_laws(q, tokens[:, 1:])  # (A, N, V)
@@ -398,6 +405,9 @@ class TreeSampler:
         self.draft.commit_path(dstate, tokens, path_ext, n + 1)
         x_path = tokens.gather(1, path_ext[:, 1:])  # (A, D), junk past n
         n_h, y_h = n.cpu().numpy(), y.cpu().numpy()
+        if total is not None and not math.isfinite(total.item()):  # before anything of this round is emitted
+            check_finite_laws("draft", q, f"round {rnd}", self.config)
+            check_finite_laws("target", p, f"round {rnd}", self.config)
         emit, m, done = emit_round(x_path.cpu().numpy(), n_h, y_h, remaining, alive, eos_token_id)
         self._sync()
         t3 = time.perf_counter()

@@ -10,9 +10,11 @@ import torch
 
 from specimpl import (LanguageModel, SamplingConfig, autoregressive_generate, noisy_draft, random_ngram,
                       speculative_generate, verify_block_checked)
-from specimpl.inputs import NonFiniteLawError, check_finite_laws
+from specimpl.block import block_generate
+from specimpl.inputs import LogitsShapeError, NonFiniteLawError, check_finite_laws
 from specimpl.sampling import MIN_TEMPERATURE, warp
 from specimpl.speculative import SpeculativeSampler
+from specimpl.tree import tree_generate
 
 T8 = random_ngram(8, 2, seed=0)
 D8 = noisy_draft(T8, 0.5)
@@ -74,6 +76,43 @@ def test_non_finite_target_logits_raise_in_both_samplers(poison, config):
         speculative_generate(tp, D8, PROMPTS, k=4, max_new_tokens=8, config=config, generator=gen())
     with pytest.raises(ValueError, match=r"the target's warped next-token law is not finite .* step \d+, row \d+"):
         autoregressive_generate(tp, PROMPTS, max_new_tokens=8, config=config, generator=gen())
+
+
+@pytest.mark.parametrize("poison", list(POISONS))
+@pytest.mark.parametrize("who", ["target", "draft"])
+def test_non_finite_logits_raise_in_tree_and_block_generate(poison, who):
+    """The tree sampler checks its warped laws each round as the chain sampler does (it used to emit a row of
+    the last token id); block_generate shares the chain loop's check."""
+    tp = Poisoned(T8, POISONS[poison]) if who == "target" else T8
+    dp = Poisoned(D8, POISONS[poison]) if who == "draft" else D8
+    for fn in (tree_generate, block_generate):
+        with pytest.raises(NonFiniteLawError, match=rf"the {who}'s warped next-token law is not finite .* round 1, row"):
+            fn(tp, dp, PROMPTS, k=2, max_new_tokens=8, generator=gen())
+
+
+def _columns(delta):
+    """A poison giving the logits V + delta columns (a model whose head disagrees with its vocab_size)."""
+    def poison(logits, tokens):
+        return torch.cat([logits, logits[..., :delta]], -1) if delta > 0 else logits[..., :delta]
+    return poison
+
+
+@pytest.mark.parametrize("delta", [1, -1], ids=["V+1", "V-1"])
+@pytest.mark.parametrize("who", ["target", "draft"])
+@pytest.mark.parametrize("fn", ["autoregressive", "speculative", "block", "tree"])
+def test_logits_of_the_wrong_width_are_one_clear_error(fn, who, delta):
+    if fn == "autoregressive" and who == "draft":
+        pytest.skip("no draft")
+    tp = Poisoned(T8, _columns(delta)) if who == "target" else T8
+    dp = Poisoned(D8, _columns(delta)) if who == "draft" else D8
+    kw = dict(max_new_tokens=8, generator=gen())
+    call = {"autoregressive": lambda: autoregressive_generate(tp, PROMPTS, **kw),
+            "speculative": lambda: speculative_generate(tp, dp, PROMPTS, k=2, **kw),
+            "block": lambda: block_generate(tp, dp, PROMPTS, k=2, **kw),
+            "tree": lambda: tree_generate(tp, dp, PROMPTS, k=2, **kw)}[fn]
+    with pytest.raises(LogitsShapeError, match=rf"the {who} model 'poisoned' returned logits with {8 + delta} columns "
+                                               r"at (step|round|depth) 1, but its vocab_size is 8"):
+        call()
 
 
 def test_non_finite_draft_logits_name_the_draft():
