@@ -32,6 +32,22 @@ def test_bad_list_options_are_exit_2(capsys, opt, value):
     assert f"`{opt}`" in capsys.readouterr().err
 
 
+HW = 'name = "x"\nsource = "s"\nbandwidth_gbps = {bw}\noverhead_s = {oh}\n[peak_tflops]\nfloat32 = {pk}\n'
+
+
+@pytest.mark.parametrize("key,fields", [("bandwidth_gbps", dict(bw=0)), ("bandwidth_gbps", dict(bw="nan")),
+                                        ("bandwidth_gbps", dict(bw="inf")), ("bandwidth_gbps", dict(bw=-5)),
+                                        ("peak_tflops.float32", dict(pk=0)), ("overhead_s", dict(oh=-1))])
+def test_non_positive_or_non_finite_hardware_numbers_are_exit_2(capsys, tmp_path, key, fields):
+    """A bandwidth of 0 used to give exit 0, recommending "off" with S = nan."""
+    hw = tmp_path / "hw.toml"
+    hw.write_text(HW.format(**{"bw": 1000, "oh": 0.0005, "pk": 100, **fields}))
+    assert _tune("--hardware", str(hw), "--out", str(tmp_path / "o")) == 2
+    err = capsys.readouterr().err
+    assert f"'{key}'" in err and str(hw) in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_config_without_a_needed_field_is_exit_2(capsys, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(TINY_PAIR_DIR / "draft", bad)

@@ -216,9 +216,21 @@ def load_hardware(name_or_path) -> Hardware:
             raise ConfigError(f"{p}: field {key!r} is missing")
     num = {k: d[k] for k in ("bandwidth_gbps", "overhead_s", "overhead_per_layer_s", "eff_bandwidth", "eff_compute")
            if k in d}
-    for k, v in list(num.items()) + [(f"peak_tflops.{a}", b) for a, b in d["peak_tflops"].items()]:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ConfigError(f"{p}: field {k!r} must be a finite number >= 0; got {v!r}")
+    if not isinstance(d["peak_tflops"], dict) or not d["peak_tflops"]:
+        raise ConfigError(f"{p}: field 'peak_tflops' must be a table of dtype = TFLOPS (e.g. float32 = 19.5); "
+                          f"got {d['peak_tflops']!r}")
+    # rates divide the roofline's bytes and FLOPs: 0 would make times inf and S nan
+    rates = {"bandwidth_gbps", *(f"peak_tflops.{a}" for a in d["peak_tflops"])}
+    fields = {**num, **{f"peak_tflops.{a}": b for a, b in d["peak_tflops"].items()},
+              **{k: d[k] for k in ("memory_gb",) if k in d}}
+    for k, v in fields.items():
+        positive = k in rates
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                or (v <= 0 if positive else v < 0)):
+            raise ConfigError(f"{p}: field {k!r} must be a finite number {'> 0' if positive else '>= 0'}; got {v!r}")
+    dev = d.get("devices", 1)
+    if isinstance(dev, bool) or not isinstance(dev, int) or dev < 1:
+        raise ConfigError(f"{p}: field 'devices' must be an integer >= 1; got {dev!r}")
     for k in ("eff_bandwidth", "eff_compute"):
         if k in num and not 0 < num[k] <= 20:  # > 1 only where a probe under load read the peak low (local)
             raise ConfigError(f"{p}: field {k!r} must be in (0, 20]; got {num[k]!r}")
