@@ -46,7 +46,7 @@ from harness.samples.format import FORMAT, parse_record
 from specimpl.errors import check_arg
 
 __all__ = ["PLAIN", "KV_TYPES", "FORMAT", "load_llama", "api_logits", "CountingPromptLookup", "count_accepted",
-           "request_seed", "api_records", "engine_block", "api_engine_block", "serve", "http_completion", "http_record", "prompt_text", "write_jsonl",
+           "request_seed", "api_records", "api_record", "spec_steps", "engine_block", "api_engine_block", "serve", "http_completion", "http_record", "prompt_text", "write_jsonl",
            "ServerError", "free_port", "LLAMA_CPP_DEFAULTS"]
 
 # every stage of llama-cpp-python's sampler chain set to the identity: plain sampling from the model
@@ -169,10 +169,11 @@ def _generate(llm, prompt: list[int], max_new_tokens: int, seed: int, sampler: O
     return out
 
 
-def request_seed(seed: int, prompt: int, sample: int) -> int:
-    """The seed of one request, distinct per (seed, prompt, sample): a uint32 below 0xFFFFFFFF, which
-    llama.cpp reads as "draw a random seed" (LLAMA_DEFAULT_SEED)."""
-    return int(np.random.SeedSequence([seed, prompt, sample]).generate_state(1)[0]) % 0xFFFFFFFF
+def request_seed(seed: int, *index: int) -> int:
+    """The seed of one request, distinct per (seed, *index) — (seed, prompt, sample) here, (seed, request
+    index) for ``sample --engine llama-cpp``: a uint32 below 0xFFFFFFFF, which llama.cpp reads as "draw a
+    random seed" (LLAMA_DEFAULT_SEED)."""
+    return int(np.random.SeedSequence([seed, *index]).generate_state(1)[0]) % 0xFFFFFFFF
 
 
 def api_records(llm, prompts: list[list[int]], *, per_prompt: int, max_new_tokens: int, seed: int, engine: dict,
@@ -185,19 +186,50 @@ def api_records(llm, prompts: list[list[int]], *, per_prompt: int, max_new_token
     for i, prompt in enumerate(prompts):
         for j in range(per_prompt):
             s = request_seed(seed, i, j)
+            rec = api_record(llm, f"p{i}-s{j}", f"p{i}", prompt, s, _controls(max_new_tokens, s, sampler), engine,
+                             sampler)
             if draft is not None:
-                draft.proposals.clear()
-            tic = time.perf_counter()
-            out = _generate(llm, prompt, max_new_tokens, s, sampler)
-            rec = {"format": FORMAT, "request_id": f"p{i}-s{j}", "prompt_id": f"p{i}", "prompt_ids": list(prompt),
-                   "output_ids": out, "finish_reason": "length", "controls": _controls(max_new_tokens, s, sampler),
-                   "logprobs": None, "engine": engine, "x_wall_s": time.perf_counter() - tic}
-            if draft is not None:
-                acc, drafted = draft.accepted(list(prompt) + out)
+                acc, drafted = draft.accepted(list(prompt) + rec["output_ids"])
                 rec["x_draft"] = {"accepted": acc, "drafted": drafted, "proposals": len(draft.proposals)}
             bar.update()
             yield rec
     bar.close()
+
+
+def api_record(llm, request_id: str, prompt_id: str, prompt: list[int], seed: int, controls: dict, engine: dict,
+               sampler: Optional[dict] = None) -> dict:
+    """One completion through ``Llama.generate`` (:func:`_generate`) as a sample-format record; with a
+    prompt-lookup draft, ``x_spec`` holds the engine's steps and drafted tokens (:func:`spec_steps`)."""
+    draft = getattr(llm, "draft_model", None)
+    if draft is not None:
+        draft.proposals.clear()
+    tic = time.perf_counter()
+    out = _generate(llm, list(prompt), controls["max_new_tokens"], seed, sampler)
+    rec = {"format": FORMAT, "request_id": request_id, "prompt_id": prompt_id, "prompt_ids": list(prompt),
+           "output_ids": out, "finish_reason": "length", "controls": controls, "logprobs": None, "engine": engine,
+           "x_wall_s": time.perf_counter() - tic}
+    if draft is not None:
+        rec["x_spec"] = spec_steps(draft.proposals, len(prompt), out)
+    return rec
+
+
+def spec_steps(proposals: list, prompt_len: int, out: list[int]) -> dict:
+    """The engine's steps over one completion, from the draft hook's ``proposals`` (start index in
+    prompt + output of the first drafted token, the drafted tokens): ``drafted`` / ``accepted`` per step and
+    the step's ``draft_tokens``, in the layout of :func:`harness.samples.rules.judged_states` (token 0 comes
+    from the prefill; a step starting at output index s emits accepted + 1 tokens; a step without a
+    proposal drafts 0)."""
+    by_start = {start - prompt_len: toks for start, toks in proposals}
+    drafted, accepted, tokens = [], [], []
+    s = 1
+    while s < len(out):
+        toks = by_start.get(s, [])
+        a = 0
+        while a < len(toks) and s + a < len(out) and out[s + a] == toks[a]:
+            a += 1
+        drafted.append(len(toks)), accepted.append(a), tokens.append(list(toks))
+        s += a + 1
+    return {"drafted": drafted, "accepted": accepted, "draft_tokens": tokens}
 
 
 def write_jsonl(path, records) -> int:

@@ -7,8 +7,9 @@
 
 The Hugging Face ``--target`` is exported to a float32 GGUF (:mod:`harness.samples.engines.gguf_export`; or
 give ``--gguf``), loaded by ``--workers`` processes (one ``llama_cpp.Llama`` each, one thread), and every
-request is one ``Llama.generate`` call on token ids from a fresh context, seeded per request
-(:func:`request_seed`), generating past EOS (``max_new_tokens`` tokens per completion).  ``--spec ngram``
+request is one ``Llama.generate`` call on token ids from a fresh context
+(:func:`harness.samples.engines.llama_cpp.api_record`), seeded per request (``request_seed`` of the run seed
+and the request's index), generating past EOS (``max_new_tokens`` tokens per completion).  ``--spec ngram``
 is llama-cpp-python's prompt-lookup speculation (``LlamaPromptLookupDecoding``, up to ``k`` tokens a step),
 verified by exact match: the target samples each position in turn and a draft token stands only when the
 sample equals it.  ``--spec none`` is plain sampling.
@@ -33,39 +34,14 @@ from typing import Optional
 
 from harness.core.errors import UsageError
 from harness.samples.engines.gguf_export import export_gguf
-from harness.samples.engines.llama_cpp import PLAIN, _generate, load_llama
-from harness.samples.format import FORMAT, SampleWriter, parse_record
+from harness.samples.engines.llama_cpp import PLAIN, api_record, load_llama, request_seed, spec_steps
+from harness.samples.format import SampleWriter, parse_record
 from specimpl.errors import check_arg
 
-__all__ = ["SPEC_CHOICES", "request_seed", "spec_steps", "sampler_chain", "produce_llama"]
+__all__ = ["SPEC_CHOICES", "spec_steps", "sampler_chain", "produce_llama"]
 
 SPEC_CHOICES = ("none", "ngram")
 CHUNK = 2000  # requests per task handed to a worker
-
-
-def request_seed(seed: int, index: int) -> int:
-    """The seed of request ``index``: below 0xFFFFFFFF, which llama.cpp reads as "draw a random seed"."""
-    import numpy as np
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0]) % 0xFFFFFFFF
-
-
-def spec_steps(proposals: list, prompt_len: int, out: list[int]) -> dict:
-    """The engine's steps over one completion, from the draft hook's ``proposals`` (start index in
-    prompt + output of the first drafted token, the drafted tokens): ``drafted`` / ``accepted`` per step and
-    the step's ``draft_tokens``, in the layout of :func:`harness.samples.rules.judged_states` (token 0 comes
-    from the prefill; a step starting at output index s emits accepted + 1 tokens; a step without a
-    proposal drafts 0)."""
-    by_start = {start - prompt_len: toks for start, toks in proposals}
-    drafted, accepted, tokens = [], [], []
-    s = 1
-    while s < len(out):
-        toks = by_start.get(s, [])
-        a = 0
-        while a < len(toks) and s + a < len(out) and out[s + a] == toks[a]:
-            a += 1
-        drafted.append(len(toks)), accepted.append(a), tokens.append(list(toks))
-        s += a + 1
-    return {"drafted": drafted, "accepted": accepted, "draft_tokens": tokens}
 
 
 def sampler_chain(controls) -> dict:
@@ -83,20 +59,8 @@ def _init(gguf: str, kv: str, draft_k: Optional[int], n_ctx: int) -> None:
 
 
 def _chunk(job: dict, rows: list) -> list[dict]:
-    draft = getattr(_LLM, "draft_model", None)
-    out = []
-    for rid, pid, prompt, seed in rows:
-        if draft is not None:
-            draft.proposals.clear()
-        tic = time.perf_counter()
-        toks = _generate(_LLM, list(prompt), job["max_new_tokens"], seed, job["sampler"])
-        rec = {"format": job["format"], "request_id": rid, "prompt_id": pid, "prompt_ids": list(prompt),
-               "output_ids": toks, "finish_reason": "length", "controls": {**job["controls"], "seed": seed},
-               "logprobs": None, "engine": job["engine"], "x_wall_s": time.perf_counter() - tic}
-        if draft is not None:
-            rec["x_spec"] = spec_steps(draft.proposals, len(prompt), toks)
-        out.append(rec)
-    return out
+    return [api_record(_LLM, rid, pid, prompt, seed, {**job["controls"], "seed": seed}, job["engine"], job["sampler"])
+            for rid, pid, prompt, seed in rows]
 
 
 def _engine(gguf: str, kv: str, spec: str, k: int, workers: int, target: Optional[str], sampler: dict) -> dict:
@@ -136,8 +100,7 @@ def produce_llama(reqs, writer: SampleWriter, *, controls, seed: int, spec: str 
     n_ctx = max(len(r[2]) for r in todo) + controls.max_new_tokens + k + 8
     with tempfile.TemporaryDirectory(prefix="specverify-llama-") as tmp:
         path = _gguf(target, gguf, tmp)
-        job = {"format": FORMAT, "max_new_tokens": controls.max_new_tokens, "sampler": sampler,
-               "controls": {**controls.to_json(), "stop": []},
+        job = {"sampler": sampler, "controls": {**controls.to_json(), "stop": []},
                "engine": _engine(path, kv, spec, k, workers, target, sampler)}
         chunks = [todo[i:i + CHUNK] for i in range(0, len(todo), CHUNK)]
         bar = tqdm(total=len(todo), desc="llama.cpp", disable=not progress, file=sys.stderr)
