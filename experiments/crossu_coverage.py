@@ -28,7 +28,8 @@ from harness.core.figures import md_table
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.stats import clopper_pearson
 from harness.stats.bounds import tv_upper_bound_expected, tv_upper_bound_n_for
-from harness.stats.crossu import tv_upper_bound_crossu, tv_upper_bound_crossu_expected, tv_upper_bound_crossu_n_for
+from harness.stats.crossu import (adversarial_laws, tv_upper_bound_crossu, tv_upper_bound_crossu_expected,  # noqa: E402
+                                  tv_upper_bound_crossu_n_for)
 
 GATE_DELTA = 5.7e-7  # half the default make verify's per-bound delta (tv_interval puts delta/2 on each side)
 
@@ -59,22 +60,11 @@ def draws_for_001(k: int = 260, delta: float = 3.1e-5) -> dict:
 
 
 def laws() -> dict:
-    k = 40
-    rng = np.random.default_rng(0)
-    peaked = rng.dirichlet(np.full(k, 0.3))
-    onto = peaked * 0.97
-    onto[np.argsort(peaked)[:8]] += 0.03 / 8
-    tiny = np.r_[np.full(4, 0.24), np.full(k - 4, 0.04 / (k - 4))]
-    doubled = np.r_[np.full(4, 0.23), np.full(k - 4, 0.08 / (k - 4))]
-    zeros = np.r_[peaked[:-6] / peaked[:-6].sum(), np.zeros(6)]
-    hit = 0.99 * zeros
-    hit[-6:] += 0.01 / 6
-    two = np.zeros(k)
-    two[:2] = 0.5
+    adv = adversarial_laws()
+    peaked = adv["mass onto the 8 tiniest cells"][0]
     U = np.full(200, 1 / 200)
     out = {"lossless (Q = P), 40 peaked cells": (peaked, peaked, 3000),
-           "mass onto the 8 tiniest cells": (peaked, onto, 3000), "many tiny cells doubled": (tiny, doubled, 3000),
-           "cells of P = 0 hit": (zeros, hit, 3000), "all mass on two cells": (peaked, two, 3000)}
+           **{name: (P, Q, 3000) for name, (P, Q) in adv.items()}}
     for d in (1e-2, 1e-3):  # near the null: TV = 0.6 x the lossless expected bound at that delta
         tv = 0.6 * tv_upper_bound_crossu_expected(U, 200_000, d)
         out[f"near the null, 200 uniform cells (delta {d:g})"] = (U, U + np.where(np.arange(200) % 2 == 0, 2, -2) * tv / 200, 200_000)

@@ -58,7 +58,7 @@ from harness.stats.common import _as_counts, _as_probs, _check_level, _check_n, 
 from harness.stats.results import TVBound
 from harness.stats.search import smallest_n
 
-__all__ = ["SPLIT_SEED", "TAU_SCALE", "tv_upper_bound_crossu", "tv_upper_bound_crossu_expected",
+__all__ = ["SPLIT_SEED", "TAU_SCALE", "adversarial_laws", "tv_upper_bound_crossu", "tv_upper_bound_crossu_expected",
            "tv_upper_bound_crossu_n_for", "tv_upper_bound_crossu_exceed"]
 
 SPLIT_SEED = 24  # the split's seed (issue 24), fixed once; the bound holds for a split independent of the draws
@@ -203,3 +203,22 @@ def tv_upper_bound_crossu_exceed(probs, n, delta: float, epsilon: float, *, tau:
     a, b = math.sqrt(2 * S2 / pl["mB"]), RB / (3 * pl["mB"])  # a √L + b L = u*
     root = (-a + math.sqrt(a * a + 4 * b * u_star)) / (2 * b) if b > 0 else u_star / a
     return float(min(1.0, math.exp(-root * root)))
+
+
+def adversarial_laws(k: int = 40, seed: int = 0) -> dict:
+    """Pairs (P, Q) on ``k`` cells where a TV bound is easiest to get wrong, for coverage checks (the tests and
+    experiments/crossu_coverage.py): mass moved onto P's tiniest cells, many tiny cells doubled, cells of
+    P = 0 hit, all mass on two cells; P a peaked Dirichlet(0.3) law."""
+    rng = np.random.default_rng(seed)
+    peaked = rng.dirichlet(np.full(k, 0.3))
+    onto = peaked * 0.97
+    onto[np.argsort(peaked)[:8]] += 0.03 / 8
+    tiny = np.r_[np.full(4, 0.24), np.full(k - 4, 0.04 / (k - 4))]
+    doubled = np.r_[np.full(4, 0.23), np.full(k - 4, 0.08 / (k - 4))]
+    zeros = np.r_[peaked[:-6] / peaked[:-6].sum(), np.zeros(6)]
+    hit = 0.99 * zeros
+    hit[-6:] += 0.01 / 6
+    two = np.zeros(k)
+    two[:2] = 0.5
+    return {"mass onto the 8 tiniest cells": (peaked, onto), "many tiny cells doubled": (tiny, doubled),
+            "cells of P = 0 hit": (zeros, hit), "all mass on two cells": (peaked, two)}

@@ -12,8 +12,8 @@ import pytest
 from scipy import stats as sps
 
 from harness.stats.bounds import lump_zero_cells, tv_upper_bound_expected
-from harness.stats.crossu import (SPLIT_SEED, TAU_SCALE, tv_upper_bound_crossu, tv_upper_bound_crossu_expected,
-                                  tv_upper_bound_crossu_n_for)
+from harness.stats.crossu import (SPLIT_SEED, TAU_SCALE, adversarial_laws, tv_upper_bound_crossu,
+                                  tv_upper_bound_crossu_expected, tv_upper_bound_crossu_n_for)
 
 
 def _by_hand(counts, probs, delta, seed=SPLIT_SEED):
@@ -61,26 +61,9 @@ def _reps_cover(P, Q, n, delta, reps, seed, scale=1.0):
                for s in rng.integers(0, 2 ** 31, reps))
 
 
-def _adversarial_laws():
-    k = 40
-    rng = np.random.default_rng(0)
-    peaked = rng.dirichlet(np.full(k, 0.3))
-    onto_tiny = peaked * 0.97
-    onto_tiny[np.argsort(peaked)[:8]] += 0.03 / 8
-    tiny = np.r_[np.full(4, 0.24), np.full(k - 4, 0.04 / (k - 4))]
-    doubled = np.r_[np.full(4, 0.23), np.full(k - 4, 0.08 / (k - 4))]
-    zeros = np.r_[peaked[:-6] / peaked[:-6].sum(), np.zeros(6)]
-    hit = 0.99 * zeros
-    hit[-6:] += 0.01 / 6
-    two = np.zeros(k)
-    two[:2] = 0.5
-    return {"mass onto the tiniest cells": (peaked, onto_tiny), "many tiny cells doubled": (tiny, doubled),
-            "cells of P = 0 hit": (zeros, hit), "all mass on two cells": (peaked, two)}
-
-
-@pytest.mark.parametrize("name", list(_adversarial_laws()))
+@pytest.mark.parametrize("name", list(adversarial_laws()))
 def test_covers_adversarial_laws(name):
-    P, Q = _adversarial_laws()[name]
+    P, Q = adversarial_laws()[name]
     reps, delta = 400, 0.05
     assert _reps_cover(P, Q, 3000, delta, reps, seed=7) <= sps.binom.isf(1e-6, reps, delta)
 
