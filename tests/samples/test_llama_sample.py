@@ -35,6 +35,16 @@ def test_spec_steps_rebuild_the_engine_steps_from_the_proposals():
     assert acc.tolist() == [True, True, False, True]
 
 
+def test_spec_steps_drop_drafted_tokens_past_the_end_of_the_completion():
+    """Generation stops at max_new_tokens: a proposal reaching past the end was judged only inside it (a draft
+    beyond the last token, counted, would be a rejection that never happened)."""
+    out = [0, 1, 2, 3]
+    steps = spec_steps([(2 + 1, [1, 2, 7, 8])], 2, out)  # drafts at output 1..4; output ends at index 3
+    assert steps == {"drafted": [3], "accepted": [2], "draft_tokens": [[1, 2, 7]]}
+    steps = spec_steps([(2 + 1, [1, 2, 3, 8])], 2, out)  # every draft inside the completion stood
+    assert steps == {"drafted": [3], "accepted": [3], "draft_tokens": [[1, 2, 3]]}
+
+
 def _records(P, n, accept, rng):
     """Synthetic one-step records: state c, a fixed draft d, accepted with probability accept(c, d)."""
     recs = []

@@ -218,12 +218,14 @@ def spec_steps(proposals: list, prompt_len: int, out: list[int]) -> dict:
     prompt + output of the first drafted token, the drafted tokens): ``drafted`` / ``accepted`` per step and
     the step's ``draft_tokens``, in the layout of :func:`harness.samples.rules.judged_states` (token 0 comes
     from the prefill; a step starting at output index s emits accepted + 1 tokens; a step without a
-    proposal drafts 0)."""
+    proposal drafts 0).  Only drafted tokens whose position lies inside the completion count: generation stops at
+    ``max_new_tokens``, so a proposal reaching past the end was never judged there (counting it would add a
+    rejection that did not happen)."""
     by_start = {start - prompt_len: toks for start, toks in proposals}
     drafted, accepted, tokens = [], [], []
     s = 1
     while s < len(out):
-        toks = by_start.get(s, [])
+        toks = by_start.get(s, [])[:len(out) - s]
         a = 0
         while a < len(toks) and s + a < len(out) and out[s + a] == toks[a]:
             a += 1
