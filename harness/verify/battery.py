@@ -345,9 +345,10 @@ INCONCLUSIVE_REPS = 200  # simulated lossless count vectors behind tv_interval_i
 INCONCLUSIVE_SEED = 24  # their seed (fixed once)
 
 
-def _upper_only(counts, P: np.ndarray, n: int, delta: float) -> float:
-    """:func:`tv_interval`'s upper end alone (the same choice of bound)."""
-    if _use_crossu(P, n, delta / 2):
+def _upper_only(counts, P: np.ndarray, delta: float, use_crossu: bool) -> float:
+    """:func:`tv_interval`'s upper end alone, ``use_crossu`` its choice of bound (:func:`_use_crossu`, which
+    depends on the law and the size only: decided once per simulation, not per count vector)."""
+    if use_crossu:
         return crossu.tv_upper_bound_crossu(counts, P, delta=delta / 2).upper
     return stats.tv_upper_bound(counts, P, delta=delta / 2).upper
 
@@ -363,7 +364,8 @@ def tv_interval_inconclusive_normal(probs, n: int, delta: float, epsilon: float)
     if rigorous <= 1e-12 or _one_hot(P):
         return rigorous
     rng = np.random.default_rng(INCONCLUSIVE_SEED)
-    ups = np.array([_upper_only(rng.multinomial(int(n), P), P, int(n), delta) for _ in range(INCONCLUSIVE_REPS)])
+    use_crossu = _use_crossu(P, int(n), delta / 2)
+    ups = np.array([_upper_only(rng.multinomial(int(n), P), P, delta, use_crossu) for _ in range(INCONCLUSIVE_REPS)])
     sd = float(ups.std(ddof=1))
     if sd <= 0:
         return float(ups.mean() >= epsilon)
