@@ -1361,17 +1361,41 @@ def _dropped(ctx: Ctx):
 @probe("i26_openai_bad_options",
        "Finding 7: `sample --engine openai` with --timeout 0, --timeout -1, --backoff -1, or a URL without a "
        "scheme exits 3 instead of 2 (the last after 23 s of retries).",
-       "exit 2 for each within 20 s, one line naming the option", timeout=150, slow=True)
+       "exit 2 for each, up front: one line of stderr naming the option (no retry announced), and no connection "
+       "made to the --url (a local socket that counts them)", timeout=180, slow=True)
 def _openai_bad(ctx: Ctx):
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    accepted = []
+
+    def accept():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            c.close()
+
+    threading.Thread(target=accept, daemon=True).start()
     base = ("sample", "--engine", "openai", "--model", "m", "--out", "o.jsonl", "--n-prompts", 1,
             "--n-per-prompt", 1, "--max-new-tokens", 2, "--no-progress")
-    url = ("--url", "http://127.0.0.1:9/v1")
+    url = ("--url", f"http://127.0.0.1:{srv.getsockname()[1]}/v1")
     obs, oks = [], []
-    for name, extra in (("--timeout", (*url, "--timeout", 0)), ("--timeout", (*url, "--timeout", -1)),
-                        ("--backoff", (*url, "--backoff", -1)), ("--url", ("--url", "127.0.0.1:9/v1"))):
-        r = ctx.harness(*base, *extra, timeout=35)
-        obs.append(f"{' '.join(str(x) for x in extra[-2:])}: exit {r.rc} in {r.wall:.0f} s")
-        oks.append(r.rc == 2 and r.wall < 20 and name in r.err)
+    try:
+        for name, extra in (("--timeout", (*url, "--timeout", 0)), ("--timeout", (*url, "--timeout", -1)),
+                            ("--backoff", (*url, "--backoff", -1)), ("--url", ("--url", "127.0.0.1:9/v1"))):
+            n0 = len(accepted)
+            r = ctx.harness(*base, *extra, timeout=35)
+            sent = len(accepted) - n0
+            obs.append(f"{' '.join(str(x) for x in extra[-2:])}: exit {r.rc} in {r.wall:.0f} s, {sent} connections"
+                       + (f" ({stderr_head(r.err, 1)[:70]})" if r.rc != 2 else ""))
+            oks.append(r.rc == 2 and name in r.err and len(r.err.strip().splitlines()) == 1 and sent == 0)
+    finally:
+        srv.close()
     return "; ".join(obs), all(oks)
 
 

@@ -18,14 +18,19 @@ does not report what it applied.  finish_reason: the server's "length" -> "lengt
 "eos" when ``controls.stop`` is empty (EOS appended when the server left it out; that row's logprobs are
 then dropped), else "stop".
 
-Requests run on ``concurrency`` threads; a connection error, a timeout, HTTP 429 or 5xx is retried up to
-``retries`` times with exponential backoff (``backoff * 2**i`` seconds, plus up to 25 % jitter); any other
-HTTP error, or a malformed response, fails the run (:class:`~harness.core.errors.SamplerError`, exit 3) with
-what was written so far kept.  Completed requests already in the file are never sent again.
+Requests run on ``concurrency`` threads; a connection error (refused, reset, dropped mid-response: an
+``IncompleteRead``, ``RemoteDisconnected`` or a body cut short of valid JSON), a timeout, HTTP 429 or 5xx is
+retried up to ``retries`` times with exponential backoff (``backoff * 2**i`` seconds, plus up to 25 %
+jitter), each retry announced on stderr; any other HTTP error, a malformed response, or a request still
+failing after its retries fails the run (:class:`~harness.core.errors.SamplerError`, exit 3, one line
+naming the request id) once the requests in flight have finished and been written: the file keeps every
+completed record, and the same command resumes.  Completed requests already in the file are never sent again.
 """
 from __future__ import annotations
 
+import http.client
 import json
+import math
 import random
 import sys
 import time
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from harness.core.errors import SamplerError
+from harness.core.options import check_option
 from harness.samples.format import Controls, SampleRecord, SampleWriter
 from harness.samples.producers import Request
 
@@ -45,8 +51,22 @@ __all__ = ["EndpointSpec", "request_body", "parse_choice", "post_json", "complet
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
+# what a server that drops or resets the connection raises, before, while or after it answers
+TRANSIENT = (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException)
+
+
 class EndpointError(RuntimeError):
     """A request that failed for good (after its retries, or at once for a client error)."""
+
+
+def check_endpoint(url, timeout: float, backoff: float) -> None:
+    """The options of an endpoint, before any request; UsageError naming the option and its value."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(url) if isinstance(url, str) else None
+    check_option(parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc), "--url", url,
+                 "an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1")
+    check_option(timeout > 0 and math.isfinite(timeout), "--timeout", timeout, "a number of seconds > 0")
+    check_option(backoff >= 0 and math.isfinite(backoff), "--backoff", backoff, "a number of seconds >= 0")
 
 
 @dataclass(frozen=True)
@@ -128,33 +148,51 @@ def parse_choice(spec: EndpointSpec, req: Request, resp: dict, seed: Optional[in
                         None if logprobs is None else tuple(float(x) for x in logprobs))
 
 
+class TruncatedBody(ValueError):
+    """A body that is not complete JSON: the connection closed before the server finished (retried)."""
+
+
 def post_json(url: str, body: dict, timeout: float) -> dict:
     data = json.dumps(body).encode()
     r = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(r, timeout=timeout) as resp:  # noqa: S310 - the user's endpoint
-        return json.loads(resp.read().decode("utf-8"))
+        raw = resp.read()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError is one
+        raise TruncatedBody(f"{len(raw)} bytes that are not complete JSON ({e})") from None
 
 
-def complete(spec: EndpointSpec, req: Request, seed: Optional[int], sleep=time.sleep) -> SampleRecord:
-    """One request with its retries; :class:`EndpointError` when it fails for good."""
+def _describe(e: BaseException) -> str:
+    reason = getattr(e, "reason", None)
+    return " ".join(f"{type(e).__name__}: {e if reason is None else reason}".split())[:200]
+
+
+def complete(spec: EndpointSpec, req: Request, seed: Optional[int], sleep=time.sleep, say=None) -> SampleRecord:
+    """One request with its retries (each announced by ``say``, default stderr); :class:`EndpointError`
+    when it fails for good."""
     url = spec.url.rstrip("/") + "/completions"
     body = request_body(spec, req, seed)
+    say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
     last = ""
     for attempt in range(spec.retries + 1):
         try:
             return parse_choice(spec, req, post_json(url, body, spec.timeout), seed)
         except urllib.error.HTTPError as e:
             detail = e.read()[:300].decode("utf-8", "replace")
-            last = f"HTTP {e.code}: {detail}"
+            last = " ".join(f"HTTP {e.code}: {detail}".split())
             if e.code not in RETRY_STATUS:
                 raise EndpointError(f"request {req.request_id}: {last}") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-            last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+        except (TRANSIENT + (TruncatedBody,)) as e:
+            last = _describe(e)
         except ValueError as e:
             raise EndpointError(f"request {req.request_id}: malformed response: {e}") from None
         if attempt < spec.retries:
-            sleep(spec.backoff * 2 ** attempt * (1 + 0.25 * random.random()))
-    raise EndpointError(f"request {req.request_id}: failed after {spec.retries + 1} attempts; last: {last}")
+            delay = spec.backoff * 2 ** attempt * (1 + 0.25 * random.random())
+            say(f"request {req.request_id}: {last}; retry {attempt + 1} of {spec.retries} in {delay:.2f} s")
+            sleep(delay)
+    raise EndpointError(f"request {req.request_id}: failed after {spec.retries + 1} attempts "
+                        f"({spec.retries} retries); last: {last}")
 
 
 def _seed(spec: EndpointSpec, index: int) -> Optional[int]:
@@ -168,29 +206,34 @@ def produce_openai(requests: list[Request], spec: EndpointSpec, writer: SampleWr
     todo = [(i, r) for i, r in enumerate(requests) if r.request_id not in writer.done]
     bar = tqdm(total=len(requests), initial=len(requests) - len(todo), desc=f"sample {spec.url}",
                disable=not progress, file=sys.stderr)
-    written = 0
+    say = (lambda msg: bar.write(msg, file=sys.stderr)) if progress else None
+    written, failed = 0, None
     with ThreadPoolExecutor(max_workers=spec.concurrency) as pool:
         it = iter(todo)
         running = set()
         try:
             while True:
-                while len(running) < spec.concurrency:
+                while failed is None and len(running) < spec.concurrency:  # after a failure: drain, send no more
                     nxt = next(it, None)
                     if nxt is None:
                         break
-                    running.add(pool.submit(complete, spec, nxt[1], _seed(spec, nxt[0])))
+                    running.add(pool.submit(complete, spec, nxt[1], _seed(spec, nxt[0]), say=say))
                 if not running:
                     break
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
                 for f in finished:
-                    writer.write(f.result())
+                    try:
+                        rec = f.result()
+                    except EndpointError as e:
+                        failed = failed or e
+                        continue
+                    writer.write(rec)
                     written += 1
                     bar.update(1)
-        except EndpointError as e:
-            for f in running:
-                f.cancel()
-            raise SamplerError(f"the endpoint failed: {e} ({written} new completions written to {writer.path}; "
-                               "run again to resume)") from None
         finally:
             bar.close()
+    if failed is not None:
+        raise SamplerError(f"the endpoint failed: {failed}; {written} new completions written to {writer.path}, "
+                           f"{len(writer.done)} of {len(requests)} in it: the same command resumes (completed "
+                           "requests are not sent again)")
     return written

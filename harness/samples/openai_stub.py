@@ -10,7 +10,9 @@ under the request's temperature / top_k / top_p, and answers in the completions 
 ``logprobs.token_logprobs`` scored by the target (float32 forward, float64 warp).  A request ``seed``
 seeds its own generator; unseeded requests draw from the server's one generator (``shared_stream=True``
 is the engine bug where every unseeded request restarts the same stream).  ``fail_first`` answers the
-first requests with HTTP 503 (to exercise retries); ``served`` counts completed requests.  Refuses
+first requests with HTTP 503 and ``drop_first`` drops the connection halfway through the body of the first
+responses it draws (a promised Content-Length, half of it sent: the client's ``IncompleteRead``), to
+exercise retries; ``served`` counts completed requests.  Refuses
 ``min_p > 0``, ``n != 1`` and text prompts (HTTP 400 / 422).
 """
 from __future__ import annotations
@@ -33,9 +35,11 @@ __all__ = ["OpenAIStub"]
 
 class OpenAIStub:
     def __init__(self, target, draft=None, fn: Callable = autoregressive_sampler, *, k: int = 4,
-                 eos_token_id: Optional[int] = 257, seed: int = 0, fail_first: int = 0, shared_stream: bool = False):
+                 eos_token_id: Optional[int] = 257, seed: int = 0, fail_first: int = 0, shared_stream: bool = False,
+                 drop_first: int = 0):
         self.target, self.draft, self.fn, self.k, self.eos = target, draft, fn, k, eos_token_id
         self.seed, self.fail_left, self.shared_stream = seed, fail_first, shared_stream
+        self.drop_left = drop_first
         self.gen = torch.Generator().manual_seed(seed)
         self.lock = threading.Lock()
         self.served = 0
@@ -67,13 +71,16 @@ class OpenAIStub:
         self.thread.join(timeout=10)
 
     # ------------------------------------------------------------------------------------------------
-    def _send(self, h, code: int, obj: dict) -> None:
+    def _send(self, h, code: int, obj: dict, drop: bool = False) -> None:
         data = json.dumps(obj).encode()
         h.send_response(code)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(data)))
         h.end_headers()
-        h.wfile.write(data)
+        h.wfile.write(data[:len(data) // 2] if drop else data)
+        if drop:
+            h.wfile.flush()
+            h.close_connection = True
 
     def _handle(self, h) -> None:
         with self.lock:
@@ -90,7 +97,11 @@ class OpenAIStub:
             return self._send(h, 422, {"error": {"message": "the stub takes token-id prompts only"}})
         if float(body.get("min_p", 0) or 0) > 0 or int(body.get("n", 1)) != 1:
             return self._send(h, 400, {"error": {"message": "the stub applies no min_p and serves n = 1"}})
-        return self._send(h, 200, self._complete(prompt, body))
+        resp = self._complete(prompt, body)
+        with self.lock:
+            drop = self.drop_left > 0
+            self.drop_left -= int(drop)
+        return self._send(h, 200, resp, drop=drop)
 
     def _generator(self, body) -> torch.Generator:
         if body.get("seed") is not None:

@@ -33,7 +33,7 @@ from harness.samples.format import read_samples
 from harness.samples import producers as P
 from specimpl.sampling import SamplingConfig
 from specimpl.hf import load_pair, load_tiny_pair
-from harness.samples.openai import EndpointSpec, produce_openai
+from harness.samples.openai import EndpointSpec, check_endpoint, produce_openai
 from harness.samples.producers import make_requests
 from harness.samples.controls import CONTROLS
 from harness.samples.engines.llama_sample import SPEC_CHOICES as LLAMA_SPECS, produce_llama
@@ -76,7 +76,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ignore-eos", action="store_true", help="openai: send ignore_eos (vLLM, SGLang): whole "
                                                               "completions, as verify-samples --exact needs")
     ap.add_argument("--concurrency", type=int, default=4, help="openai: requests in flight")
-    ap.add_argument("--retries", type=int, default=5, help="openai: retries per request")
+    ap.add_argument("--retries", type=int, default=5, help="openai: retries per request (a connection refused, reset "
+                                                           "or dropped mid-response, a timeout, HTTP 408/429/5xx)")
     ap.add_argument("--backoff", type=float, default=0.5, help="openai: first retry delay, seconds (doubles)")
     ap.add_argument("--timeout", type=float, default=120.0, help="openai: seconds per request")
     _add_vllm_arguments(ap)
@@ -127,6 +128,7 @@ def _check(args) -> None:
     else:
         check_option(bool(args.url), "--url", args.url, "the endpoint's base URL for --engine openai")
         check_option(bool(args.model), "--model", args.model, "the model name for --engine openai")
+        check_endpoint(args.url, args.timeout, args.backoff)
         check_option(args.control is None, "--control", args.control, "absent for --engine openai")
     if args.control is not None:
         check_option(args.control in CONTROLS, "--control", args.control, f"one of {sorted(CONTROLS)}")

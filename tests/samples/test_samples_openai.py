@@ -84,3 +84,64 @@ def test_shared_stream_server_is_caught(pair, tmp_path):
                  "--out", str(tmp_path / "rep"), "--no-progress"])
     meta = json.loads((tmp_path / "rep" / "meta.json").read_text())
     assert code == 1 and meta["verdict"] == "lossy" and "independence/duplicates" in meta["headline"]
+
+
+def _sample_argv(url, out, *extra):
+    return ["sample", "--engine", "openai", "--url", url, "--model", "tiny", "--n-prompts", "3", "--n-per-prompt", "2",
+            "--max-new-tokens", "6", "--eos-token-id", "257", "--request-seeds", "--concurrency", "2", "--backoff",
+            "0.01", "--out", str(out), "--no-progress", *extra]
+
+
+def _records(path):
+    return sorted((r.to_json() for r in read_samples(path)), key=lambda d: d["request_id"])
+
+
+def test_a_connection_dropped_mid_response_is_retried_and_changes_nothing(pair, tmp_path, capsys):
+    """Issue 26 finding 7: a response cut off halfway (IncompleteRead) failed the run at once (exit 3)."""
+    target, draft = pair
+    with OpenAIStub(target, draft) as srv:
+        assert main(_sample_argv(srv.url, tmp_path / "calm.jsonl")) == 0
+        before = srv.requests
+        srv.drop_left = 1
+        capsys.readouterr()
+        assert main(_sample_argv(srv.url, tmp_path / "drop.jsonl")) == 0
+        assert srv.requests == before + 7 and srv.drop_left == 0  # six requests, one of them sent twice
+    err = capsys.readouterr().err
+    assert "IncompleteRead" in err and "retry 1 of 5" in err
+    assert _records(tmp_path / "drop.jsonl") == _records(tmp_path / "calm.jsonl")
+
+
+def test_retries_exhausted_name_the_request_and_the_same_command_resumes(pair, tmp_path, capsys):
+    target, draft = pair
+    out = tmp_path / "srv.jsonl"
+    with OpenAIStub(target, draft) as srv:
+        assert main(_sample_argv(srv.url, tmp_path / "calm.jsonl")) == 0
+        srv.drop_left = 2
+        capsys.readouterr()
+        argv = _sample_argv(srv.url, out, "--retries", "1", "--concurrency", "1")
+        assert main(argv) == 3
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "request p0-s0: failed after 2 attempts (1 retries)" in last and "IncompleteRead" in last
+        assert "the same command resumes" in last and str(out) in last
+        assert main(argv) == 0  # the server recovered: the same command completes the file
+    assert _records(out) == _records(tmp_path / "calm.jsonl")
+
+
+@pytest.mark.parametrize("extra, says", [
+    (("--timeout", "0"), "`--timeout` must be a number of seconds > 0; got 0.0"),
+    (("--timeout", "-1"), "`--timeout` must be a number of seconds > 0; got -1.0"),
+    (("--timeout", "nan"), "`--timeout` must be a number of seconds > 0; got nan"),
+    (("--backoff", "-1"), "`--backoff` must be a number of seconds >= 0; got -1.0"),
+    (("--url", "127.0.0.1:9/v1"), "`--url` must be an http:// or https:// URL with a host"),
+    (("--url", "ftp://127.0.0.1/v1"), "got 'ftp://127.0.0.1/v1'"),
+    (("--url", "http:///v1"), "got 'http:///v1'"),
+])
+def test_bad_endpoint_options_are_refused_up_front(tmp_path, capsys, extra, says):
+    """Issue 26 finding 7: these exited 3, the URL without a scheme after 23 s of retries."""
+    out = tmp_path / "o.jsonl"
+    argv = ["sample", "--engine", "openai", "--url", "http://127.0.0.1:9/v1", "--model", "m", "--n-prompts", "1",
+            "--n-per-prompt", "1", "--max-new-tokens", "2", "--retries", "0", "--out", str(out), "--no-progress", *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
