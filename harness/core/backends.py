@@ -14,7 +14,8 @@ yields a :class:`TaskLost` in place of its result.
                  ``--address auto|host:port``; ``num_gpus`` per task where a task needs a GPU
 
 :func:`make_backend` checks the options first (:class:`harness.core.errors.UsageError`, exit 2, naming the
-option): ``--workers`` >= 1, Ray installed for ``--backend ray``, a reachable ``--address``.
+option): ``--workers`` >= 1 and, for the processes of this machine (``local``, or a Ray started here), at
+most :func:`max_local_workers` (two per core); Ray installed for ``--backend ray``, a reachable ``--address``.
 """
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ from harness.core.errors import UsageError
 from harness.core.options import check_option
 
 __all__ = ["add_backend_arguments", "check_backend_options", "Backend", "SerialBackend", "LocalPool", "RayBackend", "TaskLost", "make_backend", "BACKENDS", "limit_threads",
-           "default_workers"]
+           "default_workers", "max_local_workers"]
 
 BACKENDS = ("local", "ray")
 RETRIES = 3  # times a task whose worker died is run again
+WORKERS_PER_CORE = 2  # each worker is a CPU-bound process with one torch thread: more per core only queue and take memory
 ABORT_GRACE_S = 30.0  # an interrupted pool waits this long for the tasks in flight before it kills their workers
 
 
@@ -53,6 +55,13 @@ def default_workers() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def max_local_workers() -> int:
+    """The most worker processes a run starts on this machine: :data:`WORKERS_PER_CORE` per core this process
+    may use (at least 2).  Every task is CPU-bound at one thread, so more workers than cores gain nothing; a
+    thousand of them (issue 26) spent minutes starting processes and produced nothing."""
+    return max(2, WORKERS_PER_CORE * default_workers())
 
 
 class Backend:
@@ -337,6 +346,11 @@ def check_backend_options(backend: str, workers: Optional[int], address: Optiona
     check_option(backend in BACKENDS, "--backend", backend, f"one of {list(BACKENDS)}")
     check_option(workers is None or (isinstance(workers, int) and workers >= 1), "--workers", workers,
                  "an integer >= 1")
+    if workers is not None and (backend == "local" or address is None):  # processes of this machine
+        most, cores = max_local_workers(), default_workers()
+        check_option(workers <= most, "--workers", workers,
+                     f"an integer in [1, {most}] on this machine (at most {WORKERS_PER_CORE} per core; {cores} "
+                     f"core{'s' * (cores != 1)} here: each worker is a CPU-bound process)")
     if address is not None and backend != "ray":
         raise UsageError(f"`--address` needs `--backend ray`; got --address {address!r} with --backend {backend!r}")
     if backend != "ray":

@@ -214,6 +214,20 @@ def test_bad_backend_options_name_the_option():
         check_backend_options("ray", None, "nowhere")
 
 
+def test_more_workers_than_the_machine_runs_are_refused(monkeypatch):
+    """Issue 26 finding 7: --workers 1000 on 2 cores spawned dozens of processes and produced nothing in 200 s."""
+    from harness.core import backends
+    monkeypatch.setattr(backends, "default_workers", lambda: 2)
+    assert backends.max_local_workers() == 4
+    check_backend_options("local", 4, None)
+    for backend, address in (("local", None), ("ray", None)):
+        with pytest.raises(UsageError, match=r"`--workers` must be an integer in \[1, 4\] on this machine \(at most 2 "
+                                             r"per core; 2 cores here.*got 1000$"):
+            check_backend_options(backend, 1000, address)
+    monkeypatch.setattr(backends, "default_workers", lambda: 1)
+    assert backends.max_local_workers() == 2  # two workers run anywhere (the tests' pools)
+
+
 def test_backend_ray_without_ray_installed_exits_2(monkeypatch, capsys):
     import sys
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
@@ -223,6 +237,7 @@ def test_backend_ray_without_ray_installed_exits_2(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv, says", [(["--workers", "0"], "`--workers` must be an integer >= 1; got 0"),
+                                        (["--workers", "1000"], "on this machine (at most 2 per core;"),
                                         (["--backend", "ray", "--address", "127.0.0.1:1"],
                                          "`--address` must be a reachable Ray head node")])
 def test_bad_backend_options_exit_2_with_one_line(argv, says, capsys):
