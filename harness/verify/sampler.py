@@ -147,15 +147,19 @@ def _import_module(mod_name: str, spec: str):
 
 
 def check_output(res, B: int, N: int, V: int, *, pad: bool = True) -> torch.Tensor:
-    """The ``tokens`` (B, N) of one sampler call's result, checked: an integer tensor of that shape whose
-    ids lie in [0, V), or are PAD = -1 after a sequence's end when ``pad`` (without EOS there is no PAD)."""
+    """The ``tokens`` (B, N) of one sampler call's result, checked: an integer tensor of that shape, of a signed
+    dtype wide enough for V - 1 (uint8 wraps PAD = -1 to 255), whose ids lie in [0, V), or are PAD = -1 after a
+    sequence's end when ``pad`` (without EOS there is no PAD)."""
     tok = getattr(res, "tokens", None)
     if not torch.is_tensor(tok):
         raise SamplerOutputError(f"the sampler must return a GenerationResult whose `tokens` is a tensor; "
                                  f"got {type(res).__name__} with tokens of type {type(tok).__name__}")
-    if tuple(tok.shape) != (B, N) or tok.is_floating_point() or tok.dtype == torch.bool:
+    if tuple(tok.shape) != (B, N) or tok.is_floating_point() or tok.is_complex() or tok.dtype == torch.bool:
         raise SamplerOutputError(f"the sampler's `tokens` must be an integer tensor of shape (B, max_new_tokens) = "
                                  f"{(B, N)}; got shape {tuple(tok.shape)}, dtype {tok.dtype}")
+    if not tok.is_signed() or torch.iinfo(tok.dtype).max < V - 1:
+        raise SamplerOutputError(f"the sampler's `tokens` must have a signed integer dtype holding every id in [0, {V}) "
+                                 f"and PAD = {PAD} (torch.int64, as specimpl returns); got dtype {tok.dtype}")
     bad = (tok < (PAD if pad else 0)) | (tok >= V)
     if bool(bad.any()):
         allowed = f"[0, {V}) or PAD = {PAD}" if pad else f"[0, {V}) (EOS is off, so no PAD)"
