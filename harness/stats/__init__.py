@@ -33,6 +33,7 @@ Modules (``from harness import stats`` keeps every public name of the first nine
     search      the planners' one integer search (smallest n: exponential, then bisection)
     crossu      the χ²-type (cross U-statistic + Bernstein) finite-sample TV bound, width ~ k^(1/4)/√n
     collisions  identical completions anywhere in a sample (scored e-process, two-sample Chernoff bound)
+    rbtv        token TV of one generation step from the engine's own prefixes (Rao–Blackwellised marginal)
 
 Contents
 --------
@@ -63,6 +64,7 @@ from harness.stats.continuous import *  # noqa: F401,F403
 from harness.stats.pit import *  # noqa: F401,F403
 from harness.stats.bounds import *  # noqa: F401,F403
 from harness.stats.crossu import *  # noqa: F401,F403
+from harness.stats.rbtv import *  # noqa: F401,F403
 from harness.stats.binomial import *  # noqa: F401,F403
 from harness.stats.multiple import *  # noqa: F401,F403
 from harness.stats.vonneumann import *  # noqa: F401,F403
