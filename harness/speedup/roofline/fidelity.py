@@ -29,12 +29,13 @@ import pandas as pd
 
 from harness.core.config import CONFIGS
 from harness.speedup.roofline.model import ConfigError, ModelShape, Roofline, calibrate, forward_cost, load_hardware
-from harness.speedup.roofline.speedup import PairCosts, crossover_batch, speedup, speedup_table, tokens_per_round
+from harness.speedup.roofline.rounds import round_calls, row_speedup, row_tokens
+from harness.speedup.roofline.speedup import PairCosts, crossover_batch, speedup_table
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.core.figures import results_line
 
 __all__ = ["PUBLISHED", "load_published", "row_costs", "predict_row", "fidelity_table", "scenario_tables",
-           "crossover_table", "fidelity_md", "write_fidelity", "bound_of", "fits_of"]
+           "crossover_table", "fidelity_md", "write_fidelity", "bound_of", "fits_of", "summary"]
 
 PUBLISHED = CONFIGS / "fidelity" / "published.toml"
 QUANTITIES = ("ar_ms_per_token", "draft_ms_per_call", "c", "speedup", "tokens_per_s_ar", "tokens_per_s_spec")
@@ -49,8 +50,13 @@ def load_published(path=PUBLISHED) -> dict:
         d = tomllib.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: not readable TOML: {e}") from None
-    models = d.get("models", {})
+    models, setups = d.get("models", {}), d.get("setup", {})
     for i, row in enumerate(d.get("row", [])):
+        if "setup" in row:  # a row inherits its setup's fields (hardware, models, calibration, source) unless it sets them
+            if row["setup"] not in setups:
+                raise ConfigError(f"{path}: row {i} ({row.get('id', '?')}): `setup` {row['setup']!r} is not in "
+                                  f"[setup] ({sorted(setups)})")
+            d["row"][i] = row = {**setups[row["setup"]], **row}
         for key in _ROW_KEYS:
             if key not in row:
                 raise ConfigError(f"{path}: row {i} ({row.get('id', '?')}): field {key!r} is missing")
@@ -72,6 +78,15 @@ def _calibration_points(row: dict, shape: ModelShape) -> list:
     return [(shape, 1, int(b), row["context"], ms / 1e3) for b, ms in cal]
 
 
+def _calibration_shape(row: dict, shapes: dict) -> ModelShape:
+    """The model the calibration points were measured on: the row's target unless `calibrate_model` names
+    another model of the same machine and engine."""
+    name = row.get("calibrate_model", row["target"])
+    if name not in shapes:
+        raise ConfigError(f"row {row['id']}: `calibrate_model` {name!r} is not in [models]")
+    return shapes[name]
+
+
 def _is_input(row: dict) -> bool:
     """The row's own number is one of its calibration points."""
     cal = {int(b): ms for b, ms in row.get("calibrate") or []}
@@ -86,7 +101,7 @@ def row_costs(row: dict, shapes: dict, hardware: Optional[str] = None) -> tuple[
     hw = load_hardware(hardware or row["hardware"]).with_devices(int(row.get("devices", 1)))
     t, d = shapes[row["target"]], shapes[row["draft"]]
     if row.get("calibrate") and hardware is None:
-        pts = _calibration_points(row, t)
+        pts = _calibration_points(row, _calibration_shape(row, shapes))
         fit = tuple(row.get("calibrate_fit", ["eff_bandwidth"]))
         if len(fit) > len(pts):
             raise ConfigError(f"row {row['id']}: `calibrate_fit` {list(fit)} fits more fields than `calibrate` "
@@ -97,9 +112,10 @@ def row_costs(row: dict, shapes: dict, hardware: Optional[str] = None) -> tuple[
 
 
 def _alpha_required(costs, row) -> float:
-    """The iid alpha at which the chain's predicted speedup equals the measured one (nan if none in [0, 1))."""
+    """The iid alpha at which the row's method's predicted speedup equals the measured one (nan if none in
+    [0, 1)): what a row without a published acceptance would need, never an error."""
     from scipy.optimize import brentq
-    f = (lambda a: speedup(costs, "chain", a, row["k"], row["batch"], row["context"]) - row["measured"])
+    f = (lambda a: row_speedup(costs, row, row_tokens(row, alpha=a)) - row["measured"])
     if f(0.0) > 0 or f(0.9999) < 0:
         return float("nan")
     return float(brentq(f, 0.0, 0.9999, xtol=1e-6))
@@ -109,8 +125,7 @@ def predict_row(row: dict, shapes: dict) -> dict:
     """Prediction of one row (and alpha_required for speedup rows without an acceptance)."""
     costs, rt, rd = row_costs(row, shapes)
     k, B, L, q = row["k"], row["batch"], row["context"], row["quantity"]
-    acc = row.get("tokens_per_round"), row.get("alpha")
-    e = acc[0] if acc[0] is not None else (tokens_per_round("chain", acc[1], k) if acc[1] is not None else None)
+    e = row_tokens(row)
     t1 = float(rt(1, B, L))
     alpha_req, pred = float("nan"), float("nan")
     if q == "ar_ms_per_token":
@@ -122,10 +137,10 @@ def predict_row(row: dict, shapes: dict) -> dict:
     elif q == "tokens_per_s_ar":
         pred = B / t1
     elif e is not None:
-        pred = speedup(costs, "chain", 0.0, k, B, L, e) * (1.0 if q == "speedup" else B / t1)
+        pred = row_speedup(costs, row, e) * (1.0 if q == "speedup" else B / t1)
     else:
         alpha_req = _alpha_required(costs, row)
-    bound = forward_cost(rt.shape, rt.hw, k + 1, B, L).bound
+    bound = forward_cost(rt.shape, rt.hw, round_calls(row, e or 1.0)[1], B, L).bound
     return {"predicted": pred, "alpha_required": alpha_req, "eff_bandwidth": rt.hw.eff_bandwidth,
             "eff_compute": rt.hw.eff_compute, "overhead_s": rt.hw.overhead_s,
             "verify_call_bound": bound}
@@ -137,10 +152,26 @@ def fidelity_table(pub: dict) -> pd.DataFrame:
         p = predict_row(row, pub["_shapes"])
         is_input = _is_input(row)
         err = (p["predicted"] - row["measured"]) / row["measured"]
+        spec = row["quantity"] == "speedup" and not math.isnan(p["predicted"])
+        sign = ((p["predicted"] >= 1.0) == (row["measured"] >= 1.0)) if spec else None
         rows.append({"id": row["id"], "quantity": row["quantity"], "hardware": row["hardware"], "batch": row["batch"],
-                     "k": row["k"], "measured": row["measured"], **p, "rel_err": err, "is_input": is_input,
-                     "source": row["source"], "taken": row["taken"], "assumed": row["assumed"]})
+                     "k": row["k"], "context": row["context"], "method": row.get("method", "chain"),
+                     "measured": row["measured"], **p, "rel_err": err, "is_input": is_input, "sign_ok": sign,
+                     "source": row["source"], "group": row.get("group", row["source"]), "taken": row["taken"],
+                     "assumed": row["assumed"], "note": row.get("note", "")})
     return pd.DataFrame(rows)
+
+
+def summary(table: pd.DataFrame) -> dict:
+    """|error| median / worst over the predicted rows, and over the speculative speedups alone (with the
+    sign of S - 1: right at how many), their sources counted."""
+    preds = table[~table.is_input & table.rel_err.notna()]
+    spec = preds[preds.quantity == "speedup"]
+    a, b = preds.rel_err.abs(), spec.rel_err.abs()
+    return {"predicted": len(preds), "median": float(a.median()), "worst": float(a.max()),
+            "speedups": len(spec), "speedup_median": float(b.median()), "speedup_worst": float(b.max()),
+            "sign_right": int(spec.sign_ok.astype(bool).sum()), "groups": int(spec.group.nunique()),
+            "within_10": int((b <= 0.10).sum()), "within_20": int((b <= 0.20).sum())}
 
 
 def _scenario_costs(pub: dict, sc: dict):
@@ -204,17 +235,26 @@ def _fmt(v, nd=3) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{nd}g}"
 
 
+def _sign(v) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else ("right" if v else "WRONG")
+
+
 def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
-    lines = [header, "", "| id | quantity | hardware | B | k | measured | predicted | error | alpha needed | "
-             "verify call | inputs taken | inputs assumed |", "|" + "---|" * 12]
+    lines = [header, "", "| id | quantity | hardware | B | L | k | method | measured | predicted | error | sign of S-1 | "
+             "alpha needed | verify call | inputs taken | inputs assumed | what the model lacks here |",
+             "|" + "---|" * 16]
     for r in table.itertuples():
         err = "input" if r.is_input else (_fmt(100 * r.rel_err, 3) + " %" if not math.isnan(r.rel_err) else "–")
-        lines.append(f"| {r.id} | {r.quantity} | {r.hardware} | {r.batch} | {r.k} | {_fmt(r.measured, 4)} | "
-                     f"{_fmt(r.predicted, 4)} | {err} | {_fmt(r.alpha_required)} | {r.verify_call_bound} | "
-                     f"{r.taken} | {r.assumed} |")
-    preds = table[~table.is_input & table.rel_err.notna()]
-    lines += ["", f"Predicted rows: {len(preds)}; |error| median {_fmt(100 * preds.rel_err.abs().median())} %, "
-              f"worst {_fmt(100 * preds.rel_err.abs().max())} %.", "",
+        lines.append(f"| {r.id} | {r.quantity} | {r.hardware} | {r.batch} | {r.context} | {r.k} | {r.method} | "
+                     f"{_fmt(r.measured, 4)} | {_fmt(r.predicted, 4)} | {err} | {_sign(r.sign_ok)} | "
+                     f"{_fmt(r.alpha_required)} | {r.verify_call_bound} | {r.taken} | {r.assumed} | {r.note} |")
+    m = summary(table)
+    lines += ["", f"Predicted rows: {m['predicted']}; |error| median {_fmt(100 * m['median'])} %, "
+              f"worst {_fmt(100 * m['worst'])} %.",
+              f"Speculative speedups predicted: {m['speedups']} from {m['groups']} sources; |error| median "
+              f"{_fmt(100 * m['speedup_median'])} %, worst {_fmt(100 * m['speedup_worst'])} %; within 10 %: "
+              f"{m['within_10']}, within 20 %: {m['within_20']}; sign of S - 1 right at {m['sign_right']} of "
+              f"{m['speedups']}.", "",
               "S = 1 crossover batch (interpolated in log B over the batches whose weights and KV caches fit in the "
               "machine's memory; – where S stays on one side of 1):", "",
               "| scenario | algorithm | context | k | crossover batch | over the grid |", "|---|---|---|---|---|---|"]

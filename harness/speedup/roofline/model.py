@@ -3,12 +3,15 @@
 One decoding forward of a decoder-only transformer scores n new tokens for each of B sequences that
 already hold L tokens of context (KV cache).  It moves bytes and does arithmetic:
 
-    bytes  = W                                   weights, read once per call (dtype bytes per parameter;
-                                                 the input embedding is a gather: only the lm_head is read)
+    bytes  = W(B n)                              weights, read once per call (dtype bytes per parameter;
+                                                 the input embedding is a gather: only the lm_head is read;
+                                                 a mixture-of-experts layer reads only the experts its B n
+                                                 tokens are routed to, expected E (1 - (1 - k_e / E)^(B n))
+                                                 of its E experts under independent uniform routing)
            + B (L + n) layers 2 kv_heads head_dim kv_bytes      the KV cache read (and the n new rows written)
            + B n V logits_bytes                  the logits written (float32 unless the model says otherwise)
     flops  = 2 P_mm n B                          every matmul weight once per token (P_mm: linear weights
-                                                 of the layers and the lm_head)
+                                                 of the layers and the lm_head; a token's active experts only)
            + 4 B n (L + n) heads head_dim layers  attention scores Q K^T and their product with V
     T      = max(bytes / (BW eff_bw), flops / (peak eff_compute)) + overhead + overhead_per_layer layers
 
@@ -74,6 +77,10 @@ class ModelShape:
     dtype: str = "bfloat16"  # weights
     kv_dtype: Optional[str] = None  # KV cache (default: the weights' dtype, float16 for int4/float8 weights)
     logits_bytes: int = 4
+    experts: int = 0  # mixture of experts: routed experts per layer (0: a dense MLP of `intermediate`)
+    experts_per_tok: int = 0  # experts each token is routed to
+    moe_intermediate: int = 0  # one expert's intermediate size
+    extra_params: int = 0  # matmul weights outside the layers and lm_head (an EAGLE head's fc), read every call
 
     @classmethod
     def from_config(cls, path, dtype: Optional[str] = None, name: Optional[str] = None) -> "ModelShape":
@@ -115,39 +122,91 @@ class ModelShape:
         else:
             hd = hidden // heads
         raw = dtype or cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+        moe = {}
+        n_exp = cfg.get("num_experts", cfg.get("num_local_experts"))
+        if n_exp:
+            key = "num_experts" if "num_experts" in cfg else "num_local_experts"
+            moe = {"experts": integer(key), "experts_per_tok": integer("num_experts_per_tok"),
+                   "moe_intermediate": integer("moe_intermediate_size")}
+            if moe["experts_per_tok"] > moe["experts"]:
+                raise ConfigError(f"{where}: field 'num_experts_per_tok' must be <= {key} {moe['experts']}; "
+                                  f"got {moe['experts_per_tok']}")
+        extra = cfg.get("extra_params", 0)
+        if isinstance(extra, bool) or not isinstance(extra, int) or extra < 0:
+            raise ConfigError(f"{where}: field 'extra_params' must be an integer >= 0; got {extra!r}")
         return cls(name=name, hidden=hidden, layers=integer("num_hidden_layers"), heads=heads, kv_heads=kv,
                    head_dim=hd, intermediate=integer("intermediate_size"), vocab=integer("vocab_size"),
                    tied=bool(cfg.get("tie_word_embeddings", False)),
-                   dtype=_dtype_name(raw, f"{where}: dtype" if dtype is None else "`dtype`"))
+                   dtype=_dtype_name(raw, f"{where}: dtype" if dtype is None else "`dtype`"), extra_params=extra,
+                   **moe)
 
     # -- counts -------------------------------------------------------------------------------------
     @property
+    def attn_params(self) -> int:
+        """q, k, v, o projections of one layer (and a mixture's router)."""
+        return self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads) + self.hidden * self.experts
+
+    @property
+    def expert_params(self) -> int:
+        """One expert's gated MLP (0 for a dense model)."""
+        return 3 * self.hidden * self.moe_intermediate
+
+    @property
     def layer_params(self) -> int:
-        """Linear weights of one decoder layer: q, k, v, o projections and a gated MLP (norms negligible)."""
-        attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
-        return attn + 3 * self.hidden * self.intermediate
+        """Linear weights of one decoder layer: q, k, v, o projections and a gated MLP, or all its experts
+        (norms negligible)."""
+        mlp = self.experts * self.expert_params if self.experts else 3 * self.hidden * self.intermediate
+        return self.attn_params + mlp
+
+    @property
+    def active_layer_params(self) -> int:
+        """The weights of one layer a single token multiplies through (its routed experts only)."""
+        if not self.experts:
+            return self.layer_params
+        return self.attn_params + self.experts_per_tok * self.expert_params
 
     @property
     def matmul_params(self) -> int:
-        """Weights every token multiplies through: all layers and the lm_head."""
-        return self.layers * self.layer_params + self.vocab * self.hidden
+        """Weights every token multiplies through: all layers (a token's experts) and the lm_head."""
+        return self.layers * self.active_layer_params + self.vocab * self.hidden + self.extra_params
+
+    def experts_read(self, tokens) -> np.ndarray:
+        """Expected distinct experts per layer that ``tokens`` tokens are routed to (independent uniform
+        routing: E (1 - (1 - k_e / E)^tokens)); 0 for a dense model."""
+        if not self.experts:
+            return np.zeros_like(np.asarray(tokens, dtype=np.float64))
+        t = np.asarray(tokens, dtype=np.float64)
+        return self.experts * (1.0 - (1.0 - self.experts_per_tok / self.experts) ** t)
+
+    def weight_bytes_for(self, tokens):
+        """Bytes of weights one forward over ``tokens`` tokens (all sequences) reads: :attr:`weight_bytes`
+        for a dense model; a mixture reads only the experts the tokens are routed to."""
+        if not self.experts:
+            return self.weight_bytes
+        b = DTYPE_BYTES[self.dtype]
+        return (self.layers * (self.attn_params + self.experts_read(tokens) * self.expert_params) * b
+                + (self.vocab * self.hidden) * max(b, 2) + self.extra_params * b)
 
     @property
     def params(self) -> int:
         """Total parameters (embedding counted once when tied)."""
-        return self.matmul_params + (0 if self.tied else self.vocab * self.hidden) + (2 * self.layers + 1) * self.hidden
+        return (self.layers * self.layer_params + self.vocab * self.hidden + self.extra_params
+                + (0 if self.tied else self.vocab * self.hidden) + (2 * self.layers + 1) * self.hidden)
 
     @property
     def weight_bytes(self) -> float:
         """Bytes of weights one forward reads: the layers in the weights' dtype, the lm_head in at least
         16 bits (quantised checkpoints such as AWQ / GPTQ keep it in float16)."""
+        if self.experts:
+            return float(self.weight_bytes_for(1))
         return (self.layers * self.layer_params * DTYPE_BYTES[self.dtype]
-                + self.vocab * self.hidden * max(DTYPE_BYTES[self.dtype], 2))
+                + self.vocab * self.hidden * max(DTYPE_BYTES[self.dtype], 2) + self.extra_params * DTYPE_BYTES[self.dtype])
 
     def resident_bytes(self, B: int, L: float) -> float:
         """Weights (all of them) and the KV cache of B sequences of L tokens, held in memory."""
         w = (self.layers * self.layer_params * DTYPE_BYTES[self.dtype]
-             + self.vocab * self.hidden * max(DTYPE_BYTES[self.dtype], 2) * (1 if self.tied else 2))
+             + self.vocab * self.hidden * max(DTYPE_BYTES[self.dtype], 2) * (1 if self.tied else 2)
+             + self.extra_params * DTYPE_BYTES[self.dtype])
         return w + B * L * self.kv_bytes_per_token
 
     @property
@@ -268,7 +327,7 @@ def forward_cost(shape: ModelShape, hw: Hardware, n, B, L) -> ForwardCost:
     check_arg(bool(np.all(n >= 1)), "n", n, "tokens scored >= 1")
     check_arg(bool(np.all(B >= 1)), "B", B, "a batch size >= 1")
     check_arg(bool(np.all(L >= 0)), "L", L, "a context length >= 0")
-    nbytes = shape.weight_bytes + B * (L + n) * shape.kv_bytes_per_token + B * n * shape.vocab * shape.logits_bytes
+    nbytes = shape.weight_bytes_for(B * n) + B * (L + n) * shape.kv_bytes_per_token + B * n * shape.vocab * shape.logits_bytes
     flops = 2.0 * shape.matmul_params * n * B + 4.0 * B * n * (L + n) * shape.heads * shape.head_dim * shape.layers
     overhead = hw.overhead_s + hw.overhead_per_layer_s * shape.layers
     t_mem = nbytes / (hw.bandwidth * hw.eff_bandwidth)
