@@ -26,7 +26,10 @@ mask, and models with mixed layer types get a ``{layer_type: mask}`` mapping.
 
 Loading checks, before any weights are read: a local path (absolute, starting with . or ~, or
 whose first component exists here) must be a directory holding config.json, else FileNotFoundError
-at once (no hub retries); the
+at once (no hub retries); any other name is a hub id, and when the hub cannot be reached (one TCP connect
+to ``HF_ENDPOINT``'s host, 2 s at most, unless a proxy is configured) it is read from the Hugging Face
+cache only: a name in neither fails at once naming it (``tiny/target`` with no ./tiny spent 25 s in the
+hub client's retries); the
 config is a decoder-only causal LM (not encoder-decoder, not an encoder such as BERT without
 ``is_decoder``), and for a pair, equal output vocabularies and identical tokenizers.  After
 loading, a two-input probe checks that logits at a position do not depend on later tokens.
@@ -35,8 +38,10 @@ loading, a two-input probe checks that logits at a position do not depend on lat
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
@@ -152,8 +157,9 @@ class HFModel(LanguageModel):
         from transformers import AutoModelForCausalLM
         kw = dict(config=config, trust_remote_code=trust_remote_code, use_safetensors=True, revision=revision,
                   **model_kwargs)
-        if local_files_only is not None:
-            kw["local_files_only"] = local_files_only
+        offline = _hub_offline(str(name_or_path), local_files_only)  # as the config was read
+        if local_files_only is not None or offline:
+            kw["local_files_only"] = bool(local_files_only or offline)
         if attn_implementation is not None:
             kw["attn_implementation"] = attn_implementation
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **kw)
@@ -389,6 +395,35 @@ def _check_local_path(s: str) -> None:
                                 "the weights (model.safetensors), as written by save_pretrained")
 
 
+HUB_PROBE_TIMEOUT_S = 2.0
+
+
+@functools.lru_cache(maxsize=None)
+def _hub_unreachable() -> Optional[str]:
+    """Why the Hugging Face hub cannot be reached from this process (None: it can, or a proxy decides):
+    one TCP connect to ``HF_ENDPOINT``'s host (default huggingface.co), once per process."""
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                                       "all_proxy")):
+        return None
+    from urllib.parse import urlsplit
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        return f"{host}:{port}: {type(e).__name__}: {e}"
+    return None
+
+
+def _hub_offline(s: str, local_files_only: Optional[bool]) -> Optional[str]:
+    """Why hub id ``s`` is to be read from the Hugging Face cache only (None: as the caller asked)."""
+    if local_files_only or _looks_local(s):
+        return None
+    if any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+        return None  # the hub client is offline already: it reads the cache at once
+    return _hub_unreachable()
+
+
 def portable_name(name_or_path) -> str:
     """A model's name for reports, free of this machine's directories: a hub id or a relative path as given
     (normalised); an absolute path as its last two components (``tiny_pair/target``)."""
@@ -406,12 +441,18 @@ def _load_config_and_tokenizer(name_or_path, trust_remote_code, revision, local_
     from transformers import AutoConfig, AutoTokenizer
     s = str(name_or_path)
     _check_local_path(s)
+    offline = _hub_offline(s, local_files_only)
     kw = dict(trust_remote_code=trust_remote_code, revision=revision)
-    if local_files_only is not None:
-        kw["local_files_only"] = local_files_only
+    if local_files_only is not None or offline:
+        kw["local_files_only"] = bool(local_files_only or offline)
     try:
         config = AutoConfig.from_pretrained(s, **kw)
     except OSError as e:
+        if offline:
+            first = s.replace(os.sep, "/").split("/")[0]
+            raise FileNotFoundError(f"`name_or_path` must be a model directory or a hub id; got {s!r}: no such "
+                                    f"directory here (no {first!r}), not in the Hugging Face cache, and the hub "
+                                    f"cannot be reached ({offline})") from None
         raise FileNotFoundError(f"`name_or_path` {s!r}: cannot read a model config ({e})") from e
     tok = None
     if load_tokenizer:

@@ -339,3 +339,30 @@ def test_draft_cache_not_rolled_back_is_lossless_in_greedy(pair):
     assert torch.equal(ctl.tokens, ref.tokens)
     assert ctl.stats.totals()["accepted"] < ref.stats.totals()["accepted"]
 
+
+
+def test_a_hub_id_fails_at_once_when_the_hub_cannot_be_reached(tmp_path, monkeypatch):
+    """Issue 26 finding 8: load_pair('tiny/target') with no ./tiny spent 25 s in the hub client's retries.
+    The hub here is a closed port of this machine (connection refused at once)."""
+    from specimpl import hf
+    monkeypatch.chdir(tmp_path)
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")
+    hf._hub_unreachable.cache_clear()
+    try:
+        assert hf._hub_unreachable().startswith("127.0.0.1:1: ConnectionRefusedError")
+        seen = []
+        real = hf._load_config_and_tokenizer
+        monkeypatch.setattr(hf, "_load_config_and_tokenizer", lambda s, *a: seen.append(s) or real(s, *a))
+        with pytest.raises(FileNotFoundError, match=r"got 'tiny/target': no such directory here \(no 'tiny'\), not "
+                                                    r"in the Hugging Face cache, and the hub cannot be reached "
+                                                    r"\(127.0.0.1:1: ConnectionRefusedError"):
+            load_pair("tiny/target", "tiny/draft")
+        assert seen == ["tiny/target"]  # the target's failure ends the call
+        monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # a proxy decides: no probe of our own
+        hf._hub_unreachable.cache_clear()
+        assert hf._hub_unreachable() is None
+    finally:
+        hf._hub_unreachable.cache_clear()
