@@ -9,8 +9,9 @@ For each pair, batch and measured sweep: the configuration `tune` recommends (al
 measured speedup (the sweep's ``speedup_measured``: tokens/s of speculative over target-only, measured side by
 side in one cell; off = 1 exactly), the best measured configuration (off included) and the gap
 (best - recommended) / best.  A row passes when the gap is at most 5 % and, where every measured
-configuration loses, `tune` says off.  The tune folder's workload (context = prompt length,
-max_new_tokens) must be the sweep's, and tune's configurations must have been measured: otherwise exit 2.
+configuration loses, `tune` says off.  The tune folder's workload (a context = the prompt length,
+max_new_tokens) must be the sweep's, and tune's configurations must have been measured: otherwise exit 2;
+tune's other contexts are left out.
 Writes check.csv and check.md (with provenance: both inputs' commits, this run's) to ``--out``.
 """
 from __future__ import annotations
@@ -50,14 +51,15 @@ def check_pair(pair: str, tune: Path, sweeps: list[Path]) -> list[dict]:
     rows = []
     for folder in sweeps:
         m = _measured(folder)
+        if set(m.prompt_len.astype(int)).isdisjoint(set(rec.context.astype(int))) or \
+                {int(cfg["max_new_tokens"])} != set(m.max_new_tokens):
+            raise _bad(f"`--tune` {str(tune)!r} predicts contexts {sorted(set(rec.context))}, max_new_tokens "
+                       f"{cfg['max_new_tokens']}; {folder} measured prompt_len {sorted(set(m.prompt_len))}, "
+                       f"max_new_tokens {sorted(set(m.max_new_tokens))}: not the same workload")
         for r in rec.itertuples():
-            cell = m[m.batch == r.batch]
+            cell = m[(m.batch == r.batch) & (m.prompt_len == r.context)]  # other contexts: predicted, not measured
             if cell.empty:
                 continue
-            if {int(r.context)} != set(cell.prompt_len) or {int(cfg["max_new_tokens"])} != set(cell.max_new_tokens):
-                raise _bad(f"`--tune` {str(tune)!r} predicts context {r.context}, max_new_tokens {cfg['max_new_tokens']}; "
-                           f"{folder} measured prompt_len {sorted(set(cell.prompt_len))}, max_new_tokens "
-                           f"{sorted(set(cell.max_new_tokens))}: not the same workload")
             meas = {("off", 0): 1.0, **{(c.algorithm, int(c.k)): float(c.speedup_measured) for c in cell.itertuples()}}
             key = (r.algorithm, int(r.k)) if r.speculate else ("off", 0)
             if key not in meas:

@@ -11,9 +11,12 @@
    with exact 95 % Clopper-Pearson intervals.  Block's and tree's E are measured, not bounded.
 2. Costs: ``--hardware local`` profiles this machine's forwards (:func:`harness.speedup.profiler.profile_model`,
    half-way through a call of each context: L + max_new_tokens // 2; prefill of L-token prompts) and the
-   sampler's own per-round and per-token overheads, in process CPU time (robust to other work on a shared
-   machine; run with ``--threads 1``), then calibrates them by target-only runs of each model alone
-   (``--calibration solo``, :mod:`harness.speedup.costmodel_calibrate`; no speculative call is timed); any
+   sampler's own per-round and per-token overheads, in process CPU time (run with ``--threads 1``; robust to
+   other work taking turns on a shared CPU, not to its competing for memory bandwidth), then calibrates them by target-only runs of each model alone
+   (``--calibration solo``, :mod:`harness.speedup.costmodel_calibrate`: each forward priced by the larger of
+   the isolated shape at the runs' level and the runs' own cost per added token row; no speculative call is
+   timed) — or, with ``--target-only SWEEP``, the target by the target-only runs of a measured sweep, to
+   price calls in the machine state that sweep ran in; any
    other hardware uses the roofline (:mod:`harness.speedup.roofline.model`) of the two configs on that file.
 3. S of one call — prompt of L = ``--context`` tokens, ``--max-new-tokens`` new ones — for every (algorithm,
    k, B, L) (:mod:`harness.speedup.costmodel_run`: prefill, the last round cut, ragged batches, per-batch
@@ -54,7 +57,7 @@ from harness.speedup.roofline.speedup import PairCosts
 from harness.speedup.roofline.model import Roofline
 from harness.speedup.roofline.speedup import crossover_batch
 from harness.speedup.costmodel_run import RunCosts, run_grid, run_interval
-from harness.speedup.costmodel_calibrate import calibrate, profile_solo_runs
+from harness.speedup.costmodel_calibrate import TargetOnlyError, calibrate, profile_solo_runs, sweep_target_only
 from harness.speedup.roofline.fidelity import bound_of, fits_of
 from harness.core.atomic import staged_report
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
@@ -86,6 +89,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="local: calibrate the isolated profile by target-only runs of each model "
                          "(harness.speedup.costmodel_calibrate), or not")
     ap.add_argument("--solo-repeats", type=int, default=3, help="target-only runs per model and batch (local)")
+    ap.add_argument("--target-only", type=Path, default=None,
+                    help="local, solo calibration: calibrate the target by the target-only runs of a measured sweep "
+                         "(its results folder: measured.csv, profiles.csv in situ) instead of this machine's now, to "
+                         "price calls in that sweep's machine state (harness.speedup.costmodel_calibrate."
+                         "sweep_target_only); every --batch and --context must be among its cells'")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--prepack", choices=("none", "mkldnn", "skinny"), default="none",
@@ -128,6 +136,10 @@ def _check(args):
                              f"got {args.hardware!r} ({e})") from None
     if args.prompts is not None:
         check_option(args.prompts.is_file(), "--prompts", str(args.prompts), "a text file (one prompt a line)")
+    if args.target_only is not None:
+        check_option(args.hardware == "local" and args.calibration == "solo", "--target-only", str(args.target_only),
+                     "given only with --hardware local and --calibration solo")
+        check_option(args.target_only.is_dir(), "--target-only", str(args.target_only), "a sweep results folder")
     check_out(args.out)
     return hw, algos, _ints("--k", args.k), _ints("--batch", args.batch), _ints("--context", args.context)
 
@@ -326,15 +338,32 @@ def _costs(args, hw, tshape, dshape, target, draft, algos, ks, batches, contexts
         if args.calibration == "solo":
             V = target.vocab_size
             g = torch.Generator().manual_seed(args.seed)
-            solo = profile_solo_runs({"target": target, "draft": draft},
-                                     lambda B, L: torch.randint(0, V, (B, L), generator=g).tolist(), batches, contexts,
-                                     args.max_new_tokens, repeats=args.solo_repeats, seed=args.seed)
-            prof = calibrate(prof, solo)
+            sweep = _sweep_target_only(args, target, batches, contexts)  # checked before any work, in run
+            models = {"target": target, "draft": draft} if sweep is None else {"draft": draft}
+            solo = profile_solo_runs(models, lambda B, L: torch.randint(0, V, (B, L), generator=g).tolist(), batches,
+                                     contexts, args.max_new_tokens, repeats=args.solo_repeats, seed=args.seed)
+            prof = calibrate(prof, solo if sweep is None else pd.concat([solo, sweep], ignore_index=True))
         return (_local_run_costs(prof, contexts, args.max_new_tokens), prof, batches,
                 _resampler(prof, contexts, args.max_new_tokens), None, None, "measured")
     costs = roofline_costs(tshape, dshape, hw)
     scan = sorted(set(batches) | set(ROOFLINE_BATCHES))
     return costs, None, scan, None, fits_of(costs.pair), bound_of(costs.pair.target), "roofline"
+
+
+def _sweep_target_only(args, target, batches, contexts):
+    """``--target-only``'s target rows (or None): exit 2 when the folder lacks them for every --batch and --context."""
+    if args.target_only is None:
+        return None
+    try:
+        rows = sweep_target_only(args.target_only, getattr(target, "name", str(args.target)), args.max_new_tokens)
+    except TargetOnlyError as e:
+        raise UsageError(str(e)) from None
+    have = set(zip(rows[rows.op == "target.forward"].batch, rows[rows.op == "target.forward"].context))
+    missing = sorted((B, L) for B in batches for L in contexts if (B, L) not in have)
+    if missing:
+        raise UsageError(f"`--target-only` {str(args.target_only)!r} has no target-only runs at (batch, context) "
+                         f"{missing}; it has {sorted(have)}: give --batch and --context among them")
+    return rows
 
 
 def _costs_csv(prof: pd.DataFrame) -> pd.DataFrame:
@@ -357,6 +386,7 @@ def run(args) -> int:
     target, draft = _models(args)
     if hw is None:
         _check_context(args, target, draft, algos, ks, contexts)
+        _sweep_target_only(args, target, batches, contexts)
     out = args.out or RESULTS / "tune" / f"{tshape.name}-{args.hardware}"
     prompts = _prompts(args, target)
     say = (lambda m: print(f"tune: {m}", file=sys.stderr))

@@ -113,3 +113,41 @@ def test_tune_local_with_a_prepacked_target(tmp_path, kind):
                  "--n-sequences", "4", "--max-new-tokens", "8", "--k", "1", "--algorithms", "chain",
                  "--prepack", kind) == 0
     assert json.loads((out / "meta.json").read_text())["config"]["prepack"] == kind
+
+
+def _target_only_sweep(folder, batch=1, context=16, max_new_tokens=8, step=0.05):
+    folder.mkdir()
+    pd.DataFrame({"cell": ["c"], "prompt_len": [context], "max_new_tokens": [max_new_tokens]}).to_csv(
+        folder / "measured.csv", index=False)
+    rows = [("target.forward", 1, [step] * 3), ("target.prefill", context - 1, [0.2, 0.3, 0.2, 0.3]),
+            ("ar.overhead", 1, [0.001] * 2)]
+    pd.DataFrame([{"model": "in situ: tiny_pair/target / tiny_pair/draft", "cell": "c", "op": op, "n": n,
+                   "batch": batch, "cpu_samples_s": json.dumps(xs)} for op, n, xs in rows]).to_csv(
+        folder / "profiles.csv", index=False)
+    return folder
+
+
+def test_tune_local_calibrated_by_a_sweeps_target_only_runs(tmp_path):
+    """--target-only: the target priced at the sweep's step (50 ms here), the draft by this machine's runs."""
+    out = tmp_path / "o"
+    sweep = _target_only_sweep(tmp_path / "sweep")
+    assert _tune("--hardware", "local", "--batch", "1", "--context", "16", "--repeats", "1", "--out", str(out),
+                 "--n-sequences", "4", "--max-new-tokens", "8", "--k", "1", "--algorithms", "chain",
+                 "--target-only", str(sweep)) == 0
+    costs = pd.read_csv(out / "costs.csv", comment="#").set_index(["op", "n"])
+    assert costs.loc[("target.forward", 1), "cpu_median_s"] == pytest.approx(0.05)
+    assert costs.loc[("target.prefill", 15), "cpu_median_s"] == pytest.approx(0.2)  # the target-only runs' prefill
+    assert "target-only run of the draft" in costs.loc[("draft.forward", 1), "calibration"]
+
+
+@pytest.mark.parametrize("change,needle", [(dict(batch=4), "no target-only runs at (batch, context)"),
+                                           (dict(max_new_tokens=16), "max_new_tokens")])
+def test_target_only_sweep_without_the_workload_is_exit_2(tmp_path, capsys, change, needle):
+    sweep = _target_only_sweep(tmp_path / "sweep", **change)
+    assert _tune("--hardware", "local", "--batch", "1", "--context", "16", "--out", str(tmp_path / "o"),
+                 *SMALL, "--target-only", str(sweep)) == 2
+    err = capsys.readouterr().err
+    assert "`--target-only`" in err and needle in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+    assert _tune("--hardware", "h100", "--target-only", str(sweep), "--out", str(tmp_path / "o")) == 2
+    assert "--hardware local" in capsys.readouterr().err
