@@ -261,3 +261,85 @@ def test_local_roofline_fits_the_committed_tiny_pair_profile():
     cal = calibrate_local(prof, {"bandwidth_gbps": 5.0, "peak_tflops_float32": 0.02})
     assert cal.points == 72
     assert cal.median_abs_rel_err < 0.15 and cal.max_abs_rel_err < 0.4
+
+
+# -- published points: the terms added for them ------------------------------------------------------------
+QWEN_MOE = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+            "head_dim": 128, "intermediate_size": 6144, "num_experts": 128, "num_experts_per_tok": 8,
+            "moe_intermediate_size": 768, "vocab_size": 151936}
+
+
+def test_moe_verification_reads_the_experts_its_tokens_are_routed_to():
+    s = ModelShape.from_dict(QWEN_MOE)
+    dense = ModelShape.from_dict(LLAMA7B)
+    assert s.experts_read(1) == pytest.approx(8.0)
+    assert s.experts_read(16) == pytest.approx(128 * (1 - (120 / 128) ** 16))
+    w1, w16 = s.weight_bytes_for(1), s.weight_bytes_for(16)
+    assert w16 - w1 == pytest.approx(48 * (s.experts_read(16) - 8) * 3 * 2048 * 768 * 2)
+    assert dense.weight_bytes_for(1) == dense.weight_bytes_for(64) == dense.weight_bytes
+    # a token multiplies through its 8 experts only; all 128 are resident
+    assert s.matmul_params < s.params / 5
+    assert s.resident_bytes(1, 0) > 25 * s.weight_bytes_for(1) / 4
+
+
+def test_moe_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="'moe_intermediate_size' must be an integer"):
+        ModelShape.from_dict({**QWEN_MOE, "moe_intermediate_size": 0})
+    with pytest.raises(ConfigError, match="'num_experts_per_tok' must be <= num_experts"):
+        ModelShape.from_dict({**QWEN_MOE, "num_experts_per_tok": 200})
+
+
+def test_eagle_tree_round_calls_and_acceptance_inputs():
+    from harness.speedup.roofline.rounds import round_calls, row_tokens
+    tree = {"id": "t", "k": 4, "method": "eagle-tree", "steps": 4, "topk": 4, "num_draft": 16}
+    assert round_calls(tree, 2.55) == ([1, 4, 4, 4, 3], 16)
+    assert round_calls({"id": "c", "k": 3}, 2.0) == ([2, 1, 1], 4)
+    with pytest.raises(ConfigError, match="needs `topk`"):
+        round_calls({"id": "x", "k": 2, "method": "eagle-tree", "steps": 2, "num_draft": 4}, 2.0)
+    # vLLM's per-position rates are unconditional: E = 1 + their sum, not a chain of conditional alphas
+    pos = [0.73, 0.52, 0.36, 0.23, 0.15, 0.09, 0.06, 0.03]
+    assert row_tokens({"id": "p", "k": 8, "accepted_per_position": pos}) == pytest.approx(1 + sum(pos))
+    assert row_tokens({"id": "a", "k": 8, "alpha": pos}) == pytest.approx(1 + np.cumprod(pos).sum())
+    assert row_tokens({"id": "e", "k": 8, "tokens_per_round": 3.1, "alpha": 0.1}) == 3.1
+    with pytest.raises(ConfigError, match="non-increasing"):
+        row_tokens({"id": "q", "k": 2, "accepted_per_position": [0.5, 0.7]})
+
+
+def test_published_speedups_many_sources_and_never_fitted(published):
+    from harness.speedup.roofline.fidelity import fidelity_table, summary
+    pub, t = published
+    m = summary(t)
+    assert m["speedups"] >= 20 and m["groups"] >= 4
+    # a speculative figure is never an input: changing every measured speedup changes no prediction
+    moved = {**pub, "row": [{**r, "measured": r["measured"] * 1.5} if r["quantity"] == "speedup" else r
+                            for r in pub["row"]]}
+    t2 = fidelity_table(moved)
+    spec = t.quantity == "speedup"
+    assert np.allclose(t[spec].predicted.fillna(-1), t2[spec].predicted.fillna(-1))
+
+
+def test_moe_rows_lose_at_batch_1_only_with_the_expert_read_term(published):
+    """SpecForge #339 measures S < 1 for Qwen3-30B-A3B with 16-60 verified tokens; the roofline gets the
+    sign from the experts those tokens read: dense-active weights would predict a gain."""
+    from unittest import mock
+    from harness.speedup.roofline import model as rm
+    from harness.speedup.roofline.fidelity import fidelity_table
+    pub, t = published
+    ids = ["specforge-tp2-b1-s7t4n16", "specforge-tp2-b1-s8t8n60", "specforge-tp2-b1-s6t4n12"]
+    s = t.set_index("id").predicted
+    assert all(s[i] < 1.0 for i in ids)
+    orig = rm.ModelShape.weight_bytes_for
+    with mock.patch.object(rm.ModelShape, "weight_bytes_for", lambda self, tokens: orig(self, 1)):
+        s_flat = fidelity_table(pub).set_index("id").predicted
+    assert all(s_flat[i] > 1.0 for i in ids)
+
+
+def test_published_row_setup_is_inherited_and_a_missing_one_named(tmp_path):
+    from harness.speedup.roofline.fidelity import PUBLISHED, load_published
+    pub = load_published()
+    r = {x["id"]: x for x in pub["row"]}["vllm-h100-eagle3-k4"]
+    assert r["hardware"] == "h100" and r["calibrate"] == [[1, 7.07]] and r["draft"] == "eagle3-llama3.1-8b"
+    p = tmp_path / "p.toml"
+    p.write_text(PUBLISHED.read_text().replace('setup = "vllm-h100-l31-8b"', 'setup = "nope"', 1))
+    with pytest.raises(ConfigError, match="`setup` 'nope' is not in"):
+        load_published(p)

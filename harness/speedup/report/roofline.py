@@ -7,6 +7,9 @@
                                 k = 0 drawn where no k gains (speculation off)
     roofline_goodput            goodput (emitted tokens per second, all sequences) against batch at the best
                                 k, per (scenario, context), with target-only decoding
+    roofline_fidelity           predicted against published speculative speedups (log axes, one colour per
+                                source, y = x and +-20 % dashed, S = 1 lines; a row whose sign of S - 1 the
+                                model gets wrong is drawn as an x), from ``fidelity_published.csv``
 
 ``roofline.csv`` is written by ``python -m harness.speedup.roofline.fidelity`` (published scenarios),
 ``python -m harness tune`` (a pair on a machine) and ``experiments/gpu_sweep.sh`` (costs measured with
@@ -24,7 +27,7 @@ from harness.speedup.roofline.speedup import crossover_batch
 from harness.core.figures import save_figure as _save
 from harness.core.provenance import checked_provenance
 
-__all__ = ["FIGURES", "load_grid", "best_by_batch", "marker"]
+__all__ = ["FIGURES", "load_grid", "load_fidelity", "best_by_batch", "marker"]
 
 
 def load_grid(res) -> pd.DataFrame:
@@ -132,7 +135,48 @@ def fig_goodput(plt, res, out, formats):
     return _save(fig, Path(out), "roofline_goodput", res.meta, formats)
 
 
+def load_fidelity(res) -> pd.DataFrame:
+    """The published speculative speedups with a prediction (fidelity_published.csv), or an empty frame."""
+    p = Path(res.path) / "fidelity_published.csv"
+    if not p.exists():
+        return pd.DataFrame()
+    checked_provenance(p)
+    t = pd.read_csv(p, comment="#")
+    t = t[(t.quantity == "speedup") & t.predicted.notna()] if "quantity" in t else t.iloc[:0]
+    return t.assign(sign_ok=t.sign_ok.astype(str).str.lower() == "true") if len(t) else t
+
+
+def fig_fidelity(plt, res, out, formats):
+    t = load_fidelity(res)
+    groups = list(dict.fromkeys(t.group))
+    cols = _colors(plt, groups)
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    lo, hi = 0.8 * min(t.measured.min(), t.predicted.min()), 1.25 * max(t.measured.max(), t.predicted.max())
+    x = np.geomspace(lo, hi, 50)
+    ax.plot(x, x, "k-", lw=0.8)
+    for f in (0.8, 1.2):
+        ax.plot(x, f * x, "k--", lw=0.5)
+    ax.axhline(1.0, color="grey", lw=0.6, ls=":")
+    ax.axvline(1.0, color="grey", lw=0.6, ls=":")
+    for gname in groups:
+        g = t[t.group == gname]
+        ok, bad = g[g.sign_ok], g[~g.sign_ok]
+        ax.plot(ok.measured, ok.predicted, "o", ms=4, color=cols[gname], alpha=0.8, label=f"{gname} ({len(g)})")
+        if len(bad):
+            ax.plot(bad.measured, bad.predicted, "x", ms=7, mew=1.5, color=cols[gname])
+    err = (t.predicted / t.measured - 1).abs()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured speedup (published)", ylabel="predicted speedup (roofline)",
+           title=f"{len(t)} published speedups: |error| median {100 * err.median():.1f} %, worst {100 * err.max():.0f} %; "
+                 f"sign of S-1 wrong at {int((~t.sign_ok).sum())} (x)")
+    ax.title.set_fontsize(7)
+    ax.legend(loc="upper left", fontsize=6)
+    return _save(fig, Path(out), "roofline_fidelity", res.meta, formats)
+
+
 FIGURES = (
+    ("roofline_fidelity", lambda res: len(load_fidelity(res)) > 0, fig_fidelity),
     ("roofline_speedup_vs_batch", _applies, fig_speedup_vs_batch),
     ("roofline_optimal_k", _applies, fig_optimal_k),
     ("roofline_goodput", _applies, fig_goodput),
