@@ -1,0 +1,67 @@
+"""experiments/tune_check.py on small folders: the 5 % rule, off where every configuration loses, the workload."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "tune_check.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("tune_check", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["tune_check"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _tune(folder, recs, max_new_tokens=32):
+    """recs: (context, batch, k or 0 for off, predicted S)."""
+    folder.mkdir()
+    pd.DataFrame([{"context": L, "batch": B, "algorithm": "chain", "k": max(k, 1), "speculate": k > 0,
+                   "recommendation": f"chain, k = {k}" if k else "off (target-only)", "speedup": s,
+                   "speedup_lo": s, "speedup_hi": s} for L, B, k, s in recs]).to_csv(folder / "recommendation.csv",
+                                                                                    index=False)
+    (folder / "meta.json").write_text(json.dumps({"config": {"max_new_tokens": max_new_tokens}, "commit": "0" * 40}))
+    return folder
+
+
+def _sweep(folder, cells, prompt_len=32, max_new_tokens=32):
+    """cells: (batch, k, measured S)."""
+    folder.mkdir()
+    pd.DataFrame([{"suite": "membound", "draft": "draft", "batch": B, "k": k, "speedup_measured": s,
+                   "prompt_len": prompt_len, "max_new_tokens": max_new_tokens} for B, k, s in cells]).to_csv(
+        folder / "measured.csv", index=False)
+    return folder
+
+
+def test_a_pick_within_5_percent_passes_and_one_beyond_fails(tmp_path):
+    C = _module()
+    sweep = _sweep(tmp_path / "s", [(1, 2, 1.80), (1, 4, 1.86), (4, 1, 1.10), (4, 2, 1.20)])
+    rows = {r["batch"]: r for r in C.check_pair("p", _tune(tmp_path / "t", [(32, 1, 2, 1.6), (32, 4, 1, 1.3)]), [sweep])}
+    assert rows[1]["pass"] and rows[1]["gap"] == pytest.approx(0.06 / 1.86)
+    assert not rows[4]["pass"] and rows[4]["gap"] == pytest.approx(0.1 / 1.2)
+
+
+def test_speculating_where_every_configuration_loses_fails_however_small_the_gap(tmp_path):
+    C = _module()
+    sweep = _sweep(tmp_path / "s", [(16, 1, 0.99), (16, 2, 0.93)])
+    on = C.check_pair("p", _tune(tmp_path / "t", [(32, 16, 1, 1.05)]), [sweep])[0]
+    assert on["gap"] == pytest.approx(0.01) and on["every_config_loses"] and not on["pass"]
+    off = C.check_pair("p", _tune(tmp_path / "t2", [(32, 16, 0, 0.95)]), [sweep])[0]
+    assert off["pass"] and off["gap"] == 0
+
+
+def test_tunes_other_contexts_are_left_out_and_another_workload_is_exit_2(tmp_path):
+    C = _module()
+    sweep = _sweep(tmp_path / "s", [(1, 2, 1.5)])
+    rows = C.check_pair("p", _tune(tmp_path / "t", [(32, 1, 2, 1.6), (128, 1, 4, 1.4)]), [sweep])
+    assert [r["context"] for r in rows] == [32]
+    with pytest.raises(SystemExit) as e:
+        C.check_pair("p", _tune(tmp_path / "t2", [(64, 1, 2, 1.6)]), [sweep])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        C.check_pair("p", _tune(tmp_path / "t3", [(32, 1, 2, 1.6)], max_new_tokens=64), [sweep])
