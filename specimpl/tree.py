@@ -37,7 +37,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 
-from specimpl.errors import check_arg
+from specimpl.errors import as_int, check_arg
 from specimpl.inputs import check_finite_laws, check_generate_args, check_logits_vocab, law_sums, prompt_batch
 from specimpl.model import LanguageModel, Prompts, check_same_vocab
 from specimpl.result import PAD, GenerationResult, SpecStats, emit_round
@@ -67,9 +67,10 @@ class TokenTree:
     @classmethod
     def chains(cls, n: int, k: int) -> "TokenTree":
         """``n`` independent chains of ``k`` drafts (n = 1: the token-level chain)."""
-        check_arg(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n_drafts", n, "an integer >= 1")
-        check_arg(isinstance(k, int) and not isinstance(k, bool) and k >= 1, "k", k, "an integer >= 1")
-        return cls(tuple([-1] * n + [j for j in range((k - 1) * n)]))
+        nn, kk = as_int(n), as_int(k)  # integer-like NumPy / 0-d tensor scalars too
+        check_arg(nn is not None and nn >= 1, "n_drafts", n, "an integer >= 1")
+        check_arg(kk is not None and kk >= 1, "k", k, "an integer >= 1")
+        return cls(tuple([-1] * nn + [j for j in range((kk - 1) * nn)]))
 
     @classmethod
     def from_branching(cls, branching: Sequence[int]) -> "TokenTree":
@@ -267,7 +268,7 @@ class TreeSampler:
     def __init__(self, target: LanguageModel, draft: LanguageModel, k: int, config: SamplingConfig = SamplingConfig(),
                  *, tree=None, n_drafts: int = 2, replacement: bool = True, validate: bool = False):
         check_same_vocab(target, draft)
-        check_generate_args(k, 1, config, None, target.vocab_size)
+        k, _, _ = check_generate_args(k, 1, config, None, target.vocab_size)  # a NumPy / 0-d tensor k as an int
         check_arg(isinstance(replacement, bool), "replacement", replacement, "True or False")
         self.tree = as_token_tree(tree, k, n_drafts)
         self.target, self.draft = as_tree_model(target), as_tree_model(draft)
@@ -344,7 +345,8 @@ class TreeSampler:
     # -- the round loop ------------------------------------------------------------------------
     def generate(self, prompts: Prompts, max_new_tokens: int, eos_token_id: Optional[int] = None,
                  generator: Optional[torch.Generator] = None) -> GenerationResult:
-        check_generate_args(self.k, max_new_tokens, self.config, eos_token_id, self.target.vocab_size)
+        _, max_new_tokens, eos_token_id = check_generate_args(self.k, max_new_tokens, self.config, eos_token_id,
+                                                              self.target.vocab_size)
         dev = self.target.device
         t_clock = {"draft": 0.0, "target": 0.0, "sampler": 0.0}
         tic = time.perf_counter()

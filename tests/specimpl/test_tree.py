@@ -52,6 +52,22 @@ def test_tree_argument_errors_name_the_argument():
         TreeSampler(t, t, 2, replacement=1)
 
 
+@pytest.mark.parametrize("conv", [np.int64, np.int32, torch.tensor], ids=["np.int64", "np.int32", "0-d tensor"])
+@pytest.mark.parametrize("fn", [tree_generate, tree_generate_without_replacement])
+def test_integer_like_scalars_give_the_same_draws(conv, fn):
+    """Issue 26 finding 8: k=np.int64(2) was refused and an EOS given as a 0-d tensor gave a deep TypeError."""
+    t = random_ngram(6, 2, seed=1)
+    d = noisy_draft(t, 0.3, seed=2)
+    ref = fn(t, d, [[0]] * 20, k=2, max_new_tokens=6, eos_token_id=3, generator=torch.Generator().manual_seed(5))
+    got = fn(t, d, [[0]] * 20, k=conv(2), max_new_tokens=conv(6), eos_token_id=conv(3), n_drafts=conv(2),
+             generator=torch.Generator().manual_seed(5))
+    assert torch.equal(ref.tokens, got.tokens) and torch.equal(ref.lengths, got.lengths)
+    for name, bad in (("k", 2.0), ("eos_token_id", torch.tensor([3])), ("max_new_tokens", np.float64(6))):
+        kw = {**dict(k=2, max_new_tokens=6, eos_token_id=3), name: bad}
+        with pytest.raises(ValueError, match=f"`{name}` must be"):
+            fn(t, d, [[0]], generator=torch.Generator(), **kw)
+
+
 # ---------------------------------------------------------------------------------- pure step
 def test_recursive_residual_by_hand():
     """V = 3, p = (0.5, 0.3, 0.2) at the root, q = (0.8, 0.1, 0.1); two children both token 0.
