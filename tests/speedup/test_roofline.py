@@ -343,3 +343,18 @@ def test_published_row_setup_is_inherited_and_a_missing_one_named(tmp_path):
     p.write_text(PUBLISHED.read_text().replace('setup = "vllm-h100-l31-8b"', 'setup = "nope"', 1))
     with pytest.raises(ConfigError, match="`setup` 'nope' is not in"):
         load_published(p)
+
+
+def test_long_context_gain_needs_the_drafts_bounded_cache(published):
+    """MagicDec measures S > 1 at 32k context, B = 32-128 with a StreamingLLM self-draft (KV budget 512):
+    the roofline gets the sign only because the draft reads its own 512-token cache (draft_context) while
+    verification reads the full one; a draft charged the full 32k cache would be predicted to lose."""
+    from harness.speedup.roofline.fidelity import fidelity_table
+    pub, t = published
+    ids = [i for i in t.id if i.startswith("magicdec") and "l31-8b" in i]
+    assert len(ids) == 5
+    s = t.set_index("id")
+    assert all(s.predicted[i] > 1.0 and s.measured[i] > 1.0 for i in ids)
+    full = {**pub, "row": [{k: v for k, v in r.items() if k != "draft_context"} for r in pub["row"]]}
+    s_full = fidelity_table(full).set_index("id").predicted
+    assert all(s_full[i] < 1.0 for i in ids)

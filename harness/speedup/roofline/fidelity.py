@@ -235,6 +235,13 @@ def _fmt(v, nd=3) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{nd}g}"
 
 
+def by_source(table: pd.DataFrame) -> list:
+    """(group, speedups, median |error|, worst |error|, signs right) per source of the predicted speedups."""
+    spec = table[(table.quantity == "speedup") & ~table.is_input & table.rel_err.notna()]
+    return [(g, len(x), float(x.rel_err.abs().median()), float(x.rel_err.abs().max()), int(x.sign_ok.astype(bool).sum()))
+            for g, x in spec.groupby("group", sort=False)]
+
+
 def _sign(v) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else ("right" if v else "WRONG")
 
@@ -254,7 +261,11 @@ def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
               f"Speculative speedups predicted: {m['speedups']} from {m['groups']} sources; |error| median "
               f"{_fmt(100 * m['speedup_median'])} %, worst {_fmt(100 * m['speedup_worst'])} %; within 10 %: "
               f"{m['within_10']}, within 20 %: {m['within_20']}; sign of S - 1 right at {m['sign_right']} of "
-              f"{m['speedups']}.", "",
+              f"{m['speedups']}.", "", "Per source (rows of one source are not independent):", "",
+              "| source | speedups | median abs error | worst | sign of S-1 right |", "|---|---|---|---|---|"]
+    lines += [f"| {g} | {n} | {_fmt(100 * med)} % | {_fmt(100 * worst)} % | {right} of {n} |"
+              for g, n, med, worst, right in by_source(table)]
+    lines += ["",
               "S = 1 crossover batch (interpolated in log B over the batches whose weights and KV caches fit in the "
               "machine's memory; – where S stays on one side of 1):", "",
               "| scenario | algorithm | context | k | crossover batch | over the grid |", "|---|---|---|---|---|---|"]

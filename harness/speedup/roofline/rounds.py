@@ -22,7 +22,8 @@ and emits E tokens per sequence, taken from the row (never fitted):
 
     S = E T_t(1, B, L) / (sum_calls T_d(m, B, L) + T_t(n_verify, B, L))
 
-Both models see the same context L (KV-cache bytes and attention FLOPs in every call); a mixture-of-experts
+Both models see the context L (KV-cache bytes and attention FLOPs in every call), the draft ``draft_context``
+instead where its cache is bounded; a mixture-of-experts
 target's verification reads the experts its B n_verify tokens are routed to (:mod:`.model`).
 """
 from __future__ import annotations
@@ -74,10 +75,12 @@ def round_calls(row: dict, e: float) -> tuple[list, int]:
 
 
 def round_seconds_of(costs: PairCosts, row: dict, e: float) -> float:
-    """Seconds of one round of the row's method at its batch and context."""
+    """Seconds of one round of the row's method at its batch and context (the draft's own KV length is
+    ``draft_context`` where it keeps a bounded cache, e.g. StreamingLLM's budget in MagicDec)."""
     B, L = row["batch"], row["context"]
+    Ld = row.get("draft_context", L)
     drafts, n = round_calls(row, e)
-    return float(sum(costs.draft(m, B, L) for m in drafts) + costs.target(n, B, L) + costs.round_overhead(row["k"], B))
+    return float(sum(costs.draft(m, B, Ld) for m in drafts) + costs.target(n, B, L) + costs.round_overhead(row["k"], B))
 
 
 def row_speedup(costs: PairCosts, row: dict, e: float) -> float:
