@@ -27,7 +27,7 @@ from specimpl.model import LanguageModel, ModelState
 from specimpl.hf import HFModel
 
 __all__ = ["LogitTransformDraft", "NoiseMixtureDraft", "TemperedDraft", "SelfDraft", "early_exit_draft",
-           "tiny_pair_variants"]
+           "tiny_pair_variants", "variant_names"]
 
 
 class LogitTransformDraft(LanguageModel):
@@ -147,6 +147,12 @@ def _set_layers(model, config, blocks, layers: int) -> None:
         config.layer_types = config.layer_types[:layers]
 
 
+def variant_names(num_layers: int) -> list[str]:
+    """The names :func:`tiny_pair_variants` builds for a target of ``num_layers`` layers (no model needed)."""
+    return ["draft", "draft+noise0.25", "draft+noise0.5", "draft+noise0.9", "uniform", "draft@tau0.5", "draft@tau2",
+            *(f"target[:{L}]" for L in range(1, num_layers)), "target(self)"]
+
+
 def tiny_pair_variants(target, draft, which: Optional[list[str]] = None) -> dict[str, LanguageModel]:
     """Named draft variants of a loaded pair, from α ≈ 0 (uniform draft) to α = 1 (the target)."""
     builders = {
@@ -161,6 +167,7 @@ def tiny_pair_variants(target, draft, which: Optional[list[str]] = None) -> dict
     for L in range(1, target.num_layers):
         builders[f"target[:{L}]"] = (lambda L=L: early_exit_draft(target, L))
     builders["target(self)"] = lambda: SelfDraft(target)
+    assert list(builders) == variant_names(target.num_layers)  # one list of names
     names = list(builders) if which is None else which
     bad = [n for n in names if n not in builders]
     check_arg(not bad, "which", bad, f"names among {list(builders)}")

@@ -66,6 +66,35 @@ def test_default_config_is_valid_and_overlays_are_checked(tmp_path):
         sweep.load_config(tmp_path / "missing.toml")
 
 
+@pytest.mark.parametrize("suite, key, value, says", [
+    ("real", "drafts", '["no_such_draft"]', "`real.drafts` must be names among ['target', 'draft', "),
+    ("real", "drafts", '["draft", "target[:9]"]', "(['target[:9]'] unknown)"),
+    ("real", "drafts", "[]", "`real.drafts` must be a non-empty list"),
+    ("membound", "drafts", '["drfat"]', "`membound.drafts` must be names among"),
+    ("algorithms", "drafts", '["no_such_draft"]', "`algorithms.drafts` must be names among"),
+    ("profile", "models", '["no_such_model"]', "`profile.models` must be 'tiny:<name>' with a name among"),
+    ("profile", "models", '["tiny:nope", "random:llama-68m"]', "(['tiny:nope'] unknown)"),
+    ("profile", "models", '["random:llama-7b"]', "a shape among ['llama-1.1b', 'llama-160m', 'llama-68m']"),
+])
+def test_unknown_models_of_a_sweep_file_exit_2_before_any_cell(tmp_path, capsys, suite, key, value, says):
+    """Issue 26 finding 8: bad real.drafts / profile.models failed at the first cell, exit 3."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'name = "bad"\nsuites = ["{suite}"]\n[{suite}]\n{key} = {value}\n')
+    from harness.cli import main
+    assert main(["sweep", "--config", str(bad), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and says in err[0] and f"got {value.replace(chr(34), chr(39))}" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_tiny_model_name_the_sweep_accepts_is_one_it_can_build():
+    from harness.speedup.sweep.models import tiny_model, tiny_model_names
+    names = tiny_model_names()
+    assert names[:2] == ["target", "draft"] and "target[:3]" in names and "target[:4]" not in names
+    for n in names:
+        assert tiny_model(n, "cpu", "float32").vocab_size == 259  # 256 bytes, BOS, EOS, PAD
+
+
 def test_cell_ids_are_stable_and_follow_every_setting(tmp_path):
     (tmp_path / "a.toml").write_text(TINY)
     a = sweep.plan(sweep.load_config(tmp_path / "a.toml"))

@@ -39,7 +39,7 @@ import torch
 from harness.core.provenance import check_schema
 from harness.laws.algorithms import Algorithm
 from harness.speedup.sweep.cell import Cell, Suite
-from harness.speedup.sweep.models import resolve_model
+from harness.speedup.sweep.models import check_tiny_names, resolve_model
 from harness.speedup.costmodel_tree import TimedTreeModel, tree_speedup
 from harness.laws.rounds import ExactRounds, acceptance_law
 from specimpl.errors import check_arg
@@ -127,6 +127,8 @@ def _check(table: dict) -> None:
     check_arg(len(table["algorithms"]) > 0, "algorithms.algorithms", table["algorithms"], "a non-empty list")
     for key in ("k", "scenarios", "alpha", "c", "drafts"):
         check_arg(isinstance(table[key], list), f"algorithms.{key}", table[key], "a list")
+    if table["drafts"]:
+        check_tiny_names("algorithms.drafts", table["drafts"])
     check_arg(all(isinstance(k, int) and k >= 1 for k in table["k"]) and table["k"], "algorithms.k", table["k"],
               "a non-empty list of integers >= 1")
     check_arg(all(0 <= a <= 1 for a in table["alpha"]), "algorithms.alpha", table["alpha"], "numbers in [0, 1]")

@@ -1,15 +1,17 @@
 """The models a sweep cell names: the shipped tiny pair, the widened (memory-bound) target, random Llama shapes."""
 from __future__ import annotations
 
+import json
 
 import torch
 
 from harness.speedup.membound.widen import apply_prepack, build_widened
 from specimpl.errors import check_arg
-from specimpl.hf import HFModel, load_tiny_pair
-from specimpl.hf_drafts import tiny_pair_variants
+from specimpl.hf import TINY_PAIR_DIR, HFModel, load_tiny_pair
+from specimpl.hf_drafts import tiny_pair_variants, variant_names
 
-__all__ = ["SHAPES", "resolve_model", "tiny_model", "widened_model"]
+__all__ = ["SHAPES", "resolve_model", "tiny_model", "widened_model", "tiny_model_names", "check_tiny_names",
+           "check_model_specs"]
 
 _PAIRS: dict = {}
 
@@ -31,6 +33,34 @@ def _dtype(name: str):
     check_arg(name in ("float32", "float16", "bfloat16", "float64"), "dtype", name,
               "'float32', 'float16', 'bfloat16' or 'float64'")
     return getattr(torch, name)
+
+
+def tiny_model_names() -> list[str]:
+    """What :func:`tiny_model` takes: 'target' and the draft variants of the shipped pair (from its config alone)."""
+    layers = json.loads((TINY_PAIR_DIR / "target" / "config.json").read_text())["num_hidden_layers"]
+    return ["target", *variant_names(layers)]
+
+
+def check_tiny_names(key: str, names) -> None:
+    """A suite's list of tiny-pair models (``key``, e.g. 'real.drafts'), before any cell runs; ValueError naming it."""
+    known = tiny_model_names()
+    check_arg(isinstance(names, list) and len(names) > 0 and all(isinstance(n, str) for n in names), key, names,
+              "a non-empty list of tiny-pair model names")
+    bad = [n for n in names if n not in known]
+    check_arg(not bad, key, names, f"names among {known} ({bad} unknown)")
+
+
+def check_model_specs(key: str, specs) -> None:
+    """A list of :func:`resolve_model` specs ('tiny:<name>', 'random:<shape>') before any cell runs."""
+    check_arg(isinstance(specs, list) and len(specs) > 0 and all(isinstance(m, str) for m in specs), key, specs,
+              "a non-empty list of 'tiny:<name>' or 'random:<shape>'")
+    tiny, bad = tiny_model_names(), []
+    for m in specs:
+        kind, _, name = m.partition(":")
+        if not ((kind == "tiny" and name in tiny) or (kind == "random" and name in SHAPES)):
+            bad.append(m)
+    check_arg(not bad, key, specs, f"'tiny:<name>' with a name among {tiny}, or 'random:<shape>' with a shape among "
+                                   f"{sorted(SHAPES)} ({bad} unknown)")
 
 
 def tiny_model(name: str, device: str, dtype: str):

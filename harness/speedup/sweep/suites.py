@@ -30,7 +30,8 @@ import torch
 from harness.speedup.membound.widen import PREPACKS
 from harness.speedup.sweep.algorithms import algorithms_suite
 from harness.speedup.sweep.cell import Cell, Suite, _cell
-from harness.speedup.sweep.models import SHAPES, resolve_model, tiny_model, widened_model
+from harness.speedup.sweep.models import (SHAPES, check_model_specs, check_tiny_names, resolve_model, tiny_model,
+                                          widened_model)
 
 from harness.speedup import costmodel as cm
 from harness.speedup.profiler import profile_in_situ, profile_model, profile_pair, summarise
@@ -237,8 +238,18 @@ def _check_synthetic(table: dict) -> None:
         check_arg(0 <= a <= 1, "synthetic.alpha", table["alpha"], "numbers in [0, 1]")
 
 
+def _check_real(table: dict) -> None:
+    _check_measured("real", table)
+    check_tiny_names("real.drafts", table["drafts"])
+
+
+def _check_profile(table: dict) -> None:
+    check_model_specs("profile.models", table["models"])
+
+
 def _check_membound(table: dict) -> None:
     _check_measured("membound", table)
+    check_tiny_names("membound.drafts", table["drafts"])
     w = table["width"]
     check_arg(isinstance(w, int) and w >= 1 and w & (w - 1) == 0, "membound.width", w, "a power of two >= 1")
     x = table["extra_layers"]
@@ -414,9 +425,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("grid", GridParams, _grid_cells, _run_grid, feeds=frozenset({"grid"})),
     Suite("synthetic", SyntheticParams, _synthetic_cells, _run_synthetic, _check_synthetic,
           frozenset({"measured", "profiles"})),
-    Suite("real", RealParams, _real_cells, _run_real, lambda t: _check_measured("real", t),
-          frozenset({"measured", "profiles"})),
-    Suite("profile", ProfileParams, _profile_cells, _run_profile, feeds=frozenset({"profiles"})),
+    Suite("real", RealParams, _real_cells, _run_real, _check_real, frozenset({"measured", "profiles"})),
+    Suite("profile", ProfileParams, _profile_cells, _run_profile, _check_profile, frozenset({"profiles"})),
     Suite("membound", MemboundParams, _membound_cells, _run_membound, _check_membound,
           frozenset({"measured", "profiles"})),
 )}
