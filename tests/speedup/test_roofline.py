@@ -358,3 +358,19 @@ def test_long_context_gain_needs_the_drafts_bounded_cache(published):
     full = {**pub, "row": [{k: v for k, v in r.items() if k != "draft_context"} for r in pub["row"]]}
     s_full = fidelity_table(full).set_index("id").predicted
     assert all(s_full[i] < 1.0 for i in ids)
+
+
+def test_fidelity_figure_is_drawn_from_the_table_and_byte_reproducible(tmp_path):
+    import pandas as pd
+    from harness.core.provenance import atomic_write_csv, atomic_write_json
+    from harness.speedup.report.cli import make_report
+    res = tmp_path / "r"
+    meta = {"commit": "0" * 40, "dirty": False, "seed": 0, "versions": {}, "machine": {}, "config": {"name": "t"}}
+    t = pd.DataFrame({"id": ["a", "b", "c"], "quantity": ["speedup", "speedup", "c"], "group": ["x", "y", "x"],
+                      "measured": [1.5, 0.8, 0.1], "predicted": [1.6, 1.1, 0.12], "sign_ok": [True, False, None]})
+    atomic_write_csv(res / "fidelity_published.csv", t, meta)
+    atomic_write_json(res / "meta.json", meta)
+    a = make_report(res, tmp_path / "a", formats=("png",))
+    b = make_report(res, tmp_path / "b", formats=("png",))
+    assert "roofline_fidelity" in a and "roofline_speedup_vs_batch" not in a
+    assert Path(a["roofline_fidelity"][0]).read_bytes() == Path(b["roofline_fidelity"][0]).read_bytes()
