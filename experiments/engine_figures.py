@@ -1,6 +1,8 @@
 """Engines verified from their samples (issue 13's figures): for each engine and each engine-level control,
 the verdict of ``verify-samples`` in both modes with its certified epsilon or its evidence, the tokens
-scored and the wall times; and the completions the planners ask for to certify TV <= 0.01 per position.
+scored and the wall times; and the completions the planners ask for to certify 0.01 per position (scored: the
+token TV of each step from the engine's own prefixes, and the PIT law's Kolmogorov distance, which is not a token
+TV; two-sample: the token TV).
 
     python experiments/engine_figures.py --out results/engines            # the commented defaults below
     python experiments/engine_figures.py --quick --out /tmp/engines       # a small look (~3 min)
@@ -16,8 +18,10 @@ harness verify-samples`` reads it, in a subprocess each, timed by the wall clock
 Rows (``runs.csv``, ``table.md``): engines under test (ours, transformers' assisted generation and prompt
 lookup; llama.cpp's prompt lookup on and off through its Python API on token ids, with ``--llama``), the
 engine-level controls of :mod:`harness.samples.controls` (must be lossy), and one row per mode with the
-planners' completions for epsilon = 0.01 at this run's sizes (:func:`harness.samples.certificate.
-scored_n_for_distance`, :func:`~harness.samples.certificate.two_sample_n_for_tv`).  The verdict's epsilon
+planners' completions for epsilon = 0.01 at this run's sizes (scored: the token-TV planner of
+:func:`harness.samples.certificate.token_tv_bounds`, read from the report's ``completions_needed_at``, and
+:func:`~harness.samples.certificate.scored_n_for_distance` for the PIT law; two-sample:
+:func:`~harness.samples.certificate.two_sample_n_for_tv`).  The verdict's epsilon
 is ``--epsilon``; "bound" is the largest per-position upper bound, i.e. the smallest epsilon this sample
 certifies when nothing rejects.
 """
@@ -46,7 +50,7 @@ DEFAULTS = dict(
     tokens=32,                            # new tokens per completion
     k=4,                                  # draft tokens a round
     epsilon=0.05,                         # the certificate's tolerance per position
-    planner_epsilon=0.01,                 # the planners' figure: completions to certify TV <= 0.01
+    planner_epsilon=0.01,                 # the planners' figure: completions to certify 0.01 per position
     seed=0,
 )
 QUICK = dict(big_prompts=32, big_per_prompt=8, prompts=16, per_prompt=4, llama_prompts=16, llama_per_prompt=4)
@@ -110,25 +114,34 @@ def verify(a, work: Path, name: str, samples: Path, mode: str, reference: str) -
                     f"{r.family}/{r.test}" + (f"@{int(r.position)}" if r.position >= 0 else "") +
                     f" p_adj {r.p_adjusted:.2g}" for r in rej.head(3).itertuples()),
                 bound=b.get("max_upper"), completions_needed=b.get("completions_needed"),
+                completions_needed_at=b.get("completions_needed_at") or {},
                 delta_each=b.get("delta_each"), reach=min(b["n"]) / meta["completions"] if b.get("n") else None,
                 verify_wall_s=wall, headline=meta["headline"], report=out)
 
 
 def planner_rows(a, rows: list[dict]) -> list[dict]:
-    """Completions to certify ``planner_epsilon`` per position in each mode, at the delta and reach measured."""
+    """Completions to certify ``planner_epsilon`` per position in each mode, at the delta and reach measured:
+    scored token TV (the report's own planner at this epsilon, when it planned it), scored PIT Kolmogorov
+    distance, two-sample token TV."""
     from harness.samples.certificate import scored_n_for_distance, two_sample_n_for_tv
     from harness.laws.scenarios import load_settings
     s = load_settings()
     out = []
-    for mode in ("scored", "two-sample"):
-        r = next(x for x in rows if x["engine"] == "ours_speculative" and x["mode"] == mode)
-        n = (scored_n_for_distance(a.planner_epsilon, r["delta_each"], s.power, r["reach"]) if mode == "scored"
-             else two_sample_n_for_tv(a.planner_epsilon, VOCAB + 1, r["delta_each"], s.power))
-        out.append(dict(engine=f"planner (epsilon {a.planner_epsilon:g})", role="planner", mode=mode,
-                        completions_needed=n, delta_each=r["delta_each"], reach=r["reach"],
-                        headline=f"{n} completions {'per file ' if mode == 'two-sample' else ''}certify "
-                                 f"{'token TV' if mode == 'two-sample' else 'PIT Kolmogorov distance'} "
-                                 f"{a.planner_epsilon:g} per position (power {s.power:g}, T = {a.tokens})"))
+
+    def row(mode, n, r, what):
+        return dict(engine=f"planner (epsilon {a.planner_epsilon:g})", role="planner", mode=mode, completions_needed=n,
+                    delta_each=r["delta_each"], reach=r["reach"],
+                    headline=f"{n} completions {'per file ' if mode == 'two-sample' else ''}certify {what} "
+                             f"{a.planner_epsilon:g} per position (power {s.power:g}, T = {a.tokens})")
+    sc = next(x for x in rows if x["engine"] == "ours_speculative" and x["mode"] == "scored")
+    tv = (sc.get("completions_needed_at") or {}).get(f"{a.planner_epsilon:g}")
+    if tv is not None:
+        out.append(row("scored", int(tv), sc, "token TV of each step from the engine's own prefixes"))
+    out.append(row("scored", scored_n_for_distance(a.planner_epsilon, sc["delta_each"], s.power, sc["reach"]), sc,
+                   "PIT Kolmogorov distance"))
+    ts = next(x for x in rows if x["engine"] == "ours_speculative" and x["mode"] == "two-sample")
+    out.append(row("two-sample", two_sample_n_for_tv(a.planner_epsilon, VOCAB + 1, ts["delta_each"], s.power), ts,
+                   "token TV"))
     return out
 
 
@@ -180,7 +193,8 @@ def table_md(df: pd.DataFrame, a, meta: dict) -> str:
              f"`python -m harness verify-samples` on files written by `python -m harness sample`; {a.tokens} new "
              f"tokens per completion; certificate epsilon {a.epsilon:g} per position at simultaneous confidence "
              "0.999, one Holm family per run at 1e-4. Scored: against the tiny target in float64 (the bound is the "
-             "Kolmogorov distance of each position's PIT law). Two-sample: against target-only samples of the same "
+             "token TV of each step from the engine's own prefixes, harness/stats/rbtv.py; each report states the "
+             "PIT law's Kolmogorov bound beside it). Two-sample: against target-only samples of the same "
              "prompts and controls (the bound is the token TV per position over V + 1 = 260 cells). `bound`: the "
              "largest per-position upper bound (the epsilon this sample certifies when nothing rejects).", "",
              "| engine | role | mode | verdict | completions | tokens | bound | needed for eps | first rejections "
@@ -189,9 +203,10 @@ def table_md(df: pd.DataFrame, a, meta: dict) -> str:
         lines.append(f"| {r.engine} | {r.role} | {r.mode} | **{r.verdict}** | {r.completions:.0f} | {r.tokens:.0f} | "
                      f"{r.bound:.3g} | {r.completions_needed:.0f} | {r.first_rejections or '-'} | {r.sample_wall_s:.0f} "
                      f"| {r.verify_wall_s:.0f} |")
-    lines += ["", "## Completions to certify %g per position (planners): scored = the Kolmogorov distance of each "
-              "position's PIT law (not a token TV); two-sample = the token TV; exact mode (a token TV against the "
-              "enumerated law): results/engines/vllm/" % a.planner_epsilon, ""]
+    lines += ["", "## Completions to certify %g per position (planners): scored = the token TV of each step from the "
+              "engine's own prefixes, and the Kolmogorov distance of each position's PIT law (not a token TV); "
+              "two-sample = the token TV; exact mode (a token TV against the enumerated law): results/engines/vllm/"
+              % a.planner_epsilon, ""]
     lines += [f"- {r.mode}: {r.headline}; each position's bound at miss probability {r.delta_each:.2g}"
               + (f", reach {r.reach:.3g}" if r.mode == "scored" else "") for r in df[df.role == "planner"].itertuples()]
     lines += ["", f"commit {meta['commit'][:12]}{' (dirty)' if meta['dirty'] else ''}; command `{meta['command']}`"]

@@ -14,12 +14,21 @@ What is bounded, per mode (the certificate states it):
   each sample at half the position's miss probability.  Planner: under H0 the bound's expected size is
   at most 2 (½√(k/n) + √(ln(2/β)/(2n))) + 2 d(n) with probability ``power`` (β = 1 − power), every term
   ∝ 1/√n, so n = ⌈(C/ε)²⌉ completions per file.
-* scored: the Kolmogorov distance between the law of the position's randomized PIT and U(0, 1) (DKW,
-  :func:`harness.stats.kolmogorov_upper_bound`).  This is *not* a token TV: it is at most the mean over
-  prefixes of TV(engine_t(·|prefix), target_t(·|prefix)) (the randomized PIT maps each conditional law to
-  a density on [0, 1] whose distance from uniform is that TV; mixing over prefixes can only shrink it).
-  Planner: n = :func:`harness.stats.dkw_n_for_distance` (ε, delta_each, power) PIT values per position,
-  divided by the share of completions that reach the position.
+* scored: per position t, **token TV** between the engine's step and one target step from the engine's own
+  prefixes — TV((1/n_t) Σ_i Q_t(· | h_i), (1/n_t) Σ_i p_t(· | h_i)) over the n_t completions that reach t, Q the
+  engine, p the scorer's warped law, h_i the prefix completion i drew: for every set A of tokens, the engine's
+  probability of A at t and the target's, both averaged over the engine's prefixes
+  (:func:`harness.stats.rbtv.rb_tv_upper_bound`: the Rao–Blackwellised marginal, one sample's noise, valid for
+  every engine).  It is not TV of the engine's position-t marginal from the target's own position-t marginal:
+  that needs, by the hybrid argument TV(Q_t, P_t) ≤ Σ_{s≤t} E_{h~Q} TV(Q_s(·|h), p_s(·|h)), the prefix-averaged
+  *conditional* TVs, a sup over events that depend on the prefix, which one completion per prefix does not
+  bound (docs/engines.md).  At t = 0 (the prefix is the prompt) the two coincide: the position-0 marginals
+  over the file's prompts.  Planner: n_t =
+  :func:`harness.stats.rb_tv_n_for` (ε, delta_each, power) at the position's RB law, divided by its reach.
+* scored, also reported (not the certificate): the Kolmogorov distance between the law of the position's
+  randomized PIT and U(0, 1) (DKW, :func:`harness.stats.kolmogorov_upper_bound`), ≤ the mean over prefixes
+  of TV(engine_t(·|prefix), target_t(·|prefix)) (events set by the target's CDF at each prefix); planner
+  :func:`scored_n_for_distance`.
 """
 from __future__ import annotations
 
@@ -31,8 +40,8 @@ import numpy as np
 
 from harness import stats
 
-__all__ = ["PositionBounds", "Certificate", "scored_bounds", "scored_n_for_distance", "two_sample_bounds", "two_sample_n_for_tv",
-           "judge"]
+__all__ = ["PositionBounds", "Certificate", "scored_bounds", "scored_n_for_distance", "token_tv_bounds",
+           "two_sample_bounds", "two_sample_n_for_tv", "judge"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class PositionBounds:
     upper: tuple
     delta_each: float
     needed: int
+    needed_at: dict = field(default_factory=dict)  # epsilon (as text) -> completions, where more than one is planned
 
     @property
     def max_upper(self) -> float:
@@ -79,6 +89,33 @@ def scored_bounds(u: np.ndarray, present: np.ndarray, epsilon: float, tv_confide
     return PositionBounds("Kolmogorov distance of the position's randomized-PIT law from U(0, 1) (DKW); "
                           "<= the prefix-averaged token TV, not a bound on it",
                           tuple(n), tuple(hat), tuple(up), delta, needed)
+
+
+def _token_tv_needed(n_t: list, N: int, law_sum: np.ndarray, epsilon: float, delta: float, power: float) -> int:
+    """Completions for every position's token-TV bound to fall below ``epsilon`` (planner, H0): per position
+    :func:`harness.stats.rb_tv_n_for` at its RB law, divided by its reach n_t / N."""
+    return max([math.ceil(stats.rb_tv_n_for(law_sum[t] / n, epsilon, delta, power) * N / n)
+                for t, n in enumerate(n_t) if n > 0] or [0])
+
+
+def token_tv_bounds(tokens: np.ndarray, present: np.ndarray, law_sum: np.ndarray, epsilon: float,
+                    tv_confidence: float, power: float, also: tuple = ()) -> PositionBounds:
+    """Token-TV bounds of scored mode (module docstring): ``tokens`` (N, T) the engine's ids, ``present`` (N, T)
+    which entries are real, ``law_sum`` (T, V) the scorer's conditional laws summed over the rows present at t.
+    ``also``: further epsilons whose planned completions go to ``needed_at`` (``needed`` is ``epsilon``'s)."""
+    T, V = law_sum.shape
+    delta = (1 - tv_confidence) / T
+    n, hat, up = [], [], []
+    for t in range(T):
+        x = tokens[present[:, t], t]
+        if x.size == 0:
+            n.append(0), hat.append(math.nan), up.append(1.0)
+            continue
+        b = stats.rb_tv_upper_bound(np.bincount(x, minlength=V), law_sum[t], delta=delta)
+        n.append(int(x.size)), hat.append(b.tv_hat), up.append(b.upper)
+    need = {e: _token_tv_needed(n, tokens.shape[0], law_sum, e, delta, power) for e in (epsilon, *also)}
+    return PositionBounds(stats.RB_LAW, tuple(n), tuple(hat), tuple(up), delta, need[epsilon],
+                          {f"{e:g}": v for e, v in need.items()})
 
 
 def _deviation(n: int, k: int, delta: float) -> float:

@@ -30,6 +30,7 @@ def _bounds_dict(b) -> dict:
     if b is None:
         return {}
     return {"what": b.what, "delta_each": b.delta_each, "completions_needed": b.needed, "max_upper": b.max_upper,
+            "completions_needed_at": dict(b.needed_at),
             "n": list(b.n), "hat": list(b.hat), "upper": list(b.upper)}
 
 
@@ -49,6 +50,11 @@ def summary_text(res, args) -> str:
              f"- certificate: epsilon = {c.epsilon:g}, confidence {c.confidence:g}; "
              + (f"bounded: {c.bounds.what}; largest bound {c.bounds.max_upper:.3g}; completions needed to certify "
                 f"epsilon (planner, under H0): {c.bounds.needed}" if c.bounds else "no bounds")]
+    if res.info.get("pit_kolmogorov"):
+        k = res.info["pit_kolmogorov"]
+        lines.append(f"- also bounded (a test, not the certificate): {k['what']}; largest bound {k['max_upper']:.3g} "
+                     f"(each at miss probability {k['delta_each']:.2g}); completions that bring it under epsilon "
+                     f"(planner, under H0): {k['completions_needed']}")
     if res.info.get("engine_logprobs"):
         a = res.info["engine_logprobs"]
         lines.append(f"- engine logprobs vs scorer: max |diff| {a['max_abs_diff']:.3g}, mean {a['mean_abs_diff']:.3g} "

@@ -12,8 +12,9 @@ apply).  Under H0 (the engine samples the target's law with those controls) the 
 PIT values of a row are iid U(0, 1) (:mod:`harness.verify.realmodel`); after a row's end the entry is filled
 with a fresh uniform (U = V), so the tests of :func:`harness.verify.battery.plan_pit_value_tests` apply as they
 are.  The same pass yields what the other checks need: log p_t(x_t) (engine-logprob agreement, sequence
-probabilities for the duplicate test) and the entropy and variance of log p_t (the log-likelihood
-martingale).
+probabilities for the duplicate test), the entropy and variance of log p_t (the log-likelihood
+martingale), and per position the sum of the warped conditional laws over the rows that reach it (the
+Rao–Blackwellised marginal of the token-TV certificate, :mod:`harness.stats.rbtv`).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class Scores:
     entropy   H(p_t) (NaN: absent)
     var_logp  Var_{x ~ p_t}(log p_t(x)) (NaN: absent)
     impossible  (N, T) bool: tokens of probability 0 under the warped law
+    law_sum   (T, V) Σ over the rows present at t of the warped target law p_t(· | the row's prefix)
     """
 
     u: np.ndarray
@@ -49,6 +51,7 @@ class Scores:
     entropy: np.ndarray
     var_logp: np.ndarray
     impossible: np.ndarray
+    law_sum: np.ndarray
 
     @property
     def n_tokens(self) -> int:
@@ -79,7 +82,8 @@ def _score_chunk(target, records, x, config: SamplingConfig, generator: torch.Ge
     ent = -plogp.sum(-1)  # (n, T)
     second = torch.where(p > 0, p * logp_all ** 2, torch.zeros_like(p)).sum(-1)  # (n, T)
     nan = torch.full_like(ent, float("nan"))
-    return (u, torch.where(pad, nan, torch.log(px)).numpy(), torch.where(pad, nan, ent).numpy(),
+    law = p.masked_fill(pad.unsqueeze(-1), 0.0).sum(0).numpy()  # (T, V) over the rows present at t
+    return (law, u, torch.where(pad, nan, torch.log(px)).numpy(), torch.where(pad, nan, ent).numpy(),
             torch.where(pad, nan, (second - ent ** 2).clamp_min(0)).numpy(), ((px == 0) & ~pad).numpy())
 
 
@@ -99,5 +103,6 @@ def score_records(target, records: list[SampleRecord], config: SamplingConfig, *
     parts = []
     for s in tqdm(range(0, len(records), chunk), desc="score", disable=not progress, file=sys.stderr, leave=False):
         parts.append(_score_chunk(target, records[s:s + chunk], x[s:s + chunk], config, gen))
-    u, logp, ent, var, imp = (np.concatenate([p[i] for p in parts], 0) for i in range(5))
-    return Scores(u=u, present=(x != PAD).numpy(), logp=logp, entropy=ent, var_logp=var, impossible=imp)
+    u, logp, ent, var, imp = (np.concatenate([p[i] for p in parts], 0) for i in range(1, 6))
+    return Scores(u=u, present=(x != PAD).numpy(), logp=logp, entropy=ent, var_logp=var, impossible=imp,
+                  law_sum=np.sum([p[0] for p in parts], axis=0))

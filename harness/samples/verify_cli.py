@@ -9,7 +9,8 @@ file from the same prompts and controls with speculation off): no model.  The te
 the independence checks (:mod:`harness.samples.plan`) form ONE family, Holm-adjusted at ``--alpha``
 with each row's detectable deviation stated at the run's power.  The verdict
 (:mod:`harness.samples.certificate`) is *lossy* (a loss test rejects), *certified* (nothing rejects and
-every per-position upper bound is below ``--epsilon``) or *inconclusive* (with the completions that
+every per-position upper bound is below ``--epsilon``: in scored mode a token TV of each step from the
+engine's own prefixes, the PIT law's Kolmogorov distance reported beside it) or *inconclusive* (with the completions that
 would certify).  Controls the scorer cannot apply (min_p, stop strings), files whose completions were
 drawn under different controls, a baseline with other controls or prompts, and a baseline that is the
 sample set or shares its completions (:func:`check_independent_baseline`) are refused (exit 2): a
@@ -36,7 +37,7 @@ import numpy as np
 from harness.core.config import RESULTS
 from harness.core.errors import SamplerError, UsageError
 from harness.core.options import check_option, check_out, check_seed
-from harness.samples.certificate import Certificate, judge, scored_bounds, two_sample_bounds
+from harness.samples.certificate import Certificate, judge, scored_bounds, token_tv_bounds, two_sample_bounds
 from harness.samples.exact import WINDOW, exact_bounds, exact_laws, plan_exact, prompt_table
 from harness.samples.format import SampleRecord, read_samples
 from harness.samples.producers import ScorerRefusal, config_of
@@ -44,12 +45,14 @@ from harness.laws.scenarios import load_settings
 from harness.verify.family import PlannedTest, evaluate_family
 from specimpl.hf import HFModel
 from harness.samples.plan import plan_scored
-from harness.samples.scoring import score_records
+from harness.samples.scoring import padded_outputs, score_records
 from harness.samples.plan import plan_two_sample, position_cells
 from harness.samples.report import write_report
 from harness.stats.collisions import matched_identity_permutation_test
 
 __all__ = ["add_arguments", "run", "verify_samples", "SamplesVerdict"]
+
+PLANNED_EPSILONS = (0.05, 0.01)  # scored mode also plans these (meta.json bounds.completions_needed_at)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -149,9 +152,13 @@ def scored(records, target_name: str, args, settings) -> SamplesVerdict:
     wall = time.perf_counter() - tic
     specs, notes, agreement = plan_scored(records, scores, _eos(target, args.eos_token_id), args.logprob_tol)
     table, levels = _family(specs, settings, "samples")
-    bounds = scored_bounds(scores.u, scores.present, args.epsilon, settings.tv_confidence, settings.power)
+    bounds = token_tv_bounds(padded_outputs(records).numpy(), scores.present, scores.law_sum, args.epsilon,
+                             settings.tv_confidence, settings.power, also=PLANNED_EPSILONS)
+    pit = scored_bounds(scores.u, scores.present, args.epsilon, settings.tv_confidence, settings.power)
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, len(records))
     info = {"tokens_scored": scores.n_tokens, "wall_score_s": wall, "scorer_dtype": args.dtype,
+            "pit_kolmogorov": {"what": pit.what, "max_upper": pit.max_upper, "completions_needed": pit.needed,
+                               "upper": list(pit.upper), "delta_each": pit.delta_each},
             "scorer_config": config.describe(), "engine_logprobs": agreement, "levels": vars(levels),
             "family_alpha": settings.family_alpha, "power": settings.power}
     return SamplesVerdict("scored", table, cert, tuple(notes), info)

@@ -53,3 +53,15 @@ def test_table_shows_each_verdict():
     text = E.table_md(df, a, {"commit": "0" * 40, "dirty": False, "command": "python experiments/engine_figures.py"})
     assert "**certified**" in text and "**lossy**" in text and "ending/x p_adj 0" in text
     assert "completions certify PIT Kolmogorov distance 0.01" in text and "per file certify token TV 0.01" in text
+
+
+def test_scored_token_tv_planner_row_comes_from_the_report():
+    """A scored report that planned epsilon = 0.01 (bounds.completions_needed_at) gives a token-TV planner row
+    worded by its law, beside the PIT Kolmogorov row (which is not a token TV)."""
+    E = _module()
+    a = SimpleNamespace(planner_epsilon=0.01, tokens=32, epsilon=0.05)
+    sc = dict(_row("scored"), completions_needed_at={"0.05": 43000, "0.01": 1100000})
+    rows = E.planner_rows(a, [sc, _row("two-sample")])
+    heads = [r["headline"] for r in rows if r["mode"] == "scored"]
+    assert heads[0].startswith("1100000 completions certify token TV of each step from the engine's own prefixes 0.01")
+    assert "PIT Kolmogorov distance 0.01" in heads[1]

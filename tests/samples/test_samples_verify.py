@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.samples.certificate import scored_bounds, scored_n_for_distance, two_sample_bounds, two_sample_n_for_tv
+from harness.samples.certificate import (scored_bounds, scored_n_for_distance, token_tv_bounds, two_sample_bounds,
+                                         two_sample_n_for_tv)
 from harness.samples.format import FORMAT
 from harness.stats import dkw_n_for_distance
 
@@ -261,3 +262,31 @@ def test_two_sample_tests_with_an_empty_arm_do_not_reject():
     from harness.samples.plan import _homog, _two_sample_continuous
     assert _homog([1, 2, 2], [], "TV")(1e-4, 0.99, 0.05).pvalue == 1.0
     assert _two_sample_continuous([0.1, 0.5], [], "ks")(1e-4, 0.99, 0.05).pvalue == 1.0
+
+
+def test_token_tv_bounds_cover_a_lossy_step_and_certify_at_the_planned_size():
+    """Scored mode's certificate (token_tv_bounds): position 1's law depends on the token at 0.  A lossy engine
+    (0.15 of the mass moved onto token 0 at position 1 from every prefix) is bounded above its known step TV and is not
+    certified at ε = 0.05; a lossless one at the planner's size (``needed``) is, every bound below ε (the
+    planner's power 0.99 per position: a correct planner fails this with probability <= 0.02, seed fixed)."""
+    rng = np.random.default_rng(7)
+    V, eps, conf, power = 4, 0.05, 0.999, 0.99
+    first = np.array([0.4, 0.3, 0.2, 0.1])
+    step = rng.dirichlet(np.ones(V), size=V)  # p(x_1 | x_0)
+    lossy = 0.85 * step + 0.15 * np.eye(V)[0]  # every prefix: 0.15 of the mass moved onto token 0
+
+    def draw(n, second):
+        x0 = rng.choice(V, size=n, p=first)
+        x1 = np.array([rng.choice(V, p=second[a]) for a in x0])
+        law = np.stack([n * first, step[x0].sum(0)])
+        return np.stack([x0, x1], 1), law
+
+    tok, law = draw(3000, lossy)
+    b = token_tv_bounds(tok, np.ones_like(tok, bool), law, eps, conf, power)
+    tau = 0.5 * np.abs(lossy[tok[:, 0]].mean(0) - step[tok[:, 0]].mean(0)).sum()
+    assert tau > 0.05 and b.upper[1] >= tau and b.upper[1] > eps
+    tok0, law0 = draw(100, step)
+    n = token_tv_bounds(tok0, np.ones_like(tok0, bool), law0, eps, conf, power).needed
+    tok, law = draw(n, step)
+    b = token_tv_bounds(tok, np.ones_like(tok, bool), law, eps, conf, power)
+    assert b.max_upper <= eps and b.what.startswith("token TV between the engine's step")
