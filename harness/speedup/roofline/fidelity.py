@@ -248,13 +248,13 @@ def _sign(v) -> str:
 
 def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
     lines = [header, "", "| id | quantity | hardware | B | L | k | method | measured | predicted | error | sign of S-1 | "
-             "alpha needed | verify call | inputs taken | inputs assumed | what the model lacks here |",
-             "|" + "---|" * 16]
+             "alpha needed | verify call | source | inputs taken | inputs assumed | what the model lacks here |",
+             "|" + "---|" * 17]
     for r in table.itertuples():
         err = "input" if r.is_input else (_fmt(100 * r.rel_err, 3) + " %" if not math.isnan(r.rel_err) else "–")
         lines.append(f"| {r.id} | {r.quantity} | {r.hardware} | {r.batch} | {r.context} | {r.k} | {r.method} | "
                      f"{_fmt(r.measured, 4)} | {_fmt(r.predicted, 4)} | {err} | {_sign(r.sign_ok)} | "
-                     f"{_fmt(r.alpha_required)} | {r.verify_call_bound} | {r.taken} | {r.assumed} | {r.note} |")
+                     f"{_fmt(r.alpha_required)} | {r.verify_call_bound} | {r.source} | {r.taken} | {r.assumed} | {r.note} |")
     m = summary(table)
     lines += ["", f"Predicted rows: {m['predicted']}; |error| median {_fmt(100 * m['median'])} %, "
               f"worst {_fmt(100 * m['worst'])} %.",
