@@ -149,7 +149,8 @@ def parse_choice(spec: EndpointSpec, req: Request, resp: dict, seed: Optional[in
 
 
 class TruncatedBody(ValueError):
-    """A body that is not complete JSON: the connection closed before the server finished (retried)."""
+    """A body that is not complete JSON (most often the connection closed before the server finished; retried,
+    as a dropped connection is)."""
 
 
 def post_json(url: str, body: dict, timeout: float) -> dict:
