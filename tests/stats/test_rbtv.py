@@ -119,8 +119,9 @@ def test_planner_sizes_certify_under_h0_and_a_quarter_does_not():
 
 def test_rb_bound_is_tighter_than_a_drawn_target_baseline():
     """The harness could draw its own target baseline y_i ~ p(·|h_i) and bound TV two-sample; the RB law is that
-    baseline's conditional mean, so the RB bound pays one sample's noise: narrower at the same n (deterministic
-    comparison of the two widths' formulas at equal laws)."""
+    baseline's conditional mean, so the RB bound pays one sample's noise where the baseline adds a second: the
+    two-sample planner (what a drawn baseline is judged by) asks more completions than the RB planner at the same
+    law and ε (deterministic)."""
     from harness.samples.certificate import two_sample_n_for_tv
     m = np.random.default_rng(2).dirichlet(np.full(40, 0.3))
     delta, power = 1e-4, 0.99
