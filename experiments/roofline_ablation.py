@@ -1,6 +1,6 @@
 """What each term added for the published points buys: the fidelity table with one term switched off.
 
-    python experiments/roofline_ablation.py [--out results/roofline/ablation.md]
+    PYTHONPATH=. python experiments/roofline_ablation.py [--out results/roofline/ablation.md]
 
 Every variant is calibrated exactly as the full model (target-only figures only; no speculative number is
 fitted); only the term changes:
