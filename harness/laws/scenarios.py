@@ -76,7 +76,7 @@ RUN_SCHEMA = {
     "control_epsilon_scale": number(1),  # control-sized runs are certified at this multiple of the tolerances
     # sequential stopping's share of family_alpha (harness.verify.sequential; 0: off); optional
     "sequential_alpha": number(0, 1e-4, allowed="a share of family_alpha in [0, family_alpha) (0: off)"),
-    **{f"epsilon_{k}": number(0, 1, lo_open=True) for k in ("position", "pair", "joint", "real")},  # the certificate's
+    **{f"epsilon_{k}": number(0, 1, lo_open=True) for k in ("position", "pair", "joint", "real", "real_pair", "real_joint")},  # the certificate's
 }
 OPTIONAL_RUN_KEYS = ("sequential_alpha",)  # [run] keys a default.toml may leave out (0 then)
 ALGORITHMS_SCHEMA = {  # [algorithms]: block / tree reference runs and controls (harness.verify.runs.AlgorithmRuns)
@@ -110,7 +110,7 @@ class RunSettings:
     von_neumann_proposals: int
     full_von_neumann_proposals: int
     raw: dict = field(default_factory=dict, compare=False)
-    epsilon: dict = field(default_factory=dict)           # certificate tolerances: position, pair, joint, real
+    epsilon: dict = field(default_factory=dict)           # certificate tolerances: position, pair, joint, real, real_pair, real_joint
     epsilon_override: dict = field(default_factory=dict)  # the command line's (--epsilon), over everything
     control_epsilon_scale: float = 1.0  # lossless controls and block / tree reference runs: ε x this
     sequential_alpha: float = 0.0  # share of family_alpha spent on sequential stopping (0: none)
@@ -149,7 +149,7 @@ def load_settings(directory: Optional[Path] = None) -> RunSettings:
         max_chunk=int(run["max_chunk"]), pit_bins=int(run["pit_bins"]), logprob_max=int(run["logprob_max"]),
         von_neumann_proposals=int(run["von_neumann_proposals"]),
         full_von_neumann_proposals=int(run["full_von_neumann_proposals"]), raw=run,
-        epsilon={k: float(run[f"epsilon_{k}"]) for k in ("position", "pair", "joint", "real")},
+        epsilon={k: float(run[f"epsilon_{k}"]) for k in ("position", "pair", "joint", "real", "real_pair", "real_joint")},
         control_epsilon_scale=float(run.get("control_epsilon_scale", 1.0)),
         sequential_alpha=_sequential_alpha(path, run))
 

@@ -967,10 +967,11 @@ def _ks_pit_values(x, with_bound: bool):
     def ev(alpha, power, delta):
         r = stats.pit_uniformity_test(x, alpha=alpha, power=power)
         row = _row(r.statistic, r.pvalue, r.min_detectable_distance, "Kolmogorov distance of PIT", r.method, n=r.n)
-        if with_bound:  # certified: the PIT law is within this Kolmogorov distance of U(0, 1), w.p. 1 - delta
-            kb = stats.kolmogorov_upper_bound(x, delta=delta)
+        if with_bound:  # reported, not a certificate: DKW needs independent values, which the pooled PIT values
+            kb = stats.kolmogorov_upper_bound(x, delta=delta)  # are only under H0 (harness.verify.exactmodel)
             row = replace(row, kolmogorov_upper=kb.upper,
-                          kolmogorov_method=f"DKW, delta {delta:.2g} (Kolmogorov <= TV)")
+                          kolmogorov_method=f"DKW, delta {delta:.2g}: valid only for independent PIT values (under "
+                                            "H0), not a certificate")
         return row
     return ev
 
@@ -978,8 +979,9 @@ def _ks_pit_values(x, with_bound: bool):
 def plan_pit_value_tests(u, *, max_lag: int = 1, loglik=None) -> list[TestSpec]:
     """The sequential randomized-PIT tests on PIT values ``u`` (N, T), iid U(0, 1) under H0 (real models:
     no exact law, only target scoring; see :mod:`harness.verify.realmodel`): the pooled values (KS, exact
-    null; its row also carries a DKW upper bound on the PIT law's Kolmogorov distance from U(0, 1) at the
-    run's TV confidence), each position (KS), and pairs (U_t, U_t+L) at lags L = 1..``max_lag`` (< T) on an
+    null; its row also reports the DKW bound on the PIT law's Kolmogorov distance from U(0, 1), which holds only
+    for independent values, i.e. under H0: not a certificate, not counted among the family's bounds), each
+    position (KS), and pairs (U_t, U_t+L) at lags L = 1..``max_lag`` (< T) on an
     m × m grid, two tables of non-overlapping pairs per lag (χ², exactly multinomial;
     :func:`harness.stats.pit_pair_tables`; lag 1: ``pairs_even`` / ``pairs_odd``, lag L:
     ``pairs_lag{L}_even`` / ``_odd``).  ``loglik`` (M, V, Q), each (N,): adds the log-likelihood martingale
@@ -989,7 +991,7 @@ def plan_pit_value_tests(u, *, max_lag: int = 1, loglik=None) -> list[TestSpec]:
         raise ValueError(f"`u` must be an (N, T) array of PIT values with N >= 1, T >= 2; got shape {a.shape}")
     if not bool(np.all((a >= 0) & (a <= 1))):
         raise ValueError("`u` must hold PIT values in [0, 1]; got values outside")
-    specs = [TestSpec("pit", "pooled", None, True, _ks_pit_values(a.ravel(), True), wants_tv_bound=True)]
+    specs = [TestSpec("pit", "pooled", None, True, _ks_pit_values(a.ravel(), True))]
     for t in range(a.shape[1]):
         specs.append(TestSpec("pit", "position", t, True, _ks_pit_values(a[:, t].copy(), False)))
     for lag in range(1, min(int(max_lag), a.shape[1] - 1) + 1):

@@ -6,7 +6,9 @@ on a backend (:mod:`harness.core.backends`: this process, a local process pool, 
 in shard order into an :class:`harness.verify.battery.Accumulator` (:class:`ShardedRun`), so the statistics
 do not depend on the backend or the number of workers.  Real-model runs are tasks on the same backend
 (:class:`harness.verify.shards.RealTask`, one per run, submitted first: they are the longest), drawn and
-scored by :func:`harness.verify.realmodel.real_model_draw`; one whose sampler cannot leave this process is drawn
+scored by :func:`harness.verify.realmodel.real_model_draw`, and their draws on the exact transformer pair (the
+certificate) as shards of independent sequences (:class:`harness.verify.shards.ExactTask`, each with its own seed;
+:func:`harness.verify.exactmodel.exact_model_draw`); one whose sampler cannot leave this process is drawn
 in a thread here, beside the shards (:class:`_Background`); the von Neumann runs propose once.  Every random
 stream is seeded by :func:`harness.core.config.derive_seed` from the run seed and the run's names, so a
 run's draws do not depend on which other runs share the command.
@@ -43,7 +45,9 @@ from harness.core.provenance import atomic_write_bytes
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
-from harness.verify.shards import RealTask, ShardTask, draw_real_task, draw_task, draw_task_in_worker, sampler_recipe
+from harness.verify.exactmodel import EXACT_PAIR_DIR, ExactModelDraw, remember_law, sequences_per_shard
+from harness.verify.shards import (ExactTask, LawTask, RealResult, RealTask, ShardTask, draw_task,
+                                   draw_task_in_worker, sampler_recipe)
 from specimpl.hf import TINY_PAIR_DIR
 from harness.controls.chain import VN_CONTROLS
 from specimpl.von_neumann import SNUG_M, TwoPeakDensity, two_peak_sampler
@@ -275,7 +279,11 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
         fn = draw_task if isinstance(where, SerialBackend) else draw_task_in_worker
         for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: skip(part, i)):
             t = part[i]
-            if isinstance(t, RealTask):
+            if isinstance(t, LawTask):
+                if not isinstance(result, TaskLost):  # else: computed in this process when the tests are planned
+                    remember_law(t.spec, t.config, result)
+                continue
+            if isinstance(t, (RealTask, ExactTask)):
                 _take_real(rs.real_runs[t.index], t, result, state)
                 pbar.update(t.positions)
                 continue
@@ -324,7 +332,7 @@ def _draw_real_runs(tasks: list[RealTask], rs: RunSet, state: RunState, pbar) ->
     """The real-model runs whose sampler cannot leave this process, one after another (each seeded by its own
     generators: the draws do not depend on what runs beside them)."""
     for task in tasks:
-        _take_real(rs.real_runs[task.index], task, draw_real_task(task), state)
+        _take_real(rs.real_runs[task.index], task, draw_task(task), state)
         pbar.update(task.positions)
 
 
@@ -351,20 +359,63 @@ def _save_real(rr: RealRun, spec: RealModelSpec, state: RunState) -> None:
         state.save(*_real_slot(rr, spec, state), {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
 
 
-def _real_tasks(rs: RunSet, state: RunState) -> tuple[list[RealTask], list[RealTask]]:
-    """The real-model runs not found in the resume state, as tasks (longest first): those for the backend, and
-    those whose sampler cannot leave this process."""
+def _exact_slot(rr: RealRun, shard: int, n_rows: int, exact, config, state: RunState) -> tuple[str, str]:
+    """The resume slot and fingerprint of one exact-pair shard of a real-model run (keyed on the sampler, the
+    shard's rows and seed, the exact spec, the sampling config and the exact pair's files)."""
+    slot = f"exact_{shard}_" + RunState.slot(rr.label, rr.role, rr.seed)
+    files = None if state.dir is None else files_fingerprint([p for p in EXACT_PAIR_DIR.rglob("*") if p.is_file()],
+                                                              EXACT_PAIR_DIR)
+    return slot, state.fingerprint(rr.sampler, n_rows, _exact_seed(rr, shard), exact.raw, config.describe(), files)
+
+
+def _exact_seed(rr: RealRun, shard: int) -> int:
+    return derive_seed(rr.seed, "exact_pair", shard) % 2**31
+
+
+def _exact_tasks(i: int, rr: RealRun, spec: RealModelSpec, state: RunState) -> list[ExactTask]:
+    """The exact-pair shards of real-model run ``rr`` not found in the resume state (those found fill the run)."""
+    out = []
+    for shard, n_rows in enumerate(sequences_per_shard(spec.exact, rr.exact_n) if rr.exact_n else ()):
+        saved = state.load(*_exact_slot(rr, shard, n_rows, spec.exact, spec.config, state))
+        if saved is not None:
+            rr.exact_parts[shard] = ExactModelDraw(**saved["draw"])
+            continue
+        out.append(ExactTask(i, rr.label, sampler_recipe(rr.sampler, rr.label), shard, n_rows, _exact_seed(rr, shard),
+                             spec.exact, spec.config))
+    return out
+
+
+def _real_tasks(rs: RunSet, state: RunState) -> tuple[list, list]:
+    """The real-model runs (tiny pair) and their exact-pair shards not found in the resume state, as tasks (longest
+    first): those for the backend, and those whose sampler cannot leave this process."""
     spec, tasks = rs.real_model, []
     for i, rr in enumerate(rs.real_runs):
         if not _load_real(rr, spec, state):
             tasks.append(RealTask(i, rr.label, sampler_recipe(rr.sampler, rr.label), rr.n_sequences, rr.seed,
                                   rr.batch_size or spec.batch_size, spec))
-    tasks.sort(key=lambda t: -t.n_sequences)
+        if spec.exact is not None:
+            tasks += _exact_tasks(i, rr, spec, state)
+    tasks.sort(key=lambda t: -t.positions)
     return [t for t in tasks if t.portable], [t for t in tasks if not t.portable]
 
 
-def _take_real(rr: RealRun, task: RealTask, result, state: RunState) -> None:
+def _take_exact(rr: RealRun, task: ExactTask, result, state: RunState) -> None:
+    """An exact-pair shard's result (or TaskLost) into its run, saved for resume."""
+    if isinstance(result, TaskLost):
+        result = RealResult(task.index, ExactModelDraw(rr.label, None, None, len(task.spec.prompts), error=(
+            f"WorkerLost: the worker drawing exact-pair shard {task.shard} died {result.attempts} times "
+            f"({result.reason})")), 0.0)
+    rr.exact_parts[task.shard] = result.draw
+    rr.wall_s += result.wall_s
+    if result.draw.error is None:
+        state.save(*_exact_slot(rr, task.shard, task.n_rows, task.spec, task.config, state),
+                   {"draw": dict(result.draw.__dict__)})
+
+
+def _take_real(rr: RealRun, task, result, state: RunState) -> None:
     """A real-model task's result (or :class:`harness.core.backends.TaskLost`) into its run, saved for resume."""
+    if isinstance(task, ExactTask):
+        return _take_exact(rr, task, result, state)
     spec = task.spec
     if isinstance(result, TaskLost):
         rr.draw = RealModelDraw(rr.label, None, rr.n_sequences, spec.max_new_tokens, spec.k, spec.config.describe(),
@@ -407,8 +458,10 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
     every real-model run of ``rs`` in this process, under one progress bar counted in tokens."""
     from tqdm import tqdm
     T_real = rs.real_model.max_new_tokens if rs.real_model is not None else 0
+    J = rs.real_model.exact.n_tokens if rs.real_model is not None and rs.real_model.exact is not None else 0
+    P = len(rs.real_model.exact.prompts) if J else 0
     total = sum(r.draws * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]) + \
-        sum(rr.n_sequences * T_real for rr in rs.real_runs)
+        sum(rr.n_sequences * T_real + rr.exact_n * P * J for rr in rs.real_runs)
     pbar = tqdm(total=total, unit="tok", unit_scale=True, desc="verify: drawing", disable=not progress,
                 file=sys.stderr, mininterval=1.0, smoothing=0.1)
     under_test = [r.sampler for r in [*rs.runs, *rs.real_runs] if r.role in UNDER_TEST]
@@ -416,6 +469,9 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
         state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
     real_tasks, real_here = _real_tasks(rs, state) if rs.real_runs else ([], [])
     real = _Background(_draw_real_runs, real_here, rs, state, pbar) if real_here else None
+    spec = rs.real_model
+    if rs.real_runs and spec.exact is not None and any(rr.exact_n for rr in rs.real_runs):
+        real_tasks = [LawTask(spec.exact, spec.config), *real_tasks]  # the exact law, on a worker while others draw
     _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend(), real_tasks)
     if real is not None:
         real.join()

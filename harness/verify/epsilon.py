@@ -1,9 +1,12 @@
 """The tolerances ε a certificate is stated for: TV(sampler, target) ≤ ε per position, per consecutive pair,
-on the joint of the first J tokens, and the Kolmogorov distance of the real-model PIT law from U(0, 1).
+on the joint of the first J tokens, and the real-model certificate's token TV on the exact transformer pair
+(:mod:`harness.verify.exactmodel`): ``real`` at each position, ``real_pair`` on each pair, ``real_joint`` on every
+window of W tokens.
 
 Where they come from, later sources winning key by key:
 
-1. default.toml ``[run]``: ``epsilon_position``, ``epsilon_pair``, ``epsilon_joint``, ``epsilon_real``;
+1. default.toml ``[run]``: ``epsilon_position``, ``epsilon_pair``, ``epsilon_joint``, ``epsilon_real``,
+   ``epsilon_real_pair``, ``epsilon_real_joint``;
 2. a scenario file's own top-level ``epsilon_position`` / ``epsilon_pair`` / ``epsilon_joint`` (e.g. power.toml);
 3. the command line, ``--epsilon``: one number (the per-position ε) or ``KEY=VALUE`` pairs, comma-separated or
    repeated (``--epsilon 1e-3``, ``--epsilon position=1e-3,joint=0.03``, ``--epsilon real=0.05``); it applies to
@@ -19,9 +22,10 @@ from typing import Iterable, Optional
 
 from harness.core.errors import UsageError
 
-__all__ = ["EPSILON_KEYS", "Epsilons", "parse_epsilon_option", "epsilons_for", "run_epsilons"]
+__all__ = ["EPSILON_KEYS", "REAL_KEYS", "Epsilons", "parse_epsilon_option", "epsilons_for", "run_epsilons"]
 
-EPSILON_KEYS = ("position", "pair", "joint", "real")  # real: Kolmogorov distance of the pooled real-model PIT law
+EPSILON_KEYS = ("position", "pair", "joint", "real", "real_pair", "real_joint")  # real*: token TV on the exact pair
+REAL_KEYS = {"position": "real", "pair": "real_pair", "joint": "real_joint"}  # exact-pair test -> its key
 SCENARIO_KEYS = ("position", "pair", "joint")         # the ones a scenario file may override
 
 
@@ -33,14 +37,21 @@ class Epsilons:
     pair: float
     joint: float
     real: float
+    real_pair: float
+    real_joint: float
 
     def scaled(self, factor: float) -> "Epsilons":
-        """These tolerances times ``factor`` (at most 1); the real-model one is left as it is."""
-        return Epsilons(*(min(1.0, x * factor) for x in (self.position, self.pair, self.joint)), self.real)
+        """These tolerances times ``factor`` (each at most 1)."""
+        return Epsilons(*(min(1.0, x * factor) for x in (self.position, self.pair, self.joint, self.real,
+                                                          self.real_pair, self.real_joint)))
 
     def for_test(self, test: str) -> float:
         """ε of a gof test named ``test`` (position, pair, joint[0:J])."""
         return self.joint if test.startswith("joint") else getattr(self, test)
+
+    def for_real_test(self, test: str) -> float:
+        """ε of an exact-pair test of the real-model certificate named ``test`` (position, pair, joint[s:s+W])."""
+        return getattr(self, REAL_KEYS["joint" if test.startswith("joint") else test])
 
 
 def _value(option: str, key: str, text: str) -> float:

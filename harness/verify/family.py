@@ -1,7 +1,8 @@
 """The test family of a verification and its Holm adjustment.
 
 Every test of the whole command — each exact-law run (:func:`harness.verify.battery.plan_tests`), each
-real-model run (:func:`harness.verify.battery.plan_pit_value_tests`), each von Neumann run
+real-model run (:func:`harness.verify.battery.plan_pit_value_tests` on the tiny pair,
+:func:`harness.verify.exactmodel.plan_exact_model_tests` on the exact pair), each von Neumann run
 (:func:`harness.verify.battery.plan_von_neumann_tests`) — forms ONE family.  The tests are listed first
 (:func:`plan_family`), so their number m is known before any is evaluated; each is then evaluated at
 the Bonferroni level ``family_alpha / m`` (the level its planner states a detectable deviation at),
@@ -23,6 +24,7 @@ from harness.laws.algorithms import acceptance_for
 from harness.verify.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, plan_pit_value_tests, plan_tests,
                              plan_von_neumann_tests)
 from harness.core.forkmap import fork_map
+from harness.verify.exactmodel import exact_model_law, plan_exact_model_tests
 from harness.verify.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import RunSet
 from harness.verify.sequential import sequential_spec
@@ -88,6 +90,10 @@ def plan_family(rs: RunSet) -> FamilyPlan:
         if rr.error is None:
             plan += [PlannedTest(rr.label, rr.role, REAL_MODEL_SCENARIO, ts) for ts in plan_pit_value_tests(
                 rr.draw.u, max_lag=rs.real_model.k + 1, loglik=_loglik_of(rr.draw))]
+            if rr.exact is not None:  # the certificate: χ² + token-TV bounds on the exact pair
+                law = exact_model_law(rs.real_model.exact, rs.real_model.config)
+                plan += [PlannedTest(rr.label, rr.role, REAL_MODEL_SCENARIO, ts)
+                         for ts in plan_exact_model_tests(rr.exact, law)]
     for v in rs.vn:
         specs = plan_von_neumann_tests(v.draw.samples.numpy(), v.cdf, v.draw.proposed, v.draw.accepted, v.M)
         plan += [PlannedTest(v.label, v.role, v.scenario, ts) for ts in specs]

@@ -78,8 +78,10 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     rs.baselines = baselines_for(rs.runs)
     if real_model is not None:
         n = real_model_sequences or (real_model.full_n_sequences if full else real_model.n_sequences)
+        ex = real_model.exact
         rs.real_runs = real_runs_for(real_model, fn, sampler_label, role, n, seed,
-                                     controls if real_model_controls is None else real_model_controls)
+                                     controls if real_model_controls is None else real_model_controls,
+                                     exact_n=0 if ex is None else (ex.full_n_sequences if full else ex.n_sequences))
     state = RunState(out, fresh)
     draw_all(rs, seed, settings, state, progress, backend)
     with_von_neumann = sampler is None if von_neumann is None else von_neumann
@@ -120,7 +122,8 @@ def real_model_config(rs: RunSet) -> Optional[dict]:
     if spec is None:
         return None
     return {"settings": spec.raw, "config": spec.config.describe(), "k": spec.k, "max_new_tokens": spec.max_new_tokens,
-            "runs": {rr.label: {"role": rr.role, "sequences": rr.n_sequences, "seed": rr.seed} for rr in rs.real_runs}}
+            "runs": {rr.label: {"role": rr.role, "sequences": rr.n_sequences, "seed": rr.seed,
+                                "exact_pair_sequences_per_prompt": rr.exact_n} for rr in rs.real_runs}}
 
 
 def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, seed: int, out: Optional[Path],
@@ -156,6 +159,7 @@ def _timing(rs: RunSet, t_start: float, t_drawn: float, t_tested: float) -> dict
         "positions_total": int(sum(r.positions for r in [*rs.runs, *rs.baselines.values()])),
         "von_neumann_proposals": int(sum(v.draw.proposed for v in rs.vn)),
         "tokens_real_model": int(sum(rr.tokens for rr in rs.real_runs)),
+        "tokens_exact_pair": int(sum(rr.exact_tokens for rr in rs.real_runs)),
         "wall_real_model_s": float(sum(rr.wall_s for rr in rs.real_runs)),
     }
     timing["tokens_total"] = timing["tokens_sampler"] + timing["tokens_controls"] + timing["tokens_target_only"] + \

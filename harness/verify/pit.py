@@ -5,7 +5,9 @@
     python -m harness pit --only reference --only kv_not_rolled_back --n-sequences 256
     python -m harness pit --sampler mypkg.mymod:my_generate # a sampler of your own instead of the catalogue
 
-Each sampler runs on the shipped tiny transformers pair with the settings of ``[real_model]`` in
+The certificate: the sampler under test (and the controls sized in ``[real_model.exact.controls]``) also runs on
+the exact transformer pair, judged against its enumerated law (:mod:`harness.verify.exactmodel`; ``--exact-sequences``).
+The PIT tests: each sampler runs on the shipped tiny transformers pair with the settings of ``[real_model]`` in
 ``harness/configs/verify/default.toml`` (``--max-new-tokens``, ``--k``, ``--temperature`` override
 them); its output is scored by the target and tested by the sequential randomized-PIT tests of
 :func:`harness.verify.battery.plan_pit_value_tests`.  These are the tests of ``verify``'s real-model scenario,
@@ -59,6 +61,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--control-sequences", type=int, default=512, help="sequences per lossless control")
     ap.add_argument("--peer-sequences", type=int, default=512, help="sequences of HF assisted generation (batch 1)")
     ap.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
+    ap.add_argument("--exact-sequences", type=int, metavar="N",
+                    help="sequences per prompt of the reference or --sampler on the exact transformer pair, the "
+                         "certificate (default: default.toml's [real_model.exact] n_sequences; 0: none, so no "
+                         "certificate: inconclusive); the controls draw their [real_model.exact.controls] sizes")
     ap.add_argument("--max-new-tokens", type=int, help="T, tokens per sequence (default: default.toml's)")
     ap.add_argument("--k", type=int, help="draft tokens per round (default: default.toml's)")
     ap.add_argument("--temperature", type=float, help="sampling temperature (default: default.toml's)")
@@ -110,14 +116,27 @@ def _spec(args) -> RealModelSpec:
     return real_model_spec(Path(args.scenario_dir) / "default.toml", over)
 
 
+def _exact_n(spec: RealModelSpec, name: str, role: str, exact_sequences: Optional[int]) -> int:
+    """Sequences per prompt of one run on the exact pair: the sampler under test ``exact_sequences`` (None: the
+    spec's), a control its ``[real_model.exact.controls]`` size (0 if none), the peer none."""
+    if spec.exact is None or role == "peer":
+        return 0
+    if role in UNDER_TEST:
+        return spec.exact.n_sequences if exact_sequences is None else int(exact_sequences)
+    return int(spec.exact.controls_of().get(name, 0))
+
+
 def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, out: Optional[Path] = None,
-        fresh: bool = False, figures: bool = True, progress: bool = True) -> VerifyResult:
-    """Draw every (name, role, sampler, sequences) of ``entries`` on the real pair with ``spec``, and test,
-    judge and report them as one family (``settings``: default.toml's run settings)."""
+        fresh: bool = False, figures: bool = True, progress: bool = True,
+        exact_sequences: Optional[int] = None) -> VerifyResult:
+    """Draw every (name, role, sampler, sequences) of ``entries`` on the real pair with ``spec`` (and, for the
+    certificate, on the exact pair: ``exact_sequences`` per prompt for the sampler under test, see
+    :func:`_exact_n`), and test, judge and report them as one family (``settings``: default.toml's run settings)."""
     t_start = time.perf_counter()
     seed = settings.seed if seed is None else seed
     rs = RunSet(real_model=spec, real_runs=[
-        RealRun(name, role, fn, n, real_model_seed(seed, name), batch_size=1 if name == PEER else None)
+        RealRun(name, role, fn, n, real_model_seed(seed, name), batch_size=1 if name == PEER else None,
+                exact_n=_exact_n(spec, name, role, exact_sequences))
         for name, role, fn, n in entries])
     state = RunState(out, fresh)
     draw_all(rs, seed, settings, state, progress)
@@ -147,11 +166,14 @@ def run(args) -> int:
         entries = _entries(args)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if args.exact_sequences is not None:
+        check_option(args.exact_sequences >= 0, "--exact-sequences", args.exact_sequences, "an integer >= 0")
     spec = _spec(args)
     (Path(args.out) / "error.log").unlink(missing_ok=True)  # a failure log of an earlier run is not this run's
     res = with_threads(args.threads, lambda: pit(entries, spec, settings, seed=args.seed, out=args.out,
                                                  fresh=args.fresh, figures=not args.no_figures,
-                                                 progress=not args.no_progress))
+                                                 progress=not args.no_progress,
+                                                 exact_sequences=args.exact_sequences))
     print(res.console, file=sys.stderr)
     samplers = [fn for _, role, fn, _ in entries if role in UNDER_TEST]
     failure = sampler_failure(res.verdicts, samplers[0] if len(samplers) == 1 else None)

@@ -17,6 +17,11 @@ The same scoring pass gives each sequence's log-likelihood martingale M = Σ_t [
 its predictable variance V = Σ_t Var_{p_t}(log p_t) and squared increments Q (:mod:`harness.stats.loglik`;
 ``loglik_m``, ``loglik_v``, ``loglik_q``).
 
+These PIT values are independent only under H0: a lossy sampler whose bug is per sequence makes the PIT values
+of one sequence dependent, so no bound over the N·T pooled values is a certificate.  They are tests here (they can
+reject); the real-model scenario's certificate is on the exact transformer pair, where the sequence is the unit
+(:mod:`harness.verify.exactmodel`).
+
 This module draws and scores; it tests nothing.  The tests of the PIT values (pooled KS, KS per
 position, χ² of PIT pairs at lags 1..k+1) and the martingale test
 (:func:`harness.verify.battery.plan_pit_value_tests`) run in the family of
@@ -44,6 +49,7 @@ from specimpl.hf import tiny_pair_prompts
 from harness.controls import hf as hf_bugs
 from specimpl.hf import load_tiny_pair
 from harness.verify.sampler import check_output
+from harness.verify.exactmodel import MODEL_LOAD_LOCK, ExactModelSpec, load_exact_model_spec
 
 __all__ = ["RealModelDraw", "RealModelSpec", "load_real_model_spec", "REAL_MODEL_SCENARIO", "real_model_draw",
            "target_pit", "tiny_pair"]
@@ -179,6 +185,9 @@ class RealModelSpec:
                        with ``--full``
     controls           control name -> sequences: names from ``harness.controls.hf.HF_BUGS`` (must be caught)
                        and ``HF_LOSSLESS_CONTROLS`` (must pass); run only for the reference sampler
+    exact              the certificate: the same samplers on the exact transformer pair
+                       (:class:`harness.verify.exactmodel.ExactModelSpec`, ``[real_model.exact]``); the PIT tests
+                       of the tiny pair certify nothing (their pooled values are independent only under H0)
     """
 
     enabled: bool = True
@@ -190,6 +199,7 @@ class RealModelSpec:
     batch_size: int = 256
     config: SamplingConfig = SamplingConfig()
     controls: tuple = (("kv_not_rolled_back", 128), ("draft_kv_not_rolled_back", 128))
+    exact: Optional[ExactModelSpec] = None  # the certificate on the exact pair ([real_model.exact]); None: none
     raw: dict = field(default_factory=dict, compare=False)
 
     def control_samplers(self) -> list[tuple[str, str, Callable, int]]:
@@ -208,7 +218,7 @@ def load_real_model_spec(table: Optional[dict]) -> RealModelSpec:
     Bad values raise ValueError naming the key."""
     t = dict(table or {})
     known = {"enabled", "n_sequences", "full_n_sequences", "max_new_tokens", "k", "prompt_lengths", "batch_size",
-             "sampling", "controls"}
+             "sampling", "controls", "exact"}
     extra = sorted(set(t) - known)
     check_arg(not extra, "real_model", extra, f"keys among {sorted(known)}")
     d = RealModelSpec()
@@ -237,7 +247,13 @@ def load_real_model_spec(table: Optional[dict]) -> RealModelSpec:
         check_arg(name in names, "real_model.controls", name, f"names among {sorted(names)}")
         check_arg(isinstance(n, int) and not isinstance(n, bool) and n >= 1, f"real_model.controls.{name}", n,
                   "an integer >= 1 (sequences)")
-    return RealModelSpec(enabled=en, prompt_lengths=pl, config=cfg, controls=tuple(ctrl.items()), raw=t, **ints)
+    exact = load_exact_model_spec(t["exact"]) if "exact" in t else None
+    if exact is not None:
+        unknown = sorted(set(exact.controls_of()) - set(names))
+        check_arg(not unknown, "real_model.exact.controls", unknown, f"names among {sorted(names)}")
+        exact = exact if exact.enabled else None
+    return RealModelSpec(enabled=en, prompt_lengths=pl, config=cfg, controls=tuple(ctrl.items()), exact=exact, raw=t,
+                         **ints)
 
 
 _PAIR = None
@@ -246,6 +262,7 @@ _PAIR = None
 def tiny_pair():
     """The shipped tiny (target, draft) pair, loaded once per process."""
     global _PAIR
-    if _PAIR is None:
-        _PAIR = load_tiny_pair()
+    with MODEL_LOAD_LOCK:  # not loaded by two threads at once (transformers' loading is not thread-safe)
+        if _PAIR is None:
+            _PAIR = load_tiny_pair()
     return _PAIR

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 
 from harness.verify.battery import Accumulator
 from harness.core.config import derive_seed
+from harness.verify.exactmodel import merge_draws
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelSpec
 from harness.laws.scenarios import Scenario, load_scenario
 from specimpl.autoregressive import autoregressive_generate
@@ -75,14 +76,30 @@ class RealRun:
     batch_size: Optional[int] = None
     draw: object = None  # harness.verify.realmodel.RealModelDraw, filled by the runner
     wall_s: float = 0.0
+    exact_n: int = 0  # sequences per prompt on the exact pair (harness.verify.exactmodel; 0: not drawn there)
+    exact_parts: dict = field(default_factory=dict)  # shard -> harness.verify.exactmodel.ExactModelDraw
+
+    @property
+    def exact(self):
+        """The exact-pair draw, its shards merged (None when not drawn there or not yet complete)."""
+        if not self.exact_parts:
+            return None
+        return merge_draws([self.exact_parts[i] for i in sorted(self.exact_parts)])
 
     @property
     def error(self) -> Optional[str]:
-        return None if self.draw is None else self.draw.error
+        if self.draw is not None and self.draw.error:
+            return self.draw.error
+        bad = [d.error for d in self.exact_parts.values() if d.error]
+        return f"exact pair: {bad[0]}" if bad else None
 
     @property
     def tokens(self) -> int:
         return 0 if self.draw is None or self.draw.error else self.draw.n_tokens
+
+    @property
+    def exact_tokens(self) -> int:
+        return sum(d.tokens.size for d in self.exact_parts.values() if d.error is None)
 
 
 @dataclass(frozen=True)
@@ -243,10 +260,12 @@ def real_model_seed(seed: int, label: str) -> int:
 
 
 def real_runs_for(spec: RealModelSpec, fn: Callable, label: str, role: str, n_sequences: int, seed: int,
-                  controls: bool) -> list[RealRun]:
-    """The sampler on the real-model pair and (with ``controls``) the spec's controls."""
-    runs = [RealRun(label, role, fn, n_sequences, real_model_seed(seed, label))]
+                  controls: bool, exact_n: int = 0) -> list[RealRun]:
+    """The sampler on the real-model pair and (with ``controls``) the spec's controls; ``exact_n``: the sampler's
+    sequences per prompt on the exact pair (the controls': ``[real_model.exact.controls]``)."""
+    runs = [RealRun(label, role, fn, n_sequences, real_model_seed(seed, label), exact_n=exact_n if spec.exact else 0)]
     if controls:
+        sizes = spec.exact.controls_of() if spec.exact is not None else {}
         for name, crole, cfn, n in spec.control_samplers():
-            runs.append(RealRun(name, crole, cfn, n, real_model_seed(seed, name)))
+            runs.append(RealRun(name, crole, cfn, n, real_model_seed(seed, name), exact_n=sizes.get(name, 0)))
     return runs

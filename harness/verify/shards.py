@@ -37,9 +37,10 @@ from harness.laws.algorithms import Algorithm
 from harness.laws.scenarios import scenario_law
 from harness.verify.sampler import guard_sampler, load_sampler
 from harness.verify.sampler import check_output
+from harness.verify.exactmodel import exact_model_draw, exact_model_law
 from harness.verify.realmodel import real_model_draw
 
-__all__ = ["ShardTask", "ShardResult", "RealTask", "RealResult", "draw_shard", "draw_shard_in_worker", "draw_real_task",
+__all__ = ["ShardTask", "ShardResult", "RealTask", "ExactTask", "LawTask", "RealResult", "draw_exact_task", "draw_shard", "draw_shard_in_worker", "draw_real_task",
            "draw_task_in_worker", "sampler_recipe", "resolve_sampler"]
 
 
@@ -116,6 +117,46 @@ class RealTask:
     @property
     def positions(self) -> int:
         return self.n_sequences * self.spec.max_new_tokens
+
+
+@dataclass(frozen=True)
+class ExactTask:
+    """One shard of a real-model run on the exact transformer pair (:mod:`harness.verify.exactmodel`): ``n_rows``
+    rows (alternating the prompts) drawn by ``sampler`` (a recipe) from its own ``seed`` under ``spec`` (the
+    :class:`harness.verify.exactmodel.ExactModelSpec`) and sampling ``config``.  Shards are independent draws."""
+
+    index: int
+    label: str
+    sampler: tuple
+    shard: int
+    n_rows: int
+    seed: int
+    spec: object
+    config: object
+
+    @property
+    def portable(self) -> bool:
+        return self.sampler[0] != "object"
+
+    @property
+    def positions(self) -> int:
+        return self.n_rows * self.spec.n_tokens
+
+    @property
+    def n_sequences(self) -> int:  # for ordering the tasks with the others (longest first)
+        return self.n_rows
+
+
+@dataclass(frozen=True)
+class LawTask:
+    """The exact pair's enumerated law (:func:`harness.verify.exactmodel.exact_model_law`) as a task: computed on a
+    worker while the others draw (model loading is not thread-safe, so not in a thread of the driver)."""
+
+    spec: object
+    config: object
+    portable: bool = True
+    positions: int = 0
+    n_sequences: int = 1 << 62  # ordered first
 
 
 @dataclass(frozen=True)
@@ -281,11 +322,26 @@ def draw_real_task(task: RealTask) -> RealResult:
     return RealResult(task.index, draw, time.perf_counter() - tic)
 
 
+def draw_exact_task(task: ExactTask) -> RealResult:
+    """Draw one shard of a real-model run on the exact pair (the pair loaded once per process)."""
+    tic = time.perf_counter()
+    draw = exact_model_draw(resolve_sampler(task.sampler), task.spec, n_sequences=task.n_rows, seed=task.seed,
+                            config=task.config, name=task.label, catch=True)
+    return RealResult(task.index, draw, time.perf_counter() - tic)
+
+
+def _real_or_exact(task):
+    if isinstance(task, LawTask):
+        return exact_model_law(task.spec, task.config)
+    return draw_real_task(task) if isinstance(task, RealTask) else draw_exact_task(task)
+
+
 def draw_task_in_worker(task):
-    """A worker's entry: a shard (:func:`draw_shard_in_worker`) or a real-model run (:func:`draw_real_task`)."""
-    return draw_real_task(task) if isinstance(task, RealTask) else draw_shard_in_worker(task)
+    """A worker's entry: a shard (:func:`draw_shard_in_worker`), a real-model run (:func:`draw_real_task`) or one
+    shard of it on the exact pair (:func:`draw_exact_task`)."""
+    return _real_or_exact(task) if isinstance(task, (RealTask, ExactTask, LawTask)) else draw_shard_in_worker(task)
 
 
 def draw_task(task):
     """:func:`draw_task_in_worker` in the driver."""
-    return draw_real_task(task) if isinstance(task, RealTask) else draw_shard(task)
+    return _real_or_exact(task) if isinstance(task, (RealTask, ExactTask, LawTask)) else draw_shard(task)

@@ -5,13 +5,14 @@ The verdict of a run is three-valued (issue 10):
 * **lossy** — one of its loss tests rejects after Holm;
 * **certified** — nothing rejects *and* every upper confidence bound of the run lies below its tolerance ε
   (:mod:`harness.verify.epsilon`): TV(sampler, target) of the marginal at each position, of each consecutive
-  pair and of every window of J tokens (J = N: the whole output law) (exact-law runs: finite-sample bounds only, :func:`harness.verify.battery.tv_interval`), or the
-  Kolmogorov distance of the pooled PIT law from U(0, 1) (real-model runs, DKW).  All bounds of the command
+  pair and of every window of J tokens (J = N: the whole output law) (exact-law runs: finite-sample bounds only, :func:`harness.verify.battery.tv_interval`), or
+  (real-model runs) the token TV of the marginal at each of the first J positions, each pair and every W-window on
+  the exact transformer pair, per prompt (:mod:`harness.verify.exactmodel`: the sequence the independent unit).  All bounds of the command
   hold simultaneously with confidence ``tv_confidence`` (Bonferroni-split): an interval-inclusion equivalence
   test at that confidence;
 * **inconclusive** — neither; ``certify_draws`` then says how many sequences would certify a lossless
   sampler (the bound planners :func:`harness.verify.battery.tv_interval_n_for`,
-  :func:`harness.stats.kolmogorov_upper_bound_n_for`; computed for every certifiable run).
+  computed for every certifiable run).
 
 Whether that passes depends on the role (:mod:`harness.verify.runs`): a buggy control must be lossy; the
 sampler under test, the reference samplers and the lossless controls must be *certified* (inconclusive does
@@ -33,8 +34,8 @@ import pandas as pd
 
 from harness.verify.battery import tv_interval_inconclusive, tv_interval_inconclusive_normal, tv_interval_n_for
 from harness.core.forkmap import fork_map
+from harness.verify.exactmodel import EXACT_FAMILY, exact_model_law, prompt_of_family
 from harness.verify.realmodel import REAL_MODEL_SCENARIO
-from harness.stats import kolmogorov_upper_bound_n_for
 from harness.verify.epsilon import Epsilons, epsilons_for
 from harness.verify.runs import MUST_BE_CAUGHT, RealRun, RunSet, RunSpec, VonNeumannRun
 
@@ -377,23 +378,64 @@ def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier
                       efficiency=eff or "as exact", tv=TVPart(**_tv_summary(sub)), cert=CertificatePart(**cert))
 
 
-def _real_certificate(rr: RealRun, sub: pd.DataFrame, lossy: bool, c: Certifier) -> dict:
-    """The certificate of a real-model run: the DKW bound on the pooled PIT law's Kolmogorov distance."""
-    pooled = sub[sub.test == "pooled"]
-    if not len(pooled) or not np.isfinite(pooled.kolmogorov_upper.iloc[0]):
-        return {}
-    eps = c.of(REAL_MODEL_SCENARIO).real
-    upper = float(pooled.kolmogorov_upper.iloc[0])
-    T = max(1, rr.tokens // max(rr.n_sequences, 1))
-    draws = NAN if rr.role in MUST_BE_CAUGHT else float(-(-kolmogorov_upper_bound_n_for(eps, c.delta) // T))
-    return dict(certificate=_outcome(lossy, not lossy and upper < eps), epsilon_real=eps,
-                cert_confidence=c.confidence, cert_worst=f"pooled PIT Kolmogorov {upper:.3g} / {eps:g}",
-                cert_worst_ratio=upper / eps, certify_draws=draws,
-                cert_method="DKW bound on the pooled PIT law's Kolmogorov distance from U(0,1) (not TV)")
+def _real_scope(eps: Epsilons, ex: pd.DataFrame, J: int, W: int, P: int) -> tuple[str, str]:
+    """(the real-model certificate's laws in words, the broadest level whose bounds all lie below their ε)."""
+    n = int(ex.n.min())
+    levels = [("position", f"{eps.real:g} for the marginal at each of the first {J} positions"),
+              ("pair", f"{eps.real_pair:g} for each consecutive pair"),
+              ("joint", f"{eps.real_joint:g} for every window of {W} tokens")]
+    where = f", after each of {P} prompts ({n:,} sequences each), on the exact transformer pair"
+    kind = ex.test.where(~ex.test.str.startswith("joint"), "joint")
+    earned = [w for k, w in levels if (kind == k).any() and bool(np.all(
+        ex.tv_upper[kind == k] / eps.for_real_test(k) < 1))]
+    return "token TV ≤ " + ", ≤ ".join(w for _, w in levels) + where, \
+        ("token TV ≤ " + earned[-1] + where if earned else "none")
 
 
-def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier] = None) -> RunVerdict:
-    """The verdict of a real-model run, with its PIT figures."""
+def _real_certificate(rr: RealRun, sub: pd.DataFrame, lossy: bool, c: Certifier, spec=None) -> dict:
+    """The certificate of a real-model run: the finite-sample token-TV bounds of its tests on the exact transformer
+    pair (:mod:`harness.verify.exactmodel`; per prompt: each of the first J positions, each pair, every W-window),
+    the sequence the independent unit, so valid under any dependence between the tokens of one sequence.  A run
+    without them (no ``[real_model.exact]``) is *inconclusive*: the tiny pair's PIT tests certify nothing."""
+    ex = sub[sub.family.str.startswith(EXACT_FAMILY)]
+    eps = c.of(REAL_MODEL_SCENARIO, control_sized(rr))
+    if not len(ex):
+        return dict(certificate=_outcome(lossy, False), epsilon_real=eps.real, cert_confidence=c.confidence,
+                    cert_method="none: no draw on the exact pair ([real_model.exact]); the PIT tests of the tiny "
+                                "pair certify nothing", cert_strongest="none (lossy)" if lossy else "none")
+    e = np.array([eps.for_real_test(t) for t in ex.test])
+    ratio = ex.tv_upper.to_numpy(np.float64) / e
+    i = int(np.argmax(ratio))
+    row = ex.iloc[i]
+    prompt = ex.family.map(prompt_of_family).to_numpy()
+    draws = rate = normal = NAN
+    law = exact_model_law(spec.exact, spec.config) if spec is not None and spec.exact is not None else None
+    if rr.role not in MUST_BE_CAUGHT and law is not None:
+        keys = list(zip(prompt, ex.test, ex.position.astype(int), e.astype(float), ex.n.astype(int)))
+        draws = float(max(c.draws_for(f"{REAL_MODEL_SCENARIO}.p{p}", t, q, x, lambda p=p, t=t, q=q: law.of(t, p, q))
+                          for p, t, q, x, _ in keys))
+        rates = np.array([c.inconclusive_for(f"{REAL_MODEL_SCENARIO}.p{p}", t, q, x, n,
+                                             lambda p=p, t=t, q=q: law.of(t, p, q)) for p, t, q, x, n in keys])
+        rate, normal = (min(1.0, float(v)) for v in rates.sum(0))
+    J = int(ex[ex.test == "position"].position.max()) + 1
+    W = int(law.window) if law is not None else 0
+    scope, strongest = _real_scope(eps, ex, J, W, int(len(set(prompt))))
+    methods = sorted({str(m).split(" (")[0].replace("finite-sample: ", "") for m in ex.tv_method})
+    floor = f"; float32 arithmetic accounts for ≤ {law.floor:.2g} of each ε" if law is not None else ""
+    return dict(certificate=_outcome(lossy, not lossy and bool(np.all(ratio < 1))), epsilon_real=eps.real,
+                tv_pair_upper_max=_max(ex[ex.test == "pair"].tv_upper), cert_confidence=c.confidence,
+                cert_worst=f"p{prompt[i]}.{row.test}" + ("" if row.test.startswith("joint") else
+                                                        f"[{int(row.position)}]") + f" {row.tv_upper:.3g} / {e[i]:g}",
+                cert_worst_ratio=float(ratio[i]), certify_draws=draws,
+                cert_method="finite-sample token-TV bounds on the exact transformer pair, the sequence the "
+                            "independent unit: " + ", ".join(methods) + floor,
+                cert_scope=scope, cert_strongest="none (lossy)" if lossy else strongest,
+                cert_inconclusive_rate=rate, cert_inconclusive_normal=normal)
+
+
+def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier] = None, spec=None) -> RunVerdict:
+    """The verdict of a real-model run, with its PIT figures (``spec``: the run set's
+    :class:`harness.verify.realmodel.RealModelSpec`, whose exact pair the certificate's planner uses)."""
     who = dict(run=rr.label, role=rr.role, scenario=REAL_MODEL_SCENARIO, sequences=rr.n_sequences, tokens=rr.tokens,
                wall_s=rr.wall_s, error=rr.error, n_rejected=0,
                accept=AcceptancePart(acceptance=rr.draw.acceptance_rate if rr.draw is not None else NAN))
@@ -402,13 +444,16 @@ def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier
     sub = _rows_of(table, rr.label, REAL_MODEL_SCENARIO)
     lossy = bool(sub.reject.any())
     n_rejected, caught_by = _caught_by(sub)
-    cert = _real_certificate(rr, sub, lossy, certifier) if certifier is not None else {}
+    cert = _real_certificate(rr, sub, lossy, certifier, spec) if certifier is not None else {}
     outcome = cert.get("certificate") or ("lossy" if lossy else "lossless")
-    return RunVerdict(**{**who, "n_rejected": n_rejected}, verdict=outcome,
+    ex = sub[sub.family.str.startswith(EXACT_FAMILY)]
+    tv = TVPart(**_tv_summary(ex.assign(family="gof"))) if len(ex) else TVPart()
+    return RunVerdict(**{**who, "n_rejected": n_rejected}, verdict=outcome, tv=tv,
                       passed=passes(rr.role, lossy, certified=None if not cert else outcome == "certified"),
                       caught_by=caught_by, min_p_adjusted=_min(sub.p_adjusted),
                       min_pvalue=_min(sub.pvalue), min_p_adjusted_loss=_min(sub.p_adjusted),
-                      efficiency="acceptance law unknown (no exact law)", pit=PITPart(**_pit_summary(sub)),
+                      efficiency="acceptance law unknown (no exact law)",
+                      pit=PITPart(**_pit_summary(sub[~sub.family.str.startswith(EXACT_FAMILY)])),
                       cert=CertificatePart(**cert))
 
 
@@ -444,7 +489,7 @@ def verdict_table(rs: RunSet, table: pd.DataFrame, certifier: Optional[Certifier
     ``certifier`` None: two-valued verdicts (lossy / lossless), no certificates.  ``workers``: processes
     judging the exact-law runs (:func:`harness.core.forkmap.fork_map`)."""
     rows = fork_map(lambda i: exact_verdict(rs.runs[i], table, certifier), len(rs.runs), workers, chunksize=1) + \
-        [real_verdict(rr, table, certifier) for rr in rs.real_runs] + [von_neumann_verdict(v, table) for v in rs.vn]
+        [real_verdict(rr, table, certifier, rs.real_model) for rr in rs.real_runs] + [von_neumann_verdict(v, table) for v in rs.vn]
     return pd.DataFrame([v.to_row() for v in rows], columns=list(RUN_COLUMNS))
 
 

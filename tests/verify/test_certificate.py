@@ -168,13 +168,15 @@ def test_control_sized_runs_are_certified_at_the_scaled_tolerances():
 
     from harness.verify.epsilon import Epsilons
     from harness.verify.verdicts import Certifier, control_sized
-    eps = Epsilons(position=5e-3, pair=1e-2, joint=0.02, real=0.03)
+    eps = Epsilons(position=5e-3, pair=1e-2, joint=0.02, real=0.03, real_pair=0.08, real_joint=0.25)
     c = Certifier({"base": eps}, eps, 1e-6, 0.999, control_scale=6.0)
     run = lambda role, label: SimpleNamespace(role=role, label=label)  # noqa: E731
     assert not control_sized(run("reference", "reference")) and not control_sized(run("sampler", "mine"))
     assert control_sized(run("lossless", "never_accept")) and control_sized(run("reference", "tree2"))
     assert not control_sized(run("lossy", "accept_everything"))
     scaled = c.of("base", control_sized=True)
-    assert (scaled.position, scaled.pair, scaled.joint, scaled.real) == (0.03, 0.06, 0.12, 0.03)
+    assert (scaled.position, scaled.pair, scaled.joint) == (0.03, 0.06, 0.12)
+    # the exact-pair lossless control is control-sized too: its token-TV tolerances scale alike (at most 1)
+    assert (scaled.real, scaled.real_pair, scaled.real_joint) == pytest.approx((0.18, 0.48, 1.0))
     assert c.of("base") == eps
-    assert Epsilons(0.5, 0.5, 0.5, 0.1).scaled(6.0).joint == 1.0  # a TV tolerance never exceeds 1
+    assert Epsilons(0.5, 0.5, 0.5, 0.1, 0.1, 0.1).scaled(6.0).joint == 1.0  # a TV tolerance never exceeds 1

@@ -133,16 +133,28 @@ def test_calibrate_seed_keyed_on_scenario_config(tmp_path):
 
 
 def test_real_model_shards_are_reused_and_announced(tmp_path, keep_state, capsys):
+    """The tiny-pair run and its two exact-pair shards (512 rows each) are saved and reused.  The exact table is
+    made small (J = 3, windows of 2) so that 512 sequences per prompt certify at the ε below."""
+    import re
+    import shutil
     from harness.cli import main
-    argv = ["pit", "--out", str(tmp_path / "p"), "--no-progress", "--no-figures", "--no-peer", "--only", "reference",
-            "--n-sequences", "8", "--max-new-tokens", "8", "--epsilon", "real=0.9"]  # what 64 tokens certify
+    from harness.laws.scenarios import SCENARIO_DIR
+    d = tmp_path / "scen"
+    shutil.copytree(SCENARIO_DIR, d)
+    text = (d / "default.toml").read_text()
+    for key, v in (("n_tokens", 3), ("window", 2), ("shard_sequences", 512)):
+        text = re.sub(rf"\n{key} = \S+", f"\n{key} = {v}", text)
+    (d / "default.toml").write_text(text)
+    argv = ["pit", "--scenario-dir", str(d), "--out", str(tmp_path / "p"), "--no-progress", "--no-figures", "--no-peer",
+            "--only", "reference", "--n-sequences", "8", "--max-new-tokens", "8", "--exact-sequences", "512",
+            "--epsilon", "real=0.5,real_pair=0.9,real_joint=0.9"]  # what 512 sequences per prompt certify
     assert main(argv) == 0
     first = capsys.readouterr().err
     assert "reused" not in first
     assert main(argv) == 0
-    assert "reused 1 saved draw shard from an earlier run of the same code" in capsys.readouterr().err
+    assert "reused 3 saved draw shards from an earlier run of the same code" in capsys.readouterr().err
     meta = json.loads((tmp_path / "p" / "meta.json").read_text())
-    assert meta["resume"]["reused_shards"] == 1 and meta["resume"]["stale_shards_redrawn"] == 0
+    assert meta["resume"]["reused_shards"] == 3 and meta["resume"]["stale_shards_redrawn"] == 0
 
 
 def test_sampler_fingerprint_follows_the_modules_it_imports(tmp_path, monkeypatch):

@@ -346,6 +346,15 @@ max_new_tokens = 64
 [real_model.controls]
 kv_not_rolled_back = 128
 draft_kv_not_rolled_back = 32
+[real_model.exact]
+n_tokens = 3
+window = 2
+n_sequences = 1024
+batch_size = 512
+shard_sequences = 1024
+[real_model.exact.controls]
+kv_not_rolled_back = 1024
+draft_kv_not_rolled_back = 512
 """
 
 
@@ -356,7 +365,8 @@ def real_scen_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("scenarios_rm")
     text = (SCENARIO_DIR / "default.toml").read_text()
     text = re.sub(r"\n\[real_model\].*", "", text, flags=re.S)  # drop the shipped table and its sub-tables
-    for key, eps in (("position", 0.3), ("pair", 0.5), ("joint", 0.5), ("real", 0.5)):  # what test sizes certify
+    for key, eps in (("position", 0.3), ("pair", 0.5), ("joint", 0.5), ("real", 0.3), ("real_pair", 0.6),
+                     ("real_joint", 0.6)):  # what test sizes certify
         text = re.sub(rf"\nepsilon_{key} = \S+", f"\nepsilon_{key} = {eps}", text)
     (d / "default.toml").write_text(text + REAL_SMALL)
     (d / "tiny.toml").write_text(TINY)
@@ -383,23 +393,33 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     rm = runs[runs.scenario == "real_model"].set_index("run")
     assert set(rm.index) == {"reference", "kv_not_rolled_back", "draft_kv_not_rolled_back"}
     assert rm.loc["kv_not_rolled_back", "verdict"] == "lossy" and rm.loc["kv_not_rolled_back", "passed"]
-    assert "pit." in rm.loc["kv_not_rolled_back", "caught_by"]
+    assert "exact_pair.p" in rm.loc["kv_not_rolled_back", "caught_by"]
     assert rm.loc["reference", "verdict"] == "certified" and rm.loc["draft_kv_not_rolled_back", "passed"]
-    assert rm.loc["reference", "pit_kolmogorov_upper"] < 0.5 and rm.loc["reference", "epsilon_real"] == 0.5
+    # the certificate is the exact pair's token-TV bounds, worded by the laws they bound
+    assert rm.loc["reference", "epsilon_real"] == 0.3 and rm.loc["reference", "cert_worst_ratio"] < 1
+    assert rm.loc["reference", "cert_strongest"].startswith("token TV ≤ 0.6 for every window of 2 tokens")
+    assert "(1,024 sequences each), on the exact transformer pair" in rm.loc["reference", "cert_scope"]
+    assert rm.loc["reference", "cert_inconclusive_normal"] >= 0 and rm.loc["reference", "certify_draws"] > 0
+    assert rm.loc["draft_kv_not_rolled_back", "certificate"] == "certified"  # at the control scale (6 x ε)
     assert rm.loc["reference", "tokens"] == 32 * 64
     t = pd.read_csv(out / "tests.csv", comment="#")
-    rt = t[t.scenario == "real_model"]
+    rt = t[(t.scenario == "real_model") & ~t.family.str.startswith("exact_pair")]
     assert len(rt) == 3 * (1 + 64 + 2 * 5 + 1)  # pooled, per position, PIT pairs at lags 1..k+1, martingale
+    kv_pit = rt[(rt.run == "kv_not_rolled_back") & rt.family.isin(["pit", "loglik"])]
+    assert kv_pit.reject.any()  # the tiny pair's PIT tests still catch it (they test; they do not certify)
+    ex = t[t.family.str.startswith("exact_pair")]  # per run and prompt: 3 positions, 2 pairs, 2 windows of 2
+    assert len(ex) == 3 * 2 * (3 + 2 + 2) and ex.tv_upper.notna().all()
     # one family: Holm over every test of the run, real-model ones included
     meta = json.loads((out / "meta.json").read_text())
     h = t[t.family != "sequential"]  # the sequential rows are judged apart (harness.verify.sequential)
     assert meta["config"]["n_tests"] == len(h) and meta["config"]["n_sequential"] == len(t) - len(h)
     assert meta["timing"]["tokens_real_model"] == (32 + 128 + 32) * 64
+    assert meta["timing"]["tokens_exact_pair"] == (1024 + 1024 + 512) * 2 * 3
     from harness.stats import holm
     assert np.allclose(holm(h.pvalue.to_numpy()), h.p_adjusted.to_numpy())
     holm_alpha = meta["config"]["family_alpha"] - meta["config"]["sequential_alpha"]
     assert rt.min_detectable.notna().all() and np.allclose(rt.alpha_bonferroni, holm_alpha / len(h))
-    assert rt[rt.test == "pooled"].kolmogorov_upper.notna().all()
+    assert rt[rt.test == "pooled"].kolmogorov_upper.notna().all()  # reported, not counted among the bounds
     summary = (out / "summary.md").read_text()
     assert "## Real model" in summary and "kv_not_rolled_back" in summary
     pit = pd.read_parquet(out / "pit_hist.parquet")
