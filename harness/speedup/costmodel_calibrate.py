@@ -26,7 +26,7 @@ per-token overhead.  :func:`calibrate` then, per model, batch and context:
   against the measured sweep's target-only runs at load 1 (results/sweep/membound): 1.45x at 1 row, 1.29x
   at 8, 1.11x at 16, 0.98x at 32, 0.90x at 144; its T(2, 16) / T(1, 16) was 1.59 where the sweep's runs paid
   1.80 (0.714 s for the 2-token verification, 0.396 s for the step).  The per-row line through the step and
-  the prefill of one run is measured in one state; it gives 1.90 there (B = 4: 1.49 against 1.49).  On an
+  the prefill of one run is measured in one state; it gives 1.91 there (B = 4: 1.49 against 1.49).  On an
   overhead-bound target (the tiny pair: fixed per-operation costs, a prefill that amortises them) cost is
   concave in rows and the line lies below it (-7 to -17 % at n = 5-9), while the scaled shape holds (no
   weights to stream): the larger of the two is kept.  A verification from a *ragged* state (rows rolled back
