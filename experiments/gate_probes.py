@@ -1358,6 +1358,104 @@ def _dropped(ctx: Ctx):
     return describe(r, 2), ok
 
 
+STUB_SERVER = """
+    # the shipped OpenAI-compatible stub (harness/samples/openai_stub.py) serving the tiny pair, until killed
+    import os, sys, time
+    from harness.verify.realmodel import tiny_pair
+    from harness.samples.openai_stub import OpenAIStub
+    target, draft = tiny_pair()
+    with OpenAIStub(target, draft) as srv:
+        open(sys.argv[1] + ".tmp", "w").write(srv.url)
+        os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+        while True:
+            time.sleep(1)
+"""
+
+
+def _drop_once_proxy(upstream: str):
+    """A proxy on 127.0.0.1 in this process that forwards POSTs to ``upstream`` (a base URL ending in /v1) and
+    cuts the first response halfway (its Content-Length promised, half the body sent, the connection closed)."""
+    import threading
+    import urllib.error
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    state = {"dropped": 0, "forwarded": 0}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            req = urllib.request.Request(upstream[:-len("/v1")] + self.path, data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    code, data = r.status, r.read()
+            except urllib.error.HTTPError as e:
+                code, data = e.code, e.read()
+            with lock:
+                drop = code == 200 and state["dropped"] == 0
+                state["dropped" if drop else "forwarded"] += 1
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[:len(data) // 2] if drop else data)
+            self.close_connection = True
+
+        def log_message(self, *a):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, state
+
+
+def _records_without_url(path: Path) -> list:
+    recs = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    for r in recs:
+        r.get("engine", {}).pop("url", None)  # the proxy's port, not the stub's
+    return sorted(recs, key=lambda r: r.get("request_id", ""))
+
+
+@probe("i26_openai_drop_once_recovers",
+       "Finding 7: a server that drops the connection mid-response must be retried.  Probed: the shipped stub "
+       "(harness/samples/openai_stub.py) behind a local proxy that cuts its first response halfway; `sample "
+       "--engine openai --request-seeds` through the proxy and, undisturbed, straight to the stub.",
+       "exit 0 with the retry announced on stderr, and the records of the undisturbed run (the engine's url "
+       "aside)", timeout=170, slow=True)
+def _drop_once(ctx: Ctx):
+    ctx.write("stub.py", STUB_SERVER)
+    url_file = ctx.path("url")
+    srv = subprocess.Popen([sys.executable, str(ctx.path("stub.py")), str(url_file)], cwd=ctx.tmp, env=_env(),
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    httpd = None
+    try:
+        end = time.monotonic() + 60
+        while not url_file.exists() and time.monotonic() < end and srv.poll() is None:
+            time.sleep(0.1)
+        if not url_file.exists():
+            return f"the stub did not start (exit {srv.poll()})", False
+        stub = url_file.read_text()
+        httpd, state = _drop_once_proxy(stub)
+        args = ("sample", "--engine", "openai", "--model", "tiny", "--n-prompts", 3, "--n-per-prompt", 2,
+                "--max-new-tokens", 6, "--eos-token-id", 257, "--request-seeds", "--concurrency", 2, "--backoff",
+                0.05, "--no-progress")
+        calm = ctx.harness(*args, "--url", stub, "--out", "calm.jsonl", timeout=min(50, ctx.remaining() - 1))
+        drop = ctx.harness(*args, "--url", f"http://127.0.0.1:{httpd.server_address[1]}/v1", "--out", "drop.jsonl",
+                           timeout=ctx.remaining() - 1)
+    finally:
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        _kill_group(srv)
+        srv.wait()
+    same = (calm.rc == 0 and drop.rc == 0 and
+            _records_without_url(ctx.path("calm.jsonl")) == _records_without_url(ctx.path("drop.jsonl")))
+    obs = (f"undisturbed: exit {calm.rc}; one response cut ({state['dropped']} cut, {state['forwarded']} "
+           f"forwarded): {describe(drop, 1)}; records {'equal' if same else 'differ (or missing)'}")
+    return obs, same and "retr" in drop.err.lower() and not has_traceback(drop.err)
+
+
 @probe("i26_openai_bad_options",
        "Finding 7: `sample --engine openai` with --timeout 0, --timeout -1, --backoff -1, or a URL without a "
        "scheme exits 3 instead of 2 (the last after 23 s of retries).",

@@ -40,7 +40,8 @@ ISSUE26_PROBES = [  # issue 26's findings 1-8, one probe per part, in its order
     "i26_partial_sweep_keeps_tables", "i26_duplicated_renamed_ids_certify", "i26_baseline_is_samples",
     "i26_baseline_one_per_prompt", "i26_sampler_helper_stale", "i26_concurrent_sample_writers",
     "i26_sample_repair_path", "i26_resume_other_settings", "i26_tree_nonfinite_logits", "i26_logits_wrong_width",
-    "i26_tune_bandwidth_zero", "i26_openai_dropped_connection", "i26_openai_bad_options", "i26_workers_1000",
+    "i26_tune_bandwidth_zero", "i26_openai_dropped_connection", "i26_openai_drop_once_recovers",
+    "i26_openai_bad_options", "i26_workers_1000",
     "i26_sampler_uint8_tokens", "i26_sweep_bad_models_up_front", "i26_load_pair_local_absent",
     "i26_tree_numpy_k_tensor_eos",
 ]
