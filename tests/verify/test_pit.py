@@ -21,8 +21,30 @@ def floating_tokens_generate(target, draft, prompts, *, k, max_new_tokens, confi
     return r
 
 
-def _pit(out, *extra):
-    return main(["pit", "--out", str(out), "--no-progress", "--no-figures", "--no-peer", *extra])
+@pytest.fixture(scope="module")
+def small_dir(tmp_path_factory):
+    """default.toml with a test-sized [real_model.exact] table (J = 3, windows of 2, 512 sequences per prompt for
+    the sampler under test and each control): the exact-pair certificate at what 512 sequences certify."""
+    import re
+    import shutil
+    from harness.laws.scenarios import SCENARIO_DIR
+    d = tmp_path_factory.mktemp("scen_pit")
+    shutil.copytree(SCENARIO_DIR, d, dirs_exist_ok=True)
+    text = (d / "default.toml").read_text()
+    for key, v in (("n_tokens", 3), ("window", 2), ("shard_sequences", 512), ("kv_not_rolled_back", 512),
+                   ("ragged_leaky_mask", 512), ("draft_kv_not_rolled_back", 512)):
+        text = re.sub(rf"\n{key} = \S+", f"\n{key} = {v}", text)  # the exact table's (the last of each key)
+    text = re.sub(r"\nn_sequences = 45_056", "\nn_sequences = 512", text)
+    (d / "default.toml").write_text(text)
+    return d
+
+
+EPS = "real=0.5,real_pair=0.9,real_joint=0.9"  # what 512 sequences per prompt certify on the exact pair
+
+
+def _pit(out, *extra, scen=None):
+    return main(["pit", "--out", str(out), "--no-progress", "--no-figures", "--no-peer",
+                 *(["--scenario-dir", str(scen)] if scen else []), *extra])
 
 
 def test_help_lists_every_command(capsys):
@@ -32,15 +54,19 @@ def test_help_lists_every_command(capsys):
         assert command in listed
 
 
-def test_pit_runs_one_holm_family(tmp_path):
+def test_pit_runs_one_holm_family(tmp_path, small_dir):
     out = tmp_path / "pit"
     assert _pit(out, "--only", "reference", "--only", "draft_kv_not_rolled_back", "--n-sequences", "16",
-                "--control-sequences", "16", "--max-new-tokens", "16", "--epsilon", "real=0.5") == 0
+                "--control-sequences", "16", "--max-new-tokens", "16", "--epsilon", EPS, scen=small_dir) == 0
     runs = pd.read_csv(out / "runs.csv", comment="#")
     assert list(runs.run) == ["reference", "draft_kv_not_rolled_back"]
     assert list(runs.role) == ["reference", "lossless"] and runs.passed.all()
     assert list(runs.tokens) == [16 * 16, 16 * 16]
     t = pd.read_csv(out / "tests.csv", comment="#")
+    ex = t[t.family.str.startswith("exact_pair")]  # the certificate: 2 prompts x (3 positions, 2 pairs, 2 windows)
+    assert len(ex) == 2 * 2 * (3 + 2 + 2) and (ex.n == 512).all()
+    assert list(runs.certificate) == ["certified", "certified"]
+    t = t[~t.family.str.startswith("exact_pair")]
     # per run: pooled, per position, PIT pairs at lags 1..k+1 = 5 (two tables each), the loglik martingale
     assert len(t) == 2 * (1 + 16 + 2 * 5 + 1)
     pairs = t[t.run == "reference"].test
@@ -48,6 +74,7 @@ def test_pit_runs_one_holm_family(tmp_path):
         f"pairs_lag{L}_{ph}" for L in range(2, 6) for ph in ("even", "odd")]
     ll = t[t.family == "loglik"]
     assert list(ll.test) == ["martingale", "martingale"] and (ll.n == 16).all() and not ll.reject.any()
+    t = pd.read_csv(out / "tests.csv", comment="#")  # one family: Holm over PIT and exact-pair tests together
     assert np.allclose(holm(t.pvalue.to_numpy()), t.p_adjusted.to_numpy())
     assert np.allclose(t.alpha_bonferroni, 1e-4 / len(t))
     meta = json.loads((out / "meta.json").read_text())
@@ -56,24 +83,27 @@ def test_pit_runs_one_holm_family(tmp_path):
     assert not (out / "_tmp_state").exists()
 
 
-def test_pit_and_verify_run_the_same_tests(tmp_path):
+def test_pit_and_verify_run_the_same_tests(tmp_path, small_dir):
     """The reference sampler through `pit` and through verify's real-model scenario: same draws (same
-    seed derivation), same statistics and p-values; only the family, hence the levels, differ."""
-    assert _pit(tmp_path / "p", "--only", "reference", "--n-sequences", "8", "--epsilon", "real=0.5") == 0
-    assert main(["verify", "--scenario", "real_model", "--no-controls", "--real-model-sequences", "8", "--out",
-                 str(tmp_path / "v"), "--no-progress", "--no-figures", "--epsilon", "real=0.5"]) == 0
+    seed derivation: tiny pair and exact pair alike), same statistics and p-values; only the family, hence the
+    levels, differ."""
+    assert _pit(tmp_path / "p", "--only", "reference", "--n-sequences", "8", "--epsilon", EPS, scen=small_dir) == 0
+    assert main(["verify", "--scenario-dir", str(small_dir), "--scenario", "real_model", "--no-controls",
+                 "--real-model-sequences", "8", "--out", str(tmp_path / "v"), "--no-progress", "--no-figures",
+                 "--epsilon", EPS]) == 0
     p = pd.read_csv(tmp_path / "p" / "tests.csv", comment="#")
     v = pd.read_csv(tmp_path / "v" / "tests.csv", comment="#")
     v = v[v.scenario == "real_model"].reset_index(drop=True)
-    assert len(p) == len(v) == 1 + 64 + 2 * 5 + 1  # pooled, positions, pairs at lags 1..5, martingale
+    assert len(p) == len(v) == 1 + 64 + 2 * 5 + 1 + 2 * (3 + 2 + 2)  # pooled, positions, pairs at lags 1..5,
+    # martingale; on the exact pair per prompt 3 positions, 2 pairs, 2 windows
     for col in ("test", "position", "statistic", "pvalue", "n", "cells", "observed"):
         assert ((p[col] == v[col]) | (p[col].isna() & v[col].isna())).all(), col
 
 
-def test_pit_reports_a_broken_sampler_and_bad_arguments(tmp_path, capsys):
+def test_pit_reports_a_broken_sampler_and_bad_arguments(tmp_path, capsys, small_dir):
     out = tmp_path / "bad"
     assert _pit(out, "--sampler", f"{__file__}:floating_tokens_generate", "--n-sequences", "4",
-                "--max-new-tokens", "8") == 3  # the sampler failed (harness.core.errors): not "lossy"
+                "--max-new-tokens", "8", scen=small_dir) == 3  # the sampler failed (harness.core.errors): not "lossy"
     assert "SamplerOutputError" in capsys.readouterr().err and (out / "error.log").is_file()
     runs = pd.read_csv(out / "runs.csv", comment="#")
     assert runs.verdict.iloc[0].startswith("error: SamplerOutputError") and "integer tensor" in runs.verdict.iloc[0]
