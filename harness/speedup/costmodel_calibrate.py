@@ -31,7 +31,7 @@ per-token overhead.  :func:`calibrate` then, per model, batch and context:
   concave in rows and the line lies below it (-7 to -17 % at n = 5-9), while the scaled shape holds (no
   weights to stream): the larger of the two is kept.  A verification from a *ragged* state (rows rolled back
   by 0-3 tokens, as speculation leaves them) costs what one from a uniform state does (paired probe, 10
-  passes: R(2) / U(2) = 0.96, IQR 0.93-1.00 at B = 16; 1.01 at B = 4; and the sweep's first verification of
+  passes, results/tune/probe: R(2) / U(2) = 1.00, IQR 0.92-1.12 at B = 16; 0.99 at B = 4; and the sweep's first verification of
   each call, from the uniform prefilled state, cost what the later ragged ones did), so no term is added
   for it.  Where a run has no prefill (or the line no positive slope) the scaled shape alone is used;
 * replaces ``<role>.prefill`` by the runs' prefill;
