@@ -57,10 +57,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="draw every run to its full size (no sequential stopping of clearly lossy runs; the "
                          "Holm family then gets all of family_alpha)")
     ap.add_argument("--no-real-model", action="store_true",
-                    help="skip the real-model scenario (shipped tiny transformers pair, sequential PIT)")
+                    help="skip the real-model scenario (its certificate on the exact transformer pair, its "
+                         "sequential PIT tests on the shipped tiny pair)")
     ap.add_argument("--real-model-sequences", type=int, metavar="N",
-                    help="sequences of the sampler under test in the real-model scenario (default: default.toml "
-                         "[real_model] n_sequences)")
+                    help="sequences of the sampler under test on the tiny pair (PIT tests) in the real-model "
+                         "scenario (default: default.toml [real_model] n_sequences; the exact pair's certificate "
+                         "draws [real_model.exact] n_sequences per prompt)")
     ap.add_argument("--out", type=Path, help="report folder (default results/verify, or "
                                              "results/verify/custom/<sampler> with --sampler)")
     add_backend_arguments(ap, "processes drawing the exact-law shards (default: every core; 1: in this process); "
@@ -73,8 +75,9 @@ def add_common_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--scenario-dir", type=Path, default=SCENARIO_DIR, help="folder of scenario files")
     ap.add_argument("--epsilon", action="append", metavar="EPS|KEY=EPS[,KEY=EPS]",
                     help="tolerances of the certificate, over default.toml's and the scenario files': one number "
-                         "is the per-position TV; or KEY=EPS with KEY position, pair, joint (TV) or real (Kolmogorov "
-                         "distance of the real-model PIT law), comma-separated or repeated")
+                         "is the per-position TV; or KEY=EPS with KEY position, pair, joint (TV) or real, real_pair, "
+                         "real_joint (token TV of the real-model certificate on the exact pair: each position, "
+                         "pair, window), comma-separated or repeated")
     ap.add_argument("--fresh", action="store_true", help="ignore draws saved by an interrupted run")
     ap.add_argument("--no-figures", action="store_true", help="write tables and summary only")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")

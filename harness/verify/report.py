@@ -171,7 +171,9 @@ def cert_statement(v) -> str:
     if isinstance(scope, str) and scope:
         what = scope
     elif v.scenario == REAL_MODEL:
-        what = "a certificate: the run has no draw on the exact pair"
+        if v.certificate == "lossy":
+            return "lossy: a loss test rejects"
+        return "inconclusive: no certificate (no draw on the exact pair; the tiny pair's PIT tests certify nothing)"
     else:
         what = (f"TV ≤ {_fmt(v.epsilon_position)} per position, ≤ {_fmt(v.epsilon_pair)} per pair, "
                 f"≤ {_fmt(v.epsilon_joint)} on the joint")
@@ -457,8 +459,8 @@ def _console(verdicts, config, timing, passed, out) -> str:
         extra = f" <- {v.caught_by}" if isinstance(v.caught_by, str) and v.caught_by else ""
         cert = ""
         if isinstance(v.certificate, str) and v.certificate and v.role not in MUST_BE_CAUGHT:
-            cert = (f" | {cert_statement(v)}; worst {v.cert_worst}; certifies at ~{_needed(v)} sequences "
-                    f"(drew {int(v.sequences):,})")
+            drew = "per prompt on the exact pair" if v.scenario == REAL_MODEL else f"(drew {int(v.sequences):,})"
+            cert = f" | {cert_statement(v)}; worst {v.cert_worst}; certifies at ~{_needed(v)} sequences {drew}"
         lines.append(f"  {mark} {v.role:15s} {v.run:32s} {v.scenario:20s} {v.verdict}{extra}{cert}")
     if out is not None:
         lines.append(f"report: {out}/summary.md")
