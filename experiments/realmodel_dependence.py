@@ -36,7 +36,7 @@ from scipy import optimize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.core.provenance import atomic_write_text, metadata  # noqa: E402
+from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
 from harness.stats import clopper_pearson  # noqa: E402
 from harness.verify.battery import tv_interval  # noqa: E402
 
@@ -195,9 +195,7 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - tic
     meta = metadata({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, SEED)
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / "realmodel_dependence.csv",
-                      f"# {json.dumps({'commit': meta.get('commit'), 'seed': SEED, 'config': meta.get('config')})}\n"
-                      + table.to_csv(index=False))
+    atomic_write_csv(args.out / "realmodel_dependence.csv", table, meta)  # '# provenance: {json}' line first
     atomic_write_text(args.out / "realmodel_dependence.md", markdown(table, meta, args, wall))
     print(table.to_string(index=False))
     return 0
