@@ -38,7 +38,7 @@ from typing import Callable, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "results" / "gate"
-SCENARIO_SRC = REPO / "harness" / "experiments" / "verify"
+SCENARIO_SRC = REPO / "harness" / "configs" / "verify"  # the scenario files (moved from harness/experiments by the wings layout)
 MAX_TEXT = 260  # characters of observed text kept per probe
 
 # Quiet, small runs: every verify probe passes these unless it needs otherwise.
