@@ -242,3 +242,19 @@ def test_partial_sweep_keeps_the_tables_of_suites_it_did_not_run(tiny, tmp_path,
     # a full sweep into the same folder owns every table again
     assert sweep.not_owned(out, ["grid", "synthetic"], ["grid", "synthetic"]) == set()
     assert sweep.not_owned(out, ["synthetic"], ["grid", "synthetic"]) == {"grid.parquet"}
+
+
+def test_a_partial_sweep_still_draws_the_algorithm_cells_it_did_not_run():
+    """Issue 26, finding 1 (the report half): after `sweep --suites grid` the run's meta lists only grid, and
+    the report planned the algorithm figures from that list, so `report` deleted the committed
+    algorithms_* figures although their cells were still stored.  The meta now records the sweep file's
+    suites (sweep.config_suites), and the algorithm rows are read from them."""
+    from harness.speedup.sweep.algorithms import algorithms_table
+    res = Path(__file__).resolve().parents[2] / "results" / "sweep" / "default"
+    meta = json.loads((res / "meta.json").read_text())
+    full = algorithms_table(res, meta)
+    assert full is not None and len(full)
+    partial = {**meta, "config": {**meta["config"], "suites": ["grid"]}}
+    assert algorithms_table(res, partial) is None  # the old meta of a partial run: nothing to draw
+    partial["sweep"] = {**meta.get("sweep", {}), "config_suites": list(meta["config"]["suites"])}
+    assert algorithms_table(res, partial).equals(full)

@@ -311,7 +311,10 @@ def algorithms_table(results: Path, meta: dict) -> Optional[pd.DataFrame]:
     """The rows of the stored cells of the plan recorded in ``meta`` (its config), with each cell's kind,
     source, alpha, c and id; None when the sweep planned no ``algorithms`` cell."""
     cfg = meta.get("config", {})
-    if "algorithms" not in cfg.get("suites", []):
+    # a partial run (--suites grid) records the sweep file's suites: the algorithm cells it did not run are
+    # still stored, and still drawn
+    planned = list(cfg.get("suites", [])) + list(meta.get("sweep", {}).get("config_suites", []))
+    if "algorithms" not in planned or "algorithms" not in cfg:
         return None
     frames = []
     for cell in _cells(cfg["algorithms"], cfg):

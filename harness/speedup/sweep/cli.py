@@ -231,6 +231,7 @@ def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True,
     current = {c.id for c in cells if _stored_key(out, c) == keys[c.id]} if current_only else None
     recs, missing = _stored(out, cells, current)
     meta = _sweep_meta(cfg, cells, recs, missing, keys)
+    meta["sweep"]["config_suites"] = list(config_suites or cfg["suites"])  # what the report may draw from cells
     keep = not_owned(out, cfg["suites"], config_suites or cfg["suites"])
     with staged_report(out, "sweep", TABLE_FILES, keep=keep) as staged:
         written = _write_tables(out, staged.dir, recs, meta)
