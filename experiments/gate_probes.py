@@ -414,12 +414,12 @@ def _calibrate_reuses_seed(ctx: Ctx):
        "The reference sampler fails its own battery at small draw counts: `verify --scenario base --draws 500 "
        "--no-controls --no-real-model` with seeds 1, 2, 3.",
        "exit 0 for every seed (or exit 1 with every run inconclusive: too few draws to certify, nothing lossy)",
-       timeout=60)
+       timeout=150)  # three verify commands of ~20 s each (start-up, inconclusive-rate simulation); 60 s ran out
 def _few_draws(ctx: Ctx):
     rcs, notes, oks = [], [], []
     for seed in (1, 2, 3):
         r = ctx.harness("verify", "--scenario", "base", "--draws", 500, "--no-controls", *QUIET, "--seed", seed,
-                        "--out", f"out{seed}", timeout=40)
+                        "--out", f"out{seed}", timeout=45)
         rcs.append("timeout" if r.timed_out else r.rc)
         oks.append(not r.timed_out and not_lossy(r, ctx.path(f"out{seed}")))
         if not oks[-1]:
@@ -992,13 +992,16 @@ def _sample_ids(path: Path) -> list[str]:
        "Finding 1 (data loss): `sweep --suites grid` deletes the committed results/sweep/default/{measured.csv, "
        "profiles.csv, timings.csv, fidelity.json} (the manifest removes the previous report's files a partial "
        "run did not rewrite); a following `report` then deletes committed figures.  Probed on a copy of the "
-       "committed folder (cells left out): `sweep --suites grid --out sw`, then `report --results sw`.",
+       "committed folder (grid cells left out; the algorithm cells, the data of its figures, copied): `sweep --suites grid --out sw`, then `report --results sw`.",
        "after both commands every committed table and figure is still there (the tables of suites not run "
        "byte-identical)", timeout=170, slow=True)
 def _partial_sweep(ctx: Ctx):
     src = REPO / "results" / "sweep" / "default"
     sw = ctx.path("sw")
     shutil.copytree(src, sw, ignore=shutil.ignore_patterns("cells"))
+    # the algorithm suite's cells are the data of its committed figures (as on a fresh clone); the grid cells
+    # are left out (the grid run recomputes them)
+    shutil.copytree(src / "cells" / "algorithms", sw / "cells" / "algorithms")
     tables = ["measured.csv", "profiles.csv", "timings.csv", "fidelity.json"]
     before = {t: (sw / t).read_bytes() for t in tables if (sw / t).exists()}
     figs = sorted(p.relative_to(sw).as_posix() for p in (sw / "figures").rglob("*") if p.is_file())
