@@ -414,7 +414,7 @@ def _calibrate_reuses_seed(ctx: Ctx):
        "The reference sampler fails its own battery at small draw counts: `verify --scenario base --draws 500 "
        "--no-controls --no-real-model` with seeds 1, 2, 3.",
        "exit 0 for every seed (or exit 1 with every run inconclusive: too few draws to certify, nothing lossy)",
-       timeout=150)  # three verify commands of ~20 s each (start-up, inconclusive-rate simulation); 60 s ran out
+       timeout=150, slow=True)  # three verify commands of ~20 s each (start-up, inconclusive-rate simulation); 60 s ran out
 def _few_draws(ctx: Ctx):
     rcs, notes, oks = [], [], []
     for seed in (1, 2, 3):
