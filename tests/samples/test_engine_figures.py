@@ -1,7 +1,5 @@
 """experiments/engine_figures.py without its runs: the registry matches the engine-level controls, the
 planner rows come from the certificate's planners, and the table says every verdict it was given."""
-import importlib.util
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,15 +8,11 @@ import pandas as pd
 from harness.samples.certificate import scored_n_for_distance, two_sample_n_for_tv
 from harness.samples.controls import CONTROLS
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "engine_figures.py"
+from experiment_script import load_experiment
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("engine_figures", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["engine_figures"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("engine_figures")
 
 
 def test_the_registry_names_every_lossy_control_and_nothing_else():

@@ -1,21 +1,15 @@
 """experiments/tune_check.py on small folders: the 5 % rule, off where every configuration loses, the workload."""
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "tune_check.py"
+from experiment_script import load_experiment
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("tune_check", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["tune_check"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("tune_check")
 
 
 def _tune(folder, recs, max_new_tokens=32):
