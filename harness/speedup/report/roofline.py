@@ -30,13 +30,18 @@ from harness.core.provenance import checked_provenance
 __all__ = ["FIGURES", "load_grid", "load_fidelity", "best_by_batch", "marker"]
 
 
-def load_grid(res) -> pd.DataFrame:
-    """The stored grid, rows that do not fit in the machine's memory left out."""
-    p = Path(res.path) / "roofline.csv"
+def _stored(res, name: str) -> pd.DataFrame:
+    """A stored table of the results folder (its provenance checked), or an empty frame when it is not there."""
+    p = Path(res.path) / name
     if not p.exists():
         return pd.DataFrame()
     checked_provenance(p)
-    g = pd.read_csv(p, comment="#")
+    return pd.read_csv(p, comment="#")
+
+
+def load_grid(res) -> pd.DataFrame:
+    """The stored grid, rows that do not fit in the machine's memory left out."""
+    g = _stored(res, "roofline.csv")
     return g[g.fits.astype(bool)] if "fits" in g else g
 
 
@@ -137,11 +142,7 @@ def fig_goodput(plt, res, out, formats):
 
 def load_fidelity(res) -> pd.DataFrame:
     """The published speculative speedups with a prediction (fidelity_published.csv), or an empty frame."""
-    p = Path(res.path) / "fidelity_published.csv"
-    if not p.exists():
-        return pd.DataFrame()
-    checked_provenance(p)
-    t = pd.read_csv(p, comment="#")
+    t = _stored(res, "fidelity_published.csv")
     t = t[(t.quantity == "speedup") & t.predicted.notna()] if "quantity" in t else t.iloc[:0]
     return t.assign(sign_ok=t.sign_ok.astype(str).str.lower() == "true") if len(t) else t
 
