@@ -40,11 +40,12 @@ def test_epsilon_sources_layer(scen_dir):
     settings = load_settings(SCENARIO_DIR)
     base, power = load_scenario("base"), load_scenario("power")
     assert epsilons_for(settings, base).position == settings.epsilon["position"] == 5e-3
-    assert epsilons_for(settings, power).position == 1e-3  # power.toml's own
+    assert epsilons_for(settings, power).position == 5e-4  # power.toml's own
     from dataclasses import replace
-    assert epsilons_for(replace(settings, full=True), power).position == 5e-4  # its full_epsilon_position (--full)
+    assert epsilons_for(replace(settings, full=True), power).position == 3.5e-4  # its full_epsilon_position (--full)
+    assert epsilons_for(replace(settings, full=True), power).joint == 1.5e-3  # its full_epsilon_joint
     assert epsilons_for(replace(settings, full=True), base).position == 5e-3  # base has none: its epsilon stays
-    assert epsilons_for(settings, power).joint == 5e-3  # power.toml's own: its whole output law (J = N)
+    assert epsilons_for(settings, power).joint == 2e-3  # power.toml's own: its whole output law (J = N)
     assert epsilons_for(settings, power).pair == settings.epsilon["pair"]  # not in power.toml: [run]'s
     from dataclasses import replace
     cli = replace(settings, epsilon_override={"position": 0.01})
