@@ -14,7 +14,9 @@ from typing import Callable, Optional
 import pandas as pd
 
 from harness.core.backends import Backend
-from harness.verify.realmodel import RealModelSpec
+from harness.core.matmul import forward_flops, matmul_gflops, model_flop_share
+from harness.verify.exactmodel import exact_pair
+from harness.verify.realmodel import RealModelSpec, tiny_pair
 from harness.laws.scenarios import SCENARIO_DIR
 import harness.verify.report as report
 from harness.verify.draw import RunState, draw_all, draw_von_neumann
@@ -165,7 +167,27 @@ def _timing(rs: RunSet, t_start: float, t_drawn: float, t_tested: float) -> dict
     timing["tokens_total"] = timing["tokens_sampler"] + timing["tokens_controls"] + timing["tokens_target_only"] + \
         timing["tokens_real_model"]
     timing["sequential"] = sequential_summary(rs)
+    if timing["wall_real_model_s"] > 0:
+        timing.update(real_model_arithmetic(rs, timing))
     return timing
+
+
+def _n_params(pair) -> int:
+    return int(sum(p.numel() for m in pair for p in m.model.parameters()))
+
+
+def real_model_arithmetic(rs: RunSet, timing: dict) -> dict:
+    """The real-model part's arithmetic as a share of this machine's one-thread float32 matmul rate
+    (:mod:`harness.core.matmul`): at least 2 x (target + draft parameters) flops per token drawn on each pair
+    (every emitted token passes through both models at least once), over the part's summed sampler seconds
+    (each run on one worker of one thread)."""
+    spec = rs.real_model
+    flops = forward_flops(_n_params(tiny_pair()), timing["tokens_real_model"])
+    if timing["tokens_exact_pair"] and spec is not None and spec.exact is not None:
+        flops += forward_flops(_n_params(exact_pair(spec.exact)), timing["tokens_exact_pair"])
+    rate = matmul_gflops()
+    return {"matmul_gflops_1thread": rate, "real_model_flops_min": flops,
+            "real_model_flop_share": model_flop_share(flops, timing["wall_real_model_s"], rate)}
 
 
 def sequential_summary(rs: RunSet) -> dict:

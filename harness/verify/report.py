@@ -261,7 +261,7 @@ def _budget(config, timing) -> list[str]:
             f"- Drew **{tot:,} tokens** ({timing['tokens_sampler']:,} from the sampler under test, "
             f"{timing['tokens_target_only']:,} target-only, {timing['tokens_controls']:,} from controls) "
             + (f"+ {timing['tokens_real_model']:,} tokens on the tiny pair and {timing.get('tokens_exact_pair', 0):,} on "
-               f"the exact pair ({timing['wall_real_model_s']:.0f} s of sampler time incl. target scoring) "
+               f"the exact pair ({timing['wall_real_model_s']:.0f} s of sampler time incl. target scoring{_flop_words(timing)}) "
                if timing.get("tokens_real_model") else "")
             + f"+ {timing['von_neumann_proposals']:,} von Neumann proposals, in **{timing['wall_total_s']:.0f} s** "
             f"(drawing {timing['wall_draw_s']:.0f} s = {tot / max(timing['wall_draw_s'], 1e-9) / 1e6:.2f} M "
@@ -548,3 +548,13 @@ def _pit_panel(ax, g, title):
     ax.set_ylim(min(0.9, dens.min() * 0.98), max(1.1, dens.max() * 1.02))
     ax.set_title(title, fontsize=8)
     ax.tick_params(labelsize=6)
+
+
+def _flop_words(timing: dict) -> str:
+    """', at least F flops = S of this machine's one-thread matmul rate R' for the real-model part, if measured."""
+    if "real_model_flop_share" not in timing:
+        return ""
+    return (f"; at least {timing['real_model_flops_min']:.3g} flops of model arithmetic = "
+            f"{timing['real_model_flop_share']:.2g} of this machine's one-thread float32 matmul rate, "
+            f"{timing['matmul_gflops_1thread']:.0f} GFLOP/s"
+            + (": the part is bound by per-call overhead, not arithmetic" if timing["real_model_flop_share"] < 0.05 else ""))

@@ -415,6 +415,11 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     assert meta["config"]["n_tests"] == len(h) and meta["config"]["n_sequential"] == len(t) - len(h)
     assert meta["timing"]["tokens_real_model"] == (32 + 128 + 32) * 64
     assert meta["timing"]["tokens_exact_pair"] == (1024 + 1024 + 512) * 2 * 3
+    tm = meta["timing"]  # the part's arithmetic, 2 flops per parameter per token on each pair, against the matmul rate
+    from harness.core.matmul import model_flop_share
+    assert tm["real_model_flops_min"] > 2 * tm["tokens_real_model"] and tm["matmul_gflops_1thread"] > 0
+    assert tm["real_model_flop_share"] == model_flop_share(tm["real_model_flops_min"], tm["wall_real_model_s"],
+                                                          tm["matmul_gflops_1thread"])
     from harness.stats import holm
     assert np.allclose(holm(h.pvalue.to_numpy()), h.p_adjusted.to_numpy())
     holm_alpha = meta["config"]["family_alpha"] - meta["config"]["sequential_alpha"]
