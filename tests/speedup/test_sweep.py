@@ -186,11 +186,19 @@ def test_report_draws_every_figure_from_stored_results(tiny):
 
 
 def test_real_model_cell_runs_and_gives_both_time_bases():
+    """Timed over 3 prompts at batch 1: one pair per prompt and pass, the speedup the ratio of summed times."""
     cfg = sweep.load_config(overrides={"suites": ["real"], "real": {
-        "drafts": ["draft"], "k": [2], "max_new_tokens": 8, "prompt_len": 8, "repeats": 1, "profile_repeats": 1}})
+        "drafts": ["draft"], "k": [2], "max_new_tokens": 8, "prompt_len": 8, "repeats": 2, "profile_repeats": 1,
+        "prompts": 3}})
     (cell,) = sweep.plan(cfg)
     rec = json.loads(json.dumps(sweep.run_cell(cell, cfg)))  # what the JSON file holds
+    t = pd.DataFrame(rec["timings"])
+    assert sorted(zip(t.rep, t.prompt, t.arm)) == sorted((r, j, a) for r in range(2) for j in range(3)
+                                                         for a in ("ar", "spec"))
     row = measured_row(StoredCell.from_record(rec), n_sim=50)
+    s = t.groupby("arm").seconds.sum()
+    assert row["speedup_measured"] == pytest.approx(s["ar"] / s["spec"])
+    assert row["prompts"] == 3 and row["prompts_shared"] and row["speedup_spread"] >= 0
     for key in ("speedup_measured", "speedup_measured_model", "speedup_analytic", "cpu_speedup_measured",
                 "cpu_speedup_measured_model", "c_profiled", "alpha_hat"):
         assert np.isfinite(row[key]), key

@@ -103,3 +103,12 @@ def test_list_marks_cells_of_other_code(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert sum("todo" in line for line in lines) == 1
     assert sum("stored by other code" in line for line in lines) == 1
+
+
+def test_seed_option_makes_an_independent_run_and_a_bad_one_is_one_clear_error(tmp_path):
+    import pytest
+    from harness.core.errors import UsageError
+    (tmp_path / "t.toml").write_text(TINY)
+    assert sweep._overrides(_args(tmp_path / "t.toml", tmp_path / "o", seed=7)) == {"seed": 7}
+    with pytest.raises(UsageError, match="`--seed` must be an integer >= 0; got 'x'"):
+        sweep._overrides(_args(tmp_path / "t.toml", tmp_path / "o", seed="x"))

@@ -288,6 +288,8 @@ def add_arguments(parser) -> None:
                         help="sweep file (TOML/JSON overlay on harness/configs/sweep/default.toml)")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default results/sweep/<name>)")
     parser.add_argument("--device", default=None, help="cpu or cuda (overrides the config)")
+    parser.add_argument("--seed", default=None, help="the sweep's seed (overrides the config): another seed is an "
+                        "independent run, other prompts and other draws")
     parser.add_argument("--suites", default=None, help="comma-separated subset of grid,synthetic,real,profile")
     parser.add_argument("--redo", action="store_true", help="recompute cells that are already stored")
     parser.add_argument("--list", action="store_true", help="print the plan (stored / to do) and exit")
@@ -367,6 +369,9 @@ def _overrides(args) -> dict:
     if args.device is not None:
         check_option(bool(args.device.strip()), "--device", args.device, "'cpu', 'cuda' or 'cuda:N'")
         over["device"] = args.device
+    if getattr(args, "seed", None) is not None:
+        check_option(args.seed.strip().isdigit(), "--seed", args.seed, "an integer >= 0")
+        over["seed"] = int(args.seed)
     if args.suites is not None:
         suites = [s.strip() for s in args.suites.split(",") if s.strip()]
         check_option(bool(suites) and all(s in SUITES for s in suites), "--suites", args.suites,

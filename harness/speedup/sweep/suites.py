@@ -11,22 +11,31 @@ A suite turns its table of the sweep file into cells — one frozen settings rec
     membound   :class:`MemboundParams`: the tiny draft (or a variant) against the widened, memory-bound target
                of :mod:`harness.speedup.membound.widen` (built on demand, cached): the tiny target's law at a large model's cost
 
-The measured suites (synthetic, real) share one protocol, :func:`measure_pair`: ``repeats``
-interleaved pairs (target-only, speculative; the order alternates) after one warm-up pair, and between
-pairs one pass of the profiler over exactly the calls the cost model needs, so the predictions use
-costs profiled under the same machine load as the runs.  Its result is a :class:`Measurement`.
+The measured suites (synthetic, real, membound) share one protocol, :func:`measure_pair`: ``repeats`` passes
+over the cell's prompt batches, each an interleaved pair (target-only, speculative; the order alternates) after one
+warm-up pair, and after each pass one pass of the profiler over exactly the calls the cost model needs, so the
+predictions use costs profiled under the same machine load as the runs.  Its result is a :class:`Measurement`.
+
+The real-model suites (real, membound) time each cell over at least ``prompts`` prompts: ceil(prompts / batch)
+batches of ``batch`` prompts (:func:`prompt_sets`), drawn from a seed of the group alone (suite, batch,
+prompt_len, the sweep's seed: :func:`prompt_seed`), never of k or the draft, so every configuration of a batch is
+timed on the same prompts and a measured best k is not the luck of its prompt.  The speedup of a cell is the
+ratio of summed times (:mod:`harness.speedup.sweep.tables`): a throughput over the prompts, the quantity `tune`
+predicts (the expected call time over prompts, from the mean acceptance).
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
-from dataclasses import asdict, dataclass, fields
-from typing import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
 import torch
 
+from harness.core.config import derive_seed
 from harness.speedup.membound.widen import PREPACKS
 from harness.speedup.sweep.algorithms import algorithms_suite
 from harness.speedup.sweep.cell import Cell, Suite, _cell
@@ -43,7 +52,7 @@ from specimpl.speculative import speculative_generate
 from specimpl.hf import tiny_pair_prompts
 
 __all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealParams", "ProfileParams", "MemboundParams",
-           "Measurement", "measure_pair", "resolve_model", "SHAPES", "CLOCKS"]
+           "Measurement", "measure_pair", "prompt_seed", "prompt_sets", "resolve_model", "SHAPES", "CLOCKS"]
 
 CLOCKS = ("wall", "hybrid", "spin", "virtual")
 
@@ -52,8 +61,10 @@ CLOCKS = ("wall", "hybrid", "spin", "virtual")
 class _Params:
     @classmethod
     def from_settings(cls, settings: dict):
-        """The record from a stored cell's ``params`` (which also hold ``suite``)."""
-        return cls(**{f.name: settings[f.name] for f in fields(cls)})
+        """The record from a stored cell's ``params`` (which also hold ``suite``); a field with a default that a
+        cell stored before the field existed lacks takes the default (what that cell was computed with)."""
+        return cls(**{f.name: settings[f.name] for f in fields(cls)
+                      if f.name in settings or (f.default is MISSING and f.default_factory is MISSING)})
 
 
 @dataclass(frozen=True)
@@ -132,11 +143,25 @@ class SyntheticParams(_MeasuredParams):
 
 @dataclass(frozen=True)
 class RealParams(_MeasuredParams):
-    """One real-model cell: the tiny pair's target against draft variant ``draft`` on ``device``."""
+    """One real-model cell: the tiny pair's target against draft variant ``draft`` on ``device``, timed over
+    ``prompts`` prompts or more (ceil(prompts / batch) batches) drawn from ``prompt_seed`` (:func:`prompt_sets`).
+    Cells stored before the two fields existed read as prompts = 1, prompt_seed = None: one batch drawn from
+    the cell's own seed (which differs with k)."""
 
     dtype: str
     draft: str
     device: str
+    prompts: int = field(default=1, kw_only=True)
+    prompt_seed: Optional[int] = field(default=None, kw_only=True)
+
+    @property
+    def prompt_batches(self) -> int:
+        return -(-int(self.prompts) // int(self.batch))
+
+    @property
+    def prompts_shared(self) -> bool:
+        """Whether every k and draft of this batch is timed on the same prompts."""
+        return self.prompt_seed is not None
 
     @property
     def device_name(self) -> str:
@@ -199,15 +224,23 @@ def _synthetic_cells(table: dict, cfg: dict) -> list[Cell]:
             for k in table["k"]]
 
 
+def prompt_seed(cfg: dict, suite: str, batch: int, prompt_len: int) -> int:
+    """The seed of a group's prompts: the sweep's seed, the suite, the batch and the prompt length — not k, not
+    the draft, so every configuration of the group is timed on the same prompts."""
+    return derive_seed(cfg["seed"], f"{suite}/prompts/B{batch}/L{prompt_len}")
+
+
 def _real_cells(table: dict, cfg: dict) -> list[Cell]:
     return [_cell("real", f"real_{d}_k{k}_B{B}".replace("+", "_"),
-                  RealParams(**_pick(table, RealParams, draft=d, k=k, batch=B, device=cfg["device"])))
+                  RealParams(**_pick(table, RealParams, draft=d, k=k, batch=B, device=cfg["device"],
+                                     prompt_seed=prompt_seed(cfg, "real", B, table["prompt_len"]))))
             for B in table["batch"] for d in table["drafts"] for k in table["k"]]
 
 
 def _membound_cells(table: dict, cfg: dict) -> list[Cell]:
     return [_cell("membound", f"membound_w{table['width']}x{table['extra_layers']}_{d}_k{k}_B{B}".replace("+", "_"),
-                  MemboundParams(**_pick(table, MemboundParams, draft=d, k=k, batch=B, device=cfg["device"])))
+                  MemboundParams(**_pick(table, MemboundParams, draft=d, k=k, batch=B, device=cfg["device"],
+                                         prompt_seed=prompt_seed(cfg, "membound", B, table["prompt_len"]))))
             for B in table["batch"] for d in table["drafts"] for k in table["k"]]
 
 
@@ -238,8 +271,14 @@ def _check_synthetic(table: dict) -> None:
         check_arg(0 <= a <= 1, "synthetic.alpha", table["alpha"], "numbers in [0, 1]")
 
 
+def _check_prompts(name: str, table: dict) -> None:
+    v = table["prompts"]
+    check_arg(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name}.prompts", v, "an integer >= 1")
+
+
 def _check_real(table: dict) -> None:
     _check_measured("real", table)
+    _check_prompts("real", table)
     check_tiny_names("real.drafts", table["drafts"])
 
 
@@ -249,6 +288,7 @@ def _check_profile(table: dict) -> None:
 
 def _check_membound(table: dict) -> None:
     _check_measured("membound", table)
+    _check_prompts("membound", table)
     check_tiny_names("membound.drafts", table["drafts"])
     w = table["width"]
     check_arg(isinstance(w, int) and w >= 1 and w & (w - 1) == 0, "membound.width", w, "a power of two >= 1")
@@ -342,29 +382,33 @@ def _profile_between(target, draft, prompts, k, N, config, seed, clock, profile_
                         config=config, repeats=profile_repeats, warmup=0, clock=clock, seed=seed)
 
 
-def measure_pair(target, draft, prompts, *, k: int, max_new_tokens: int, config: SamplingConfig, repeats: int,
+def measure_pair(target, draft, prompt_sets, *, k: int, max_new_tokens: int, config: SamplingConfig, repeats: int,
                  seed: int, clock, device: str = "cpu", profile_repeats: int = 1, in_situ: bool = False) -> Measurement:
-    """Interleaved target-only / speculative runs of one cell, with in-cell profiling between pairs
-    (``in_situ``: profiled inside instrumented runs of the cell, see :func:`_profile_between`)."""
+    """Interleaved target-only / speculative runs of one cell: ``repeats`` passes, each one pair per batch of
+    ``prompt_sets`` (a list of prompt batches; the order within a pair alternates over passes and batches), with
+    in-cell profiling after each pass on one of the batches (``in_situ``: profiled inside instrumented runs of
+    the cell, see :func:`_profile_between`).  A timing row names its pass (``rep``) and batch (``prompt``)."""
     dev = torch.device(device)
     g = torch.Generator(device=dev).manual_seed(seed)
     N = max_new_tokens
     timed = _timer(clock, dev)
-    arms = {"ar": lambda: autoregressive_generate(target, prompts, max_new_tokens=N, config=config, generator=g),
-            "spec": lambda: speculative_generate(target, draft, prompts, k=k, max_new_tokens=N, config=config,
-                                                 generator=g)}
+    arms = {"ar": lambda ps: autoregressive_generate(target, ps, max_new_tokens=N, config=config, generator=g),
+            "spec": lambda ps: speculative_generate(target, draft, ps, k=k, max_new_tokens=N, config=config,
+                                                    generator=g)}
     with torch.no_grad():
-        arms["ar"](), arms["spec"]()  # warm-up pair, discarded
+        arms["ar"](prompt_sets[0]), arms["spec"](prompt_sets[0])  # warm-up pair, discarded
         timings, profiles, tally = [], [], _SpecTally(k)
         for rep in range(repeats):
-            for arm in (("ar", "spec") if rep % 2 == 0 else ("spec", "ar")):
-                res, dt, ct = timed(arms[arm])
-                row = {"rep": rep, "arm": arm, "seconds": dt, "cpu_seconds": ct, "tokens": int(res.lengths.sum())}
-                if arm == "spec":
-                    row["rounds"] = tally.add(res.stats)
-                timings.append(row)
-            profiles.append(_profile_between(target, draft, prompts, k, N, config, seed + rep, clock,
-                                             profile_repeats, in_situ))
+            for j, ps in enumerate(prompt_sets):
+                for arm in (("ar", "spec") if (rep + j) % 2 == 0 else ("spec", "ar")):
+                    res, dt, ct = timed(functools.partial(arms[arm], ps))
+                    row = {"rep": rep, "prompt": j, "arm": arm, "seconds": dt, "cpu_seconds": ct,
+                           "tokens": int(res.lengths.sum())}
+                    if arm == "spec":
+                        row["rounds"] = tally.add(res.stats)
+                    timings.append(row)
+            profiles.append(_profile_between(target, draft, prompt_sets[rep % len(prompt_sets)], k, N, config,
+                                             seed + rep, clock, profile_repeats, in_situ))
     return Measurement(timings, tally.hist.tolist(), tally.emitted, tally.target_calls, tally.draft_calls,
                        tally.round_batches, _merge_profiles(profiles).to_dict(orient="records"))
 
@@ -387,17 +431,25 @@ def _run_synthetic(p: SyntheticParams, seed: int) -> dict:
     target, draft, _, _ = synthetic_pair(p.alpha, p.c, tc, p.vocab_size, p.support, seed=seed % 2**31, clock=clock)
     g = torch.Generator().manual_seed(seed)
     prompts = torch.randint(0, p.vocab_size, (p.batch, p.prompt_len), generator=g).tolist()
-    m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
+    m = measure_pair(target, draft, [prompts], k=p.k, max_new_tokens=p.max_new_tokens,
                      config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed, clock=clock,
                      profile_repeats=p.profile_repeats)
     return {**asdict(m), "c_set": p.c, "alpha_exact": p.alpha}
 
 
+def prompt_sets(p: RealParams, seed: int) -> list[list[list[int]]]:
+    """A real-model cell's prompts: ``p.prompt_batches`` batches of ``p.batch`` held-out prompts, prompt i of the
+    group the i-th draw from ``p.prompt_seed`` (so a cell with more prompts extends one with fewer); a cell
+    stored before prompts were shared (prompt_seed None) drew its one batch from its own ``seed``."""
+    base = seed if p.prompt_seed is None else p.prompt_seed
+    flat = tiny_pair_prompts(p.prompt_batches * p.batch, p.prompt_len, seed=base % 2**31)
+    return [flat[i * p.batch:(i + 1) * p.batch] for i in range(p.prompt_batches)]
+
+
 def _run_real(p: RealParams, seed: int) -> dict:
     target = tiny_model("target", p.device, p.dtype)
     draft = tiny_model(p.draft, p.device, p.dtype)
-    prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
-    m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
+    m = measure_pair(target, draft, prompt_sets(p, seed), k=p.k, max_new_tokens=p.max_new_tokens,
                      config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed,
                      clock=WallClock(), device=p.device, profile_repeats=p.profile_repeats, in_situ=True)
     return asdict(m)
@@ -406,8 +458,7 @@ def _run_real(p: RealParams, seed: int) -> dict:
 def _run_membound(p: MemboundParams, seed: int) -> dict:
     target = widened_model(p.width, p.extra_layers, p.device, p.dtype, p.prepack)
     draft = tiny_model(p.draft, p.device, p.dtype)
-    prompts = tiny_pair_prompts(p.batch, p.prompt_len, seed=seed % 2**31)
-    m = measure_pair(target, draft, prompts, k=p.k, max_new_tokens=p.max_new_tokens,
+    m = measure_pair(target, draft, prompt_sets(p, seed), k=p.k, max_new_tokens=p.max_new_tokens,
                      config=SamplingConfig(temperature=p.temperature), repeats=p.repeats, seed=seed,
                      clock=WallClock(), device=p.device, profile_repeats=p.profile_repeats, in_situ=True)
     return asdict(m)

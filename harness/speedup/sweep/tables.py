@@ -71,15 +71,18 @@ def _basis(m: Measurement, p, alphas: list, alpha_hat: float, basis: str, n_sim:
     s_acc = acc_runs[0].t_ar_s / float(np.mean([r.t_spec_s for r in acc_runs]))
     s_meas = t_ar / t_spec
     s_an = cm.analytic_speedup(alpha_hat, c_prof, k)
-    paired = t.pivot(index="rep", columns="arm", values=col)
+    pair = ["rep", "prompt"] if "prompt" in t else ["rep"]  # cells stored before prompt batches: one per pass
+    paired = t.pivot_table(index=pair, columns="arm", values=col, aggfunc="first")
     ratio = paired["ar"] / paired["spec"]
+    per_pass = t.groupby(["rep", "arm"])[col].sum().unstack()
+    s_pass = per_pass["ar"] / per_pass["spec"]  # each pass's speedup over all the cell's prompts
     return {
         "t_ar_mean_s": t_ar, "t_spec_mean_s": t_spec,
         "t_ar_median_s": float(t.loc[t.arm == "ar", col].median()),
         "t_spec_median_s": float(t.loc[t.arm == "spec", col].median()),
         "tokens_per_s_ar": B * N / t_ar, "tokens_per_s_spec": B * N / t_spec,
         "speedup_measured": s_meas, "speedup_paired_median": float(ratio.median()),
-        "speedup_spread": float(ratio.max() - ratio.min()),
+        "speedup_spread": float(s_pass.max() - s_pass.min()),
         "t_target_1_s": costs("target.forward", 1, B), "t_target_k1_s": costs("target.forward", k + 1, B),
         "t_draft_1_s": costs("draft.forward", 1, B), "overhead_round_s": costs.get("spec.overhead", k, B),
         "overhead_token_ar_s": costs.get("ar.overhead", 1, B), "c_profiled": c_prof,
@@ -96,7 +99,8 @@ def _settings_columns(cell: StoredCell) -> dict:
     return {"suite": cell.suite, "cell": cell.id, "draft": p.label, "clock": p.clock_name, "group": p.group,
             "alpha_set": p.alpha_set, "c_set": p.c_set, "k": p.k, "batch": p.batch,
             "max_new_tokens": p.max_new_tokens, "prompt_len": p.prompt_len, "repeats": p.repeats,
-            "device": p.device_name}
+            "prompts": getattr(p, "prompt_batches", 1) * p.batch,
+            "prompts_shared": bool(getattr(p, "prompts_shared", False)), "device": p.device_name}
 
 
 def measured_row(cell: StoredCell, n_sim: int = 400) -> dict:
@@ -104,7 +108,11 @@ def measured_row(cell: StoredCell, n_sim: int = 400) -> dict:
 
     Columns without prefix are on the cell's own clock; ``cpu_*`` repeat them on process CPU time
     (real models on a CPU device only: there CPU time is robust to other processes on the machine,
-    wall time is what a user sees).
+    wall time is what a user sees).  ``speedup_measured`` is the ratio of summed times over every pass and
+    prompt batch (a throughput: what `tune` predicts); ``speedup_paired_median`` the median of the pairs' time
+    ratios; ``speedup_spread`` the range over passes of each pass's speedup (its times summed over the cell's
+    prompt batches); ``prompts`` how many prompts a cell was timed on, ``prompts_shared`` whether every k and
+    draft of the batch was timed on the same ones.
     """
     p, m = cell.params, cell.measurement
     acc = cm.acceptance_metrics(m.accepted_hist, emitted=m.emitted)
