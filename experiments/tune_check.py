@@ -2,7 +2,9 @@
 
     python experiments/tune_check.py --pair membound --tune results/tune/membound-local \\
         --measured results/sweep/membound results/sweep/membound_rerun \\
-        --pair tiny --tune results/tune/tiny-local --measured results/sweep/tiny_batches \\
+                   results/sweep/membound_b1 results/sweep/membound_b1_seed2 \\
+        --pair tiny --tune results/tune/tiny-local --measured results/tune/measured/tiny_batches \\
+                   results/sweep/tiny_b1 results/sweep/tiny_b1_seed2 \\
         --out results/tune/check
 
 For each pair, batch and measured sweep: the configuration `tune` recommends (algorithm and k, or off), its
@@ -12,7 +14,15 @@ side in one cell; off = 1 exactly), the best measured configuration (off include
 configuration loses, `tune` says off.  The tune folder's workload (a context = the prompt length,
 max_new_tokens) must be the sweep's, and tune's configurations must have been measured: otherwise exit 2;
 tune's other contexts are left out.
-Writes check.csv and check.md (with provenance: both inputs' commits, this run's) to ``--out``.
+
+Prompts: a sweep whose cells share their prompts across k (``prompts_shared``, harness.speedup.sweep.suites) times
+every configuration of a batch on the same ``prompts`` prompts; an older sweep drew each cell's prompts from the
+cell's own seed, so at batch 1 each k ran on one prompt of its own and a measured best k was partly that prompt's
+acceptance.  Where a pair has a shared-prompt sweep at a batch, the rows of its per-cell-prompt sweeps at that
+batch are still listed but superseded (``counted`` False); the exit status is that of the counted rows.
+Run-to-run spread: for each configuration measured by two or more sweeps of the same protocol at a batch, its
+measured S in each and (max - min) / mean: a gap can only be told from a tie where this spread is below it.
+Writes check.csv, spread.csv and check.md (with provenance: both inputs' commits, this run's) to ``--out``.
 """
 from __future__ import annotations
 
@@ -42,7 +52,26 @@ def _measured(folder: Path) -> pd.DataFrame:
     if not path.is_file():
         raise _bad(f"`--measured` {str(folder)!r} has no measured.csv (a sweep results folder is needed)")
     m = pd.read_csv(path, comment="#")
+    if "prompts_shared" not in m:  # a sweep of before shared prompts: each cell its own batch of prompts
+        m = m.assign(prompts_shared=False, prompts=m["batch"])
     return m[m.suite.isin(["real", "membound"]) & (m.draft == "draft")].assign(algorithm="chain")
+
+
+def _protocol(cell: pd.DataFrame) -> tuple[bool, int]:
+    """(prompts shared across k, prompts per cell) of one batch's cells of a sweep."""
+    shared, n = set(cell.prompts_shared.astype(bool)), set(cell.prompts.astype(int))
+    if len(shared) != 1 or len(n) != 1:
+        raise _bad(f"the cells of one batch mix prompt protocols (prompts_shared {sorted(shared)}, prompts "
+                   f"{sorted(n)}): not one measurement")
+    return shared.pop(), n.pop()
+
+
+def _supersede(rows: list[dict]) -> list[dict]:
+    """Mark ``counted``: False for a per-cell-prompt row where a shared-prompt sweep measured the same batch."""
+    shared = {(r["pair"], r["batch"], r["context"]) for r in rows if r["prompts_shared"]}
+    for r in rows:
+        r["counted"] = r["prompts_shared"] or (r["pair"], r["batch"], r["context"]) not in shared
+    return rows
 
 
 def check_pair(pair: str, tune: Path, sweeps: list[Path]) -> list[dict]:
@@ -67,12 +96,28 @@ def check_pair(pair: str, tune: Path, sweeps: list[Path]) -> list[dict]:
                            f"did not measure (measured: {sorted(meas)})")
             best = max(meas, key=meas.get)
             gap = (meas[best] - meas[key]) / meas[best]
+            shared, n_prompts = _protocol(cell)
             rows.append({"pair": pair, "batch": int(r.batch), "context": int(r.context), "sweep": folder.name,
-                         "recommended": r.recommendation, "predicted_S": r.speedup, "predicted_lo": r.speedup_lo,
+                         "prompts": n_prompts, "prompts_shared": shared, "recommended": r.recommendation, "predicted_S": r.speedup, "predicted_lo": r.speedup_lo,
                          "predicted_hi": r.speedup_hi, "measured_S_of_recommended": meas[key],
                          "best_measured": "off (target-only)" if best[0] == "off" else f"{best[0]}, k = {best[1]}",
                          "best_measured_S": meas[best], "gap": gap, "every_config_loses": best[0] == "off",
                          "pass": gap <= TOLERANCE and (best[0] != "off" or key[0] == "off")})
+    return _supersede(rows)
+
+
+def spread_table(pair: str, sweeps: list[Path]) -> list[dict]:
+    """Run-to-run spread: each configuration's measured S in every sweep of one protocol at one batch."""
+    frames = [_measured(f).assign(sweep=f.name) for f in sweeps]
+    m = pd.concat(frames, ignore_index=True)
+    rows = []
+    for (B, L, shared, n, k), g in m.groupby(["batch", "prompt_len", "prompts_shared", "prompts", "k"]):
+        if g.sweep.nunique() < 2:
+            continue
+        s = g.speedup_measured.astype(float)
+        rows.append({"pair": pair, "batch": int(B), "context": int(L), "prompts": int(n), "prompts_shared": bool(shared),
+                     "configuration": f"chain, k = {int(k)}", "sweeps": " / ".join(g.sweep),
+                     "measured_S": " / ".join(f"{x:.3g}" for x in s), "spread": float((s.max() - s.min()) / s.mean())})
     return rows
 
 
@@ -87,10 +132,11 @@ def main(argv=None) -> int:
     if not (len(args.pair) == len(args.tune) == len(args.measured)):
         raise _bad(f"`--pair`, `--tune`, `--measured` must come once per pair; got {len(args.pair)}, "
                    f"{len(args.tune)}, {len(args.measured)}")
-    rows = []
+    rows, spread = [], []
     for pair, tune, sweeps in zip(args.pair, args.tune, args.measured):
         rows += check_pair(pair, tune, sweeps)
-    table = pd.DataFrame(rows)
+        spread += spread_table(pair, sweeps)
+    table, spread = pd.DataFrame(rows), pd.DataFrame(spread)
     sources = {str(p): json.loads((p / "meta.json").read_text()).get("commit") for p in
                args.tune + [s for ss in args.measured for s in ss]}
     meta = metadata({"pairs": args.pair, "tune": args.tune, "measured": args.measured, "tolerance": TOLERANCE,
@@ -98,14 +144,27 @@ def main(argv=None) -> int:
     meta["command"] = "python experiments/tune_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_csv(args.out / "check.csv", table, meta)
-    cols = ["pair", "batch", "sweep", "recommended", "predicted_S", "predicted_lo", "predicted_hi",
-            "measured_S_of_recommended", "best_measured", "best_measured_S", "gap", "pass"]
-    text = (f"`tune` against measured sweeps: gap = (best measured - measured S of the recommendation) / best; pass "
-            f"when gap <= {TOLERANCE:.0%} and, where every measured configuration loses, tune says off.  Command: `{meta['command']}`; commit {meta['commit']}; inputs' commits "
-            f"{json.dumps(sources)}.\n\n" + md_table(table.to_dict("records"), cols) + "\n")
-    atomic_write_text(args.out / "check.md", text)
-    print(text)
-    return 0 if table["pass"].all() else 1
+    atomic_write_csv(args.out / "spread.csv", spread, meta)
+    atomic_write_text(args.out / "check.md", _markdown(table, spread, meta, sources))
+    print(_markdown(table, spread, meta, sources))
+    return 0 if table.loc[table.counted, "pass"].all() else 1
+
+
+def _markdown(table: pd.DataFrame, spread: pd.DataFrame, meta: dict, sources: dict) -> str:
+    cols = ["pair", "batch", "sweep", "prompts", "prompts_shared", "recommended", "predicted_S", "predicted_lo",
+            "predicted_hi", "measured_S_of_recommended", "best_measured", "best_measured_S", "gap", "pass", "counted"]
+    counted = table[table.counted]
+    return (f"`tune` against measured sweeps: gap = (best measured - measured S of the recommendation) / best; pass "
+            f"when gap <= {TOLERANCE:.0%} and, where every measured configuration loses, tune says off.  "
+            f"{int(counted['pass'].sum())} of {len(counted)} counted rows pass; {int((~table.counted).sum())} rows "
+            "superseded (counted False: each k timed on its own prompts, where a sweep timing every k of the batch "
+            "on the same prompts exists).  "
+            f"Command: `{meta['command']}`; commit {meta['commit']}; inputs' commits {json.dumps(sources)}.\n\n"
+            + md_table(table.to_dict("records"), cols) + "\n\n"
+            "Run-to-run spread of the measured S ((max - min) / mean over sweeps of one protocol): a gap below it "
+            "cannot be told from a tie.\n\n"
+            + (md_table(spread.to_dict("records"), list(spread.columns)) if len(spread) else "(no configuration "
+               "measured twice)") + "\n")
 
 
 if __name__ == "__main__":

@@ -59,3 +59,35 @@ def test_tunes_other_contexts_are_left_out_and_another_workload_is_exit_2(tmp_pa
     assert e.value.code == 2
     with pytest.raises(SystemExit):
         C.check_pair("p", _tune(tmp_path / "t3", [(32, 1, 2, 1.6)], max_new_tokens=64), [sweep])
+
+
+def _shared(folder, cells, prompts=8):
+    """A sweep whose cells share their prompts across k (cells: (batch, k, measured S))."""
+    _sweep(folder, cells)
+    m = pd.read_csv(folder / "measured.csv").assign(prompts_shared=True, prompts=prompts)
+    m.to_csv(folder / "measured.csv", index=False)
+    return folder
+
+
+def test_per_cell_prompt_rows_are_superseded_where_a_shared_prompt_sweep_measured_the_batch(tmp_path):
+    """Issue 25: B 1 cells drawn each from its own prompt made the measured best k partly a prompt's luck.  Such
+    a row is still listed but not counted once a sweep timing every k on the same prompts measured that batch;
+    at a batch no such sweep measured, it still counts."""
+    C = _module()
+    old = _sweep(tmp_path / "old", [(1, 2, 1.71), (1, 4, 1.86), (4, 1, 1.04), (4, 2, 1.08)])
+    new = _shared(tmp_path / "new", [(1, 2, 1.80), (1, 4, 1.82)])
+    rows = C.check_pair("p", _tune(tmp_path / "t", [(32, 1, 2, 1.5), (32, 4, 1, 1.1)]), [old, new])
+    got = {(r["sweep"], r["batch"]): (r["pass"], r["counted"], r["prompts"], r["prompts_shared"]) for r in rows}
+    assert got == {("old", 1): (False, False, 1, False), ("new", 1): (True, True, 8, True),
+                   ("old", 4): (True, True, 4, False)}
+
+
+def test_run_to_run_spread_per_configuration_and_protocol(tmp_path):
+    C = _module()
+    a = _shared(tmp_path / "a", [(1, 2, 1.80), (1, 4, 1.90)])
+    b = _shared(tmp_path / "b", [(1, 2, 1.70), (1, 4, 1.90)])
+    old = _sweep(tmp_path / "old", [(1, 2, 1.2)])
+    rows = {r["configuration"]: r for r in C.spread_table("p", [a, b, old])}
+    assert set(rows) == {"chain, k = 2", "chain, k = 4"}  # the old sweep's k = 2 is of another protocol, alone
+    assert rows["chain, k = 2"]["spread"] == pytest.approx(0.1 / 1.75) and rows["chain, k = 4"]["spread"] == 0
+    assert rows["chain, k = 2"]["measured_S"] == "1.8 / 1.7"
