@@ -91,3 +91,24 @@ def test_run_to_run_spread_per_configuration_and_protocol(tmp_path):
     assert set(rows) == {"chain, k = 2", "chain, k = 4"}  # the old sweep's k = 2 is of another protocol, alone
     assert rows["chain, k = 2"]["spread"] == pytest.approx(0.1 / 1.75) and rows["chain, k = 4"]["spread"] == 0
     assert rows["chain, k = 2"]["measured_S"] == "1.8 / 1.7"
+
+
+def test_gap_interval_resamples_the_shared_prompts_together():
+    """Two configurations timed on the same 4 prompts: prompt j costs k = 4 and k = 2 alike in every
+    resample where the ratios are prompt-independent, so the interval is one point; with a k = 4 that wins
+    on one prompt only, the interval spans 0 (a tie cannot be told from a miss on these prompts)."""
+    C = _module()
+
+    def timings(spec4):
+        rows = []
+        for j in range(4):
+            rows += [{"cell": "c2", "prompt": j, "arm": "ar", "seconds": 2.0 + j},
+                     {"cell": "c2", "prompt": j, "arm": "spec", "seconds": (2.0 + j) / 1.8},
+                     {"cell": "c4", "prompt": j, "arm": "ar", "seconds": 2.0 + j},
+                     {"cell": "c4", "prompt": j, "arm": "spec", "seconds": spec4[j] * (2.0 + j)}]
+        return pd.DataFrame(rows)
+    cells = {("chain", 2): "c2", ("chain", 4): "c4"}
+    lo, hi = C.gap_interval(timings([1 / 2.0] * 4), cells, ("chain", 2), n_boot=200)
+    assert lo == pytest.approx(0.1) and hi == pytest.approx(0.1)  # 1 - 1.8 / 2.0 in every resample
+    lo, hi = C.gap_interval(timings([1 / 3.0, 1 / 1.7, 1 / 1.7, 1 / 1.7]), cells, ("chain", 2), n_boot=500)
+    assert lo == 0 and hi > 0.05
