@@ -1,0 +1,43 @@
+"""How close the certificate's per-position TV bound is to what any valid bound can reach (issue 24's 1.5x target).
+
+    python experiments/tv_oracle_limit.py            # prints a markdown table
+
+For a lossless sampler (Q = P), any upper confidence bound U on TV(Q, P) with coverage 1 - delta has a median of at
+least z_delta * max_A sqrt(P(A) (1 - P(A)) / n) (two points: P and P moved by t along the worst event A cannot be told
+apart at level delta with power 1/2 below that t).  The table sets it beside the expected value of the bound the gate
+uses (harness.verify.battery.tv_interval_expected_upper), at the gate's per-bound delta, per scenario and size.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import norm
+
+import harness.verify.battery as battery
+from harness.laws.scenarios import load_scenario, scenario_law
+
+DELTA = 8.3e-7  # the gate's per-bound delta (results/verify/summary.md: 0.001 Bonferroni-split)
+CASES = (("base", 1_000_000), ("top_p", 1_000_000), ("power", 30_000_000), ("power", 120_000_000))
+
+
+def worst_event_variance(P: np.ndarray) -> float:
+    """max over events A of P(A)(1 - P(A)), over the cells of positive mass (2^K subsets)."""
+    P = P[P > 0]
+    masks = np.arange(1, 2 ** len(P) - 1)
+    bits = (masks[:, None] >> np.arange(len(P))[None, :]) & 1  # (2^K - 2, K)
+    a = bits @ P
+    return float(np.max(a * (1 - a)))
+
+
+def main() -> None:
+    z = norm.isf(DELTA)
+    print("| scenario | sequences | oracle median bound (any valid bound) | the gate's expected bound | ratio |")
+    print("|---|---|---|---|---|")
+    for name, n in CASES:
+        law, _ = scenario_law(load_scenario(name))
+        oracle = max(z * np.sqrt(worst_event_variance(P) / n) for P in law.marginals())
+        ours = max(battery.tv_interval_expected_upper(P, n, DELTA) for P in law.marginals())
+        print(f"| {name} | {n:,} | {oracle:.3g} | {ours:.3g} | {ours / oracle:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
