@@ -225,6 +225,7 @@ def test_measured_on_gpu_marker():
     assert "roofline" in marker(pd.DataFrame({"source": ["roofline"]}))
 
 
+@pytest.mark.slow  # 29 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
 def test_gpu_sweep_dry_run_on_cpu(tmp_path):
     """experiments/gpu_sweep.sh's pipeline without a GPU: the plan, T(n, B, L) of the tiny pair, the figures."""
     env = {"PY": sys.executable, "OUT": str(tmp_path / "sweep"), "ROOF_OUT": str(tmp_path / "roof"), "DRY_RUN": "1",

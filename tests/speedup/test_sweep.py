@@ -215,6 +215,7 @@ def test_report_of_a_grid_only_sweep(tmp_path):
     assert json.loads((out / "meta.json").read_text())["schema_version"] >= 1
 
 
+@pytest.mark.slow  # 31 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
 def test_report_is_byte_reproducible(tmp_path):
     """The report of the committed results, made twice, gives the same bytes (no date of the report run, the
     provenance of the results), so `python -m harness report` leaves a clean checkout clean."""

@@ -113,6 +113,7 @@ def _verify(scen_dir, out, draws, *extra):
                  "--no-controls", "--out", str(out), "--no-progress", "--no-figures", *extra])
 
 
+@pytest.mark.slow  # 60 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
 def test_inconclusive_exits_1_and_the_planned_draws_certify(scen_dir, tmp_path, capsys):
     """At 3000 draws the tiny scenario cannot certify TV <= 0.05 per position: inconclusive, exit 1 (not 0),
     and the runs table says how many draws would; at twice that number the same sampler is certified."""

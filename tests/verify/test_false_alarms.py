@@ -155,6 +155,7 @@ def _never_flagged(case):
     TRIED.append((sc.name, draws))
 
 
+@pytest.mark.slow  # 63 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
 @settings(max_examples=40, derandomize=True, deadline=None)
 @given(legal_scenarios())
 def test_reference_never_flagged_on_random_legal_scenarios(case):

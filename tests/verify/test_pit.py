@@ -83,6 +83,7 @@ def test_pit_runs_one_holm_family(tmp_path, small_dir):
     assert not (out / "_tmp_state").exists()
 
 
+@pytest.mark.slow  # 54 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
 def test_pit_and_verify_run_the_same_tests(tmp_path, small_dir):
     """The reference sampler through `pit` and through verify's real-model scenario: same draws (same
     seed derivation: tiny pair and exact pair alike), same statistics and p-values; only the family, hence the

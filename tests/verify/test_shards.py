@@ -182,6 +182,7 @@ def test_two_local_workers_give_identical_statistics_and_pvalues(serial_referenc
         assert a.tokens == b.tokens and a.acc.n == b.acc.n and np.array_equal(a.acc.pit_hist, b.acc.pit_hist)
 
 
+@pytest.mark.slow  # 51 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
 def test_a_sigkilled_worker_does_not_change_the_result(tmp_path, monkeypatch):
     from shard_samplers import KILL_MARKER, kill_once_generate, marker_pid
     table_serial, _ = _verify(SerialBackend(), kill_once_generate, "kill_once")  # no marker: never kills

@@ -431,6 +431,7 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     assert (pit[pit.scenario == "real_model"].groupby("run")["count"].sum() > 0).all()
 
 
+@pytest.mark.slow  # 51 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
 def test_real_model_from_the_command_line(real_scen_dir, tmp_path, capsys):
     """`--scenario real_model` alone (reference, no controls) and the contradicting flag."""
     pytest.importorskip("transformers")
