@@ -116,14 +116,14 @@ def markdown(table: pd.DataFrame, meta: dict, args, wall: float) -> str:
     return "\n".join([
         "# How often a lossless sampler ends inconclusive: measured vs the certificate's planner", "",
         f"Command: `python experiments/inconclusive_rate.py --reps {args.reps} --jobs {args.jobs}`; commit "
-        f"{meta['git']['commit']}; {wall:.0f} s.", "",
+        f"{meta['commit']}; {wall:.0f} s.", "",
         "Each row: a lossless sampler drawn `reps` times (independent seeds) through `make verify`'s pipeline at "
         "`draws` sequences (its target-only baseline as many), ε = the scenario's x `eps_scale`; *share* the seeds "
         "that ended inconclusive, [cp_lo, cp_hi] its Clopper-Pearson 95 % interval; *planner_normal* / "
         "*planner_rigorous* the run's own stated P(inconclusive | lossless) (runs.csv's cert_inconclusive_normal / "
         "cert_inconclusive_rate) at that size.  normal_ok: the planning figure is not below the interval "
         "(it may be conservative); rigorous_ok: the rigorous bound is not below it.", "",
-        md_table(table[cols]), "",
+        md_table(table[cols].to_dict("records"), cols), "",
         f"**Planner {'consistent' if ok else 'INCONSISTENT'} with the measured rates** "
         f"({int(table.normal_ok.sum())} of {len(table)} rows normal_ok, {int(table.rigorous_ok.sum())} rigorous_ok, "
         f"{int(table.lossy.sum())} lossy verdicts of a lossless sampler).", ""])
