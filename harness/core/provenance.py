@@ -121,6 +121,18 @@ def _torch_cpu_capability() -> Optional[str]:
         return None
 
 
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
+
+
+def _numpy_simd() -> Optional[list[str]]:
+    """numpy's dispatched kernel sets in use (X86_V3 = AVX2, X86_V4 / AVX512_* = AVX-512; NPY_DISABLE_CPU_FEATURES
+    removes some): float64 reductions sum in another order under each, a last-bit difference in a few statistics."""
+    np_umath = sys.modules.get("numpy._core._multiarray_umath")
+    if np_umath is None:
+        return None
+    return [f for f in getattr(np_umath, "__cpu_dispatch__", []) if getattr(np_umath, "__cpu_features__", {}).get(f)]
+
+
 def machine() -> dict:
     """CPU model and vector extensions, torch's CPU kernel set, cores visible to this process, torch threads,
     load average, memory, GPU."""
@@ -130,6 +142,8 @@ def machine() -> dict:
         "cpu": _cpu_model(),
         "cpu_simd": _simd_flags(),
         "torch_cpu_capability": _torch_cpu_capability(),
+        "numpy_simd": _numpy_simd(),
+        "kernel_env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ},
         "cpu_count": os.cpu_count(),
     }
     try:

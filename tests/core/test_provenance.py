@@ -62,3 +62,19 @@ def test_figures_are_byte_reproducible(tmp_path, fmt):
     first = draw(tmp_path / f"a.{fmt}")
     assert first == draw(tmp_path / f"b.{fmt}")
     assert b"CreationDate" not in first
+
+
+def test_machine_records_the_kernel_sets_and_their_pins(monkeypatch):
+    """What the exact-law tables depend on across machines (README: what reproduces): numpy's dispatched kernel
+    sets in use, and the environment variables that pin torch's, numpy's, OpenBLAS's and MKL's kernels."""
+    import numpy  # noqa: F401  (loaded: its kernel sets are reported)
+
+    from harness.core.provenance import machine
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    info = machine()
+    from numpy._core import _multiarray_umath as umath
+
+    assert info["numpy_simd"] == [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__[f]]
+    assert info["kernel_env"]["OPENBLAS_CORETYPE"] == "Haswell" and "MKL_CBWR" not in info["kernel_env"]
