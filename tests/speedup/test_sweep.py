@@ -253,6 +253,32 @@ def test_partial_sweep_keeps_the_tables_of_suites_it_did_not_run(tiny, tmp_path,
     assert sweep.not_owned(out, ["synthetic"], ["grid", "synthetic"]) == {"grid.parquet"}
 
 
+def test_a_partial_sweep_keeps_the_provenance_of_the_tables_it_keeps(tiny, tmp_path):
+    """Issue 26, by-hand rerun (row 1c): after `sweep --suites grid` meta.json described only the 1-cell run, and
+    the report headed summary.md and fidelity.md with that run's commit and machine over measured tables made by
+    another run.  meta.json now records each kept table's own provenance (kept_tables), and every output drawn
+    from measured.csv is stamped with measured.csv's."""
+    import shutil
+    _, full = tiny
+    out = tmp_path / "out"
+    shutil.copytree(full, out, ignore=shutil.ignore_patterns("cells", "figures"))
+    shutil.copytree(full / "cells" / "grid", out / "cells" / "grid")
+    path = out / "measured.csv"  # the earlier run: another commit, machine and date
+    first, rest = path.read_text().split("\n", 1)
+    old = json.loads(first[len("# provenance:"):])
+    old.update(commit="0123456789" * 4, created_utc="2001-02-03T04:05:06+00:00")
+    old["machine"] = dict(old["machine"], cpu="An Older CPU")
+    path.write_text("# provenance: " + json.dumps(old) + "\n" + rest)
+    assert sweep.run(_args(full.parent / "tiny.toml", out, suites="grid")) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["kept_tables"]["measured.csv"]["created_utc"] == "2001-02-03T04:05:06+00:00"
+    assert meta["kept_tables"]["fidelity.json"]["fidelity"] and meta["created_utc"] != old["created_utc"]
+    report.make_report(out, formats=("png",))
+    summary = (out / "figures" / "summary.md").read_text()
+    assert "commit 0123456789" in summary and "2001-02-03T04:05:06" in summary and "An Older CPU" in summary
+    assert "commit 0123456789" in (out / "figures" / "fidelity.md").read_text()
+
+
 def test_a_partial_sweep_still_draws_the_algorithm_cells_it_did_not_run():
     """Issue 26, finding 1 (the report half): after `sweep --suites grid` the run's meta lists only grid, and
     the report planned the algorithm figures from that list, so `report` deleted the committed

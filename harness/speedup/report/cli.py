@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -42,7 +42,7 @@ from harness.speedup import costmodel as cm
 from harness.core.config import RESULTS
 from harness.core.atomic import staged_report
 from harness.core.figures import pyplot as _plt, results_line, save_figure as _save
-from harness.core.provenance import atomic_savefig, atomic_write_text, check_schema, checked_provenance
+from harness.core.provenance import atomic_savefig, atomic_write_text, check_schema, checked_provenance, read_provenance
 from harness.speedup.sweep.tables import PREDICTIONS, fidelity
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out
@@ -63,6 +63,17 @@ class SweepResults:
     grid: Optional[pd.DataFrame]
     measured: Optional[pd.DataFrame]
     profiles: Optional[pd.DataFrame]
+    table_meta: dict = field(default_factory=dict)  # table file -> the provenance it carries
+
+    def meta_of(self, *tables: str) -> dict:
+        """The provenance of the first of ``tables`` that carries one (a table kept by a partial rerun keeps
+        the run that made it), else meta.json's: what an output drawn from those tables is stamped with."""
+        run = (self.meta.get("commit"), self.meta.get("created_utc"))
+        for name in tables:
+            t = self.table_meta.get(name)
+            if t:  # made by the run meta.json describes: meta.json's (it holds the whole sweep's summary)
+                return self.meta if (t.get("commit"), t.get("created_utc")) == run else t
+        return self.meta
 
     @classmethod
     def load(cls, path) -> "SweepResults":
@@ -72,8 +83,10 @@ class SweepResults:
                                     "run `python -m harness sweep` first")
         meta = json.loads((path / "meta.json").read_text())
         check_schema(meta, path / "meta.json")
+        table_meta = {name: read_provenance(path / name) for name in ("grid.parquet", "measured.csv", "profiles.csv")
+                      if (path / name).exists()}
         return cls(path, meta, _read_parquet(path / "grid.parquet"), _read_csv(path / "measured.csv"),
-                   _read_csv(path / "profiles.csv"))
+                   _read_csv(path / "profiles.csv"), table_meta)
 
     @property
     def has_measured(self) -> bool:
@@ -198,7 +211,7 @@ def fig_speedup_vs_alpha(plt, res: SweepResults, out, formats):
     fig.legend([handles[lab] for lab in order], order, loc="lower center", ncol=4, fontsize=6, frameon=False,
                bbox_to_anchor=(0.5, 0.018))
     fig.tight_layout(rect=(0, 0.02 + 0.028 * nleg * 2 / nrows, 1, 1))
-    return [str(atomic_savefig(fig, out / f"speedup_vs_alpha.{fmt}", res.meta)) for fmt in formats]
+    return [str(atomic_savefig(fig, out / f"speedup_vs_alpha.{fmt}", res.meta_of("grid.parquet", "measured.csv"))) for fmt in formats]
 
 
 def _grid_matrix(grid, k=None):
@@ -245,7 +258,7 @@ def fig_heatmap(plt, res: SweepResults, out, formats, k_fixed=4):
         fig.colorbar(im, ax=ax, label="speedup S")
         if res.measured is not None and k is not None:
             _measured_on_heatmap(ax, res, k)
-    return _save(fig, out, "speedup_heatmap", res.meta, formats)
+    return _save(fig, out, "speedup_heatmap", res.meta_of("grid.parquet"), formats)
 
 
 def fig_optimal_k(plt, res: SweepResults, out, formats):
@@ -265,7 +278,7 @@ def fig_optimal_k(plt, res: SweepResults, out, formats):
     ax.set_ylabel(r"cost ratio $c$")
     ax.set_title("best k (grey: no k gains, S < 1)")
     fig.colorbar(im, ax=ax, label="optimal k", ticks=[1, 2, 4, 8, 12, 16][: 6 if kmax >= 16 else 4])
-    return _save(fig, out, "optimal_k", res.meta, formats)
+    return _save(fig, out, "optimal_k", res.meta_of("grid.parquet"), formats)
 
 
 def fig_pred_vs_meas(plt, res: SweepResults, out, formats):
@@ -299,7 +312,7 @@ def fig_pred_vs_meas(plt, res: SweepResults, out, formats):
     ax.set_ylabel("predicted speedup")
     ax.set_title("predicted vs measured")
     ax.legend(loc="lower right", fontsize=5.5)
-    return _save(fig, out, "pred_vs_meas", res.meta, formats)
+    return _save(fig, out, "pred_vs_meas", res.meta_of("measured.csv"), formats)
 
 
 def fig_tokens_per_call(plt, res: SweepResults, out, formats):
@@ -325,7 +338,7 @@ def fig_tokens_per_call(plt, res: SweepResults, out, formats):
         ax.set_ylabel("tokens per target call")
         ax.set_title(f"{suite}: points measured, lines E(alpha, k)")
         ax.legend(fontsize=6)
-    return _save(fig, out, "tokens_per_call", res.meta, formats)
+    return _save(fig, out, "tokens_per_call", res.meta_of("measured.csv"), formats)
 
 
 def fig_cost_curves(plt, res: SweepResults, out, formats):
@@ -355,7 +368,7 @@ def fig_cost_curves(plt, res: SweepResults, out, formats):
     dev = ", ".join(sorted(f.device.unique()))
     axes[1].set_title(f"T(1, B): batch size ({dev})")
     axes[1].legend(fontsize=6)
-    return _save(fig, out, "cost_curves", res.meta, formats)
+    return _save(fig, out, "cost_curves", res.meta_of("profiles.csv"), formats)
 
 
 # -- tables ---------------------------------------------------------------------------------------
@@ -481,13 +494,13 @@ FIGURES = (
 def _suite_table(suite: str, style: SuiteStyle) -> Output:
     key, file, caption, label = style.table
     return Output(key, lambda r: len(r.suite(suite)) > 0,
-                  lambda r: latex_table(r.suite(suite), caption, label, r.meta), file)
+                  lambda r: latex_table(r.suite(suite), caption, label, r.meta_of("measured.csv")), file)
 
 
 TABLES = tuple(_suite_table(s, st) for s, st in SUITE_STYLES.items()) + (
-    Output("fidelity", _has_measured, lambda r: f"Fidelity, {results_line(r.meta)}.\n\n" + fidelity_md(r.measured),
+    Output("fidelity", _has_measured, lambda r: f"Fidelity, {results_line(r.meta_of('measured.csv'))}.\n\n" + fidelity_md(r.measured),
            "fidelity.md"),
-    Output("summary", _has_measured, lambda r: summary_md(r.measured, r.meta), "summary.md"),
+    Output("summary", _has_measured, lambda r: summary_md(r.measured, r.meta_of("measured.csv")), "summary.md"),
 )
 
 from harness.speedup.report import algorithms as _algorithms  # noqa: E402  issue 12's suite (imports this module lazily)

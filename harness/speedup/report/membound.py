@@ -50,12 +50,12 @@ def fig_speedup(plt, res, out, formats):
     axes[0][0].set_ylabel("speedup over target-only")
     axes[0][0].legend(loc="best")
     fig.suptitle("memory-bound pair: measured vs cost model", fontsize=9)
-    return _save(fig, Path(out), "membound_speedup", res.meta, formats)
+    return _save(fig, Path(out), "membound_speedup", res.meta_of("measured.csv"), formats)
 
 
 def membound_md(res) -> str:
     m = rows_of(res)
-    out = [f"Memory-bound pair, {results_line(res.meta)}.", "",
+    out = [f"Memory-bound pair, {results_line(res.meta_of('measured.csv'))}.", "",
            "| draft | k | B | alpha_hat | S measured (wall) | S model (wall) | error | S measured (CPU) | "
            "S model (CPU) | error (CPU) | outside forwards (share of a round) |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]

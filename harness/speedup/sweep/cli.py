@@ -32,7 +32,8 @@ from harness.core.backends import SerialBackend, TaskLost, add_backend_arguments
 from harness.core.config import RESULTS, SWEEP_DIR, derive_seed, overlay, read_toml
 from harness.core.atomic import staged_report
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
-from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_parquet, check_schema, metadata
+from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic_write_parquet, check_schema, metadata,
+                                     read_provenance)
 from harness.speedup.sweep.suites import SUITES, Cell
 from harness.speedup.sweep.tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
 from harness.core.errors import UsageError
@@ -233,6 +234,8 @@ def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True,
     meta = _sweep_meta(cfg, cells, recs, missing, keys)
     meta["sweep"]["config_suites"] = list(config_suites or cfg["suites"])  # what the report may draw from cells
     keep = not_owned(out, cfg["suites"], config_suites or cfg["suites"])
+    if keep:  # meta.json describes this run; the tables it keeps keep their own provenance, recorded here too
+        meta["kept_tables"] = {name: kept_provenance(out / name) for name in sorted(keep)}
     with staged_report(out, "sweep", TABLE_FILES, keep=keep) as staged:
         written = _write_tables(out, staged.dir, recs, meta)
         for name, path in list(written.items()):
@@ -244,6 +247,15 @@ def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True,
               "rebuilds it)", file=sys.stderr)
     return {"written": {k: str(staged.final(v)) for k, v in written.items()}, "missing": missing, "meta": meta,
             "kept": sorted(keep)}
+
+
+def kept_provenance(path: Path) -> Optional[dict]:
+    """The provenance a kept table carries (its CSV / parquet header, or fidelity.json's ``meta``): the run that
+    made it, which a partial rerun does not re-stamp (harness.speedup.report reads it per table)."""
+    meta = read_provenance(path)
+    if Path(path).name == "fidelity.json" and isinstance(meta, dict):
+        meta = meta.get("meta")
+    return meta if isinstance(meta, dict) else None
 
 
 # which cell feed each table is built from (meta.json describes the run itself and is always rewritten)
