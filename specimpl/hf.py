@@ -26,8 +26,8 @@ mask, and models with mixed layer types get a ``{layer_type: mask}`` mapping.
 
 Loading checks, before any weights are read: a local path (absolute, starting with . or ~, or
 whose first component exists here) must be a directory holding config.json, else FileNotFoundError
-at once (no hub retries); any other name is a hub id, and when the hub cannot be reached (one TCP connect
-to ``HF_ENDPOINT``'s host, 2 s at most, unless a proxy is configured) it is read from the Hugging Face
+at once (no hub retries); any other name is a hub id, and when the hub cannot be reached (one HEAD request to
+``HF_ENDPOINT``, directly or through the environment's proxy, answered within 2 s) it is read from the Hugging Face
 cache only: a name in neither fails at once naming it (``tiny/target`` with no ./tiny spent 25 s in the
 hub client's retries); the
 config is a decoder-only causal LM (not encoder-decoder, not an encoder such as BERT without
@@ -400,18 +400,50 @@ HUB_PROBE_TIMEOUT_S = 2.0
 
 @functools.lru_cache(maxsize=None)
 def _hub_unreachable() -> Optional[str]:
-    """Why the Hugging Face hub cannot be reached from this process (None: it can, or a proxy decides):
-    one TCP connect to ``HF_ENDPOINT``'s host (default huggingface.co), once per process."""
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
-                                       "all_proxy")):
-        return None
+    """Why the Hugging Face hub cannot be reached from this process (None: it can, or a proxy decides): one HEAD
+    request to ``HF_ENDPOINT`` (default https://huggingface.co), directly or through the proxy the environment
+    names, answered within HUB_PROBE_TIMEOUT_S, once per process.  Any HTTP answer counts as reachable (the
+    certificate is not checked here: the hub client does that); no answer in time, or a refused or unresolvable
+    host, counts as unreachable (a host that accepts the connection and never answers kept the hub client
+    waiting for minutes); a proxy that refuses the tunnel (e.g. it wants credentials) decides for itself."""
+    import http.client
+    import ssl
+    import urllib.request
     from urllib.parse import urlsplit
     url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    proxy = urllib.request.getproxies().get("https" if url.scheme != "http" else "http")
+    if proxy and urllib.request.proxy_bypass(host):
+        proxy = None
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    where = f"{host}:{port}" + (f" through proxy {urlsplit(proxy).hostname}" if proxy else "")
     try:
-        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S).close()
+        if proxy:
+            p = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+            conn = http.client.HTTPConnection(p.hostname, p.port or 8080, timeout=HUB_PROBE_TIMEOUT_S)
+            if url.scheme != "http":
+                conn.set_tunnel(host, port)
+        elif url.scheme == "http":
+            conn = http.client.HTTPConnection(host, port, timeout=HUB_PROBE_TIMEOUT_S)
+        else:
+            conn = http.client.HTTPSConnection(host, port, timeout=HUB_PROBE_TIMEOUT_S, context=ctx)
+        try:
+            if proxy and url.scheme != "http":  # the tunnel, then TLS inside it
+                conn.connect()
+                conn.sock = ctx.wrap_socket(conn.sock, server_hostname=host)
+            conn.request("HEAD", "/" if not proxy or url.scheme != "http" else f"http://{host}:{port}/")
+            conn.getresponse()
+        finally:
+            conn.close()
+    except (socket.timeout, TimeoutError) as e:
+        return f"{where}: no answer in {HUB_PROBE_TIMEOUT_S:g} s ({type(e).__name__})"
     except OSError as e:
-        return f"{host}:{port}: {type(e).__name__}: {e}"
+        if proxy and "Tunnel connection failed" in str(e):
+            return None  # the proxy answered; it decides (credentials, policy)
+        return f"{where}: {type(e).__name__}: {e}"
+    except http.client.HTTPException:
+        return None  # something answered in HTTP-like terms
     return None
 
 

@@ -361,8 +361,46 @@ def test_a_hub_id_fails_at_once_when_the_hub_cannot_be_reached(tmp_path, monkeyp
                                                     r"\(127.0.0.1:1: ConnectionRefusedError"):
             load_pair("tiny/target", "tiny/draft")
         assert seen == ["tiny/target"]  # the target's failure ends the call
-        monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # a proxy decides: no probe of our own
-        hf._hub_unreachable.cache_clear()
-        assert hf._hub_unreachable() is None
     finally:
+        hf._hub_unreachable.cache_clear()
+
+
+def test_a_hub_or_proxy_that_accepts_and_never_answers_counts_as_unreachable(monkeypatch):
+    """Issue 26 by-hand rerun (row 8c'): with HF_ENDPOINT (or HTTPS_PROXY) at a host that accepts the connection
+    and never answers, the TCP-connect probe said reachable and the hub client waited >= 240 s (26 s through a
+    proxy).  The probe is now a HEAD request answered within HUB_PROBE_TIMEOUT_S; a proxy that answers, even
+    refusing the tunnel, still decides for itself."""
+    import http.server
+    import socket
+    import threading
+    import time
+
+    from specimpl import hf
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts (the kernel completes the handshake), never answers
+    answering = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=answering.serve_forever, daemon=True).start()
+    try:
+        for endpoint, proxy, unreachable in (
+                (f"http://127.0.0.1:{silent.getsockname()[1]}", None, True),
+                (f"https://127.0.0.1:{silent.getsockname()[1]}", None, True),
+                (f"http://127.0.0.1:{answering.server_address[1]}", None, False),
+                ("https://huggingface.co", f"http://127.0.0.1:{silent.getsockname()[1]}", True),
+                ("https://huggingface.co", f"http://127.0.0.1:{answering.server_address[1]}", False)):  # 501 to CONNECT
+            monkeypatch.setenv("HF_ENDPOINT", endpoint)
+            if proxy:
+                monkeypatch.setenv("HTTPS_PROXY", proxy)
+            hf._hub_unreachable.cache_clear()
+            t0 = time.monotonic()
+            why = hf._hub_unreachable()
+            assert (why is not None) == unreachable, (endpoint, proxy, why)
+            assert time.monotonic() - t0 < hf.HUB_PROBE_TIMEOUT_S + 3
+            if unreachable:
+                assert "no answer in 2 s" in why
+    finally:
+        answering.shutdown()
+        silent.close()
         hf._hub_unreachable.cache_clear()
