@@ -41,7 +41,9 @@ def summary_text(res, args) -> str:
              f"- mode: {res.mode}; samples: `{portable(str(args.samples))}`" +
              (f"; target: `{portable(str(args.target))}` ({'float64 exact law' if res.mode == 'exact' else args.dtype})" if args.target else
               f"; baseline: `{portable(str(args.baseline))}`"),
-             f"- completions: {c.completions}; " + ", ".join(f"{k}: {v}" for k, v in res.info.items()
+             (f"- completions: {res.info['sample_completions']} in the samples, {res.info['baseline_completions']} in the "
+              f"baseline (the certificate counts the smaller, {c.completions}); " if "sample_completions" in res.info else
+              f"- completions: {c.completions}; ") + ", ".join(f"{k}: {v}" for k, v in res.info.items()
                                                            if k in ("tokens_scored", "tokens_compared")),
              f"- family: {lv.get('n_tests')} tests, Holm at alpha = {res.info.get('family_alpha'):g}, power "
              f"{res.info.get('power'):g}"

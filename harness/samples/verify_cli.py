@@ -207,7 +207,7 @@ def two_sample(records, baseline_path: Path, args, settings) -> SamplesVerdict:
     if args.vocab_size is None:
         notes.append(f"vocabulary size taken as the largest id in the files + 1 = {V} (pass --vocab-size)")
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, min(len(records), len(base)))
-    info = {"baseline_completions": len(base), "vocab_size": V, "levels": vars(levels),
+    info = {"sample_completions": len(records), "baseline_completions": len(base), "vocab_size": V, "levels": vars(levels),
             "tokens_compared": int(sum(len(r.output_ids) for r in records + base)),
             "family_alpha": settings.family_alpha, "power": settings.power}
     return SamplesVerdict("two-sample", table, cert, tuple(notes), info)

@@ -255,6 +255,9 @@ def test_baseline_with_one_completion_per_prompt_does_not_reject(tmp_path):
     b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=16, per_prompt=1, T=1)
     code, meta = _verify(tmp_path, a, b)
     assert code == 1 and meta["verdict"] == "inconclusive", meta["headline"]
+    # the summary counts both files (by-hand rerun: it said "completions: 16" for a 128-line sample file)
+    summary = next(tmp_path.rglob("summary.md")).read_text()
+    assert "completions: 128 in the samples, 16 in the baseline (the certificate counts the smaller, 16)" in summary
 
 
 def test_two_sample_tests_with_an_empty_arm_do_not_reject():

@@ -45,6 +45,7 @@ def test_non_positive_or_non_finite_hardware_numbers_are_exit_2(capsys, tmp_path
     assert _tune("--hardware", str(hw), "--out", str(tmp_path / "o")) == 2
     err = capsys.readouterr().err
     assert f"'{key}'" in err and str(hw) in err and "Traceback" not in err
+    assert "is not a valid hardware description" in err and "must be 'local' or one of" not in err  # its own fault first
     assert not (tmp_path / "o").exists()
 
 
