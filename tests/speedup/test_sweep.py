@@ -277,6 +277,12 @@ def test_a_partial_sweep_keeps_the_provenance_of_the_tables_it_keeps(tiny, tmp_p
     summary = (out / "figures" / "summary.md").read_text()
     assert "commit 0123456789" in summary and "2001-02-03T04:05:06" in summary and "An Older CPU" in summary
     assert "commit 0123456789" in (out / "figures" / "fidelity.md").read_text()
+    # outputs drawn from the cells of a suite this run skipped are stamped with the run that stored them
+    full_meta = json.loads((full / "meta.json").read_text())
+    assert meta["previous_run"]["created_utc"] == full_meta["created_utc"]
+    res = report.SweepResults.load(out)
+    assert res.meta_for_suite("synthetic")["created_utc"] == full_meta["created_utc"]
+    assert res.meta_for_suite("grid")["created_utc"] == meta["created_utc"]
 
 
 def test_a_partial_sweep_still_draws_the_algorithm_cells_it_did_not_run():

@@ -45,7 +45,7 @@ def _colors(plt, names):
 
 
 def _save(fig, res, out, name, formats):
-    return save(fig, Path(out), name, res.meta, formats)
+    return save(fig, Path(out), name, res.meta_for_suite("algorithms"), formats)
 
 
 def fig_tokens_per_call(plt, res, out, formats):
@@ -149,7 +149,7 @@ def _timed_md(s: pd.DataFrame, title: str) -> list[str]:
 
 def algorithms_md(res) -> str:
     t = table_of(res)
-    out = [f"# Chain, block and tree verification — {results_line(res.meta)}", ""]
+    out = [f"# Chain, block and tree verification — {results_line(res.meta_for_suite('algorithms'))}", ""]
     if (t.kind == "scenario").any():
         out += _scenario_md(t[t.kind == "scenario"])
     if (t.kind == "synthetic").any():

@@ -75,6 +75,14 @@ class SweepResults:
                 return self.meta if (t.get("commit"), t.get("created_utc")) == run else t
         return self.meta
 
+    def meta_for_suite(self, suite: str) -> dict:
+        """The provenance of the run that stored ``suite``'s cells: meta.json's when that run ran the suite, else
+        (a partial ``--suites`` run skipped it) the earlier run meta.json records as ``previous_run``."""
+        meta = self.meta
+        while suite not in meta.get("config", {}).get("suites", []) and isinstance(meta.get("previous_run"), dict):
+            meta = meta["previous_run"]
+        return meta
+
     @classmethod
     def load(cls, path) -> "SweepResults":
         path = Path(path)

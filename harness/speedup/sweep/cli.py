@@ -236,6 +236,10 @@ def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True,
     keep = not_owned(out, cfg["suites"], config_suites or cfg["suites"])
     if keep:  # meta.json describes this run; the tables it keeps keep their own provenance, recorded here too
         meta["kept_tables"] = {name: kept_provenance(out / name) for name in sorted(keep)}
+    skipped = [s for s in (config_suites or cfg["suites"]) if s not in cfg["suites"]]
+    previous = read_provenance(out / "meta.json") if skipped else None
+    if previous:  # the run that stored the cells of the suites this one skipped (report: SweepResults.meta_for_suite)
+        meta["previous_run"] = previous
     with staged_report(out, "sweep", TABLE_FILES, keep=keep) as staged:
         written = _write_tables(out, staged.dir, recs, meta)
         for name, path in list(written.items()):
