@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -1595,6 +1596,60 @@ def _tree_np(ctx: Ctx):
     """, timeout=50)
     v = r["value"] or ""
     return raised(r), r["raised"] is None and v.count("same tokens") == 2
+
+
+@probe("byhand_hub_accepts_never_answers",
+       "By-hand rerun of issue 26 (row 8c'): `load_pair(\"tiny/target\", ...)` with tiny/ absent and HF_ENDPOINT "
+       "at a local socket that accepts and never answers printed nothing for 240 s (the probe was one TCP "
+       "connect, which such a host passes).  HF_HUB_OFFLINE unset; the socket is this probe's own, closed after.",
+       "fails within 10 s (Python and transformers start-up included) with an error naming the path and the host",
+       timeout=90, slow=True)
+def _hub_silent(ctx: Ctx):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    try:
+        r = ctx.python("""
+            import time
+            from transformers import AutoConfig, AutoTokenizer
+            from specimpl.hf import load_pair
+            tic = time.perf_counter()
+            try:
+                load_pair('tiny/target', 'tiny/draft')
+            except Exception as e:
+                raise type(e)(f'[{time.perf_counter() - tic:.1f} s] {e}') from None
+            return 'loaded?!'
+        """, timeout=70, env={"HF_HUB_OFFLINE": None, "TRANSFORMERS_OFFLINE": None,
+                              "HF_ENDPOINT": f"http://127.0.0.1:{sock.getsockname()[1]}"})
+    finally:
+        sock.close()
+    m = re.match(r"\[([\d.]+) s\]", r["msg"] or "")
+    secs = float(m.group(1)) if m else None
+    return raised(r), secs is not None and secs < 10 and "tiny/target" in r["msg"] and "127.0.0.1" in r["msg"]
+
+
+@probe("byhand_partial_sweep_provenance",
+       "By-hand rerun of issue 26 (row 1c): after `sweep --suites grid` meta.json described only the 1-cell run, "
+       "and the next `report` headed summary.md, fidelity.md and algorithms.md with that run's commit, machine and "
+       "'cells stored 1 of 1' over the kept tables of the committed 159-cell run.  Probed on a copy of "
+       "results/sweep/default (grid cells left out): `sweep --suites grid --out sw`, then `report --results sw`.",
+       "summary.md, fidelity.md and algorithms.md name the commit and date of the committed tables' run, as "
+       "before the partial run", timeout=170, slow=True)
+def _partial_provenance(ctx: Ctx):
+    src = REPO / "results" / "sweep" / "default"
+    sw = ctx.path("sw")
+    shutil.copytree(src, sw, ignore=shutil.ignore_patterns("cells"))
+    shutil.copytree(src / "cells" / "algorithms", sw / "cells" / "algorithms")
+    heads = ("summary.md", "fidelity.md", "algorithms.md")
+    before = {f: (src / "figures" / f).read_text().splitlines()[:3] for f in heads}
+    s = ctx.harness("sweep", "--suites", "grid", "--out", "sw", "--no-progress", timeout=80)
+    r = ctx.harness("report", "--results", "sw", timeout=80)
+    after = {f: (sw / "figures" / f).read_text().splitlines()[:3] if (sw / "figures" / f).exists() else []
+             for f in heads}
+    same = [f for f in heads if after[f] == before[f]]
+    obs = (f"sweep {describe(s, 0).split(':')[0]}, report {describe(r, 0).split(':')[0]}: headers unchanged in "
+           f"{len(same)} of {len(heads)} ({', '.join(same) or 'none'})")
+    return obs, s.rc == 0 and r.rc == 0 and len(same) == len(heads)
 
 
 # ------------------------------------------------------------------------------------------- driver

@@ -46,10 +46,14 @@ ISSUE26_PROBES = [  # issue 26's findings 1-8, one probe per part, in its order
     "i26_tree_numpy_k_tensor_eos",
 ]
 
+BYHAND_PROBES = [  # what the independent by-hand rerun of issue 26 found beyond its findings (results/gate/by_hand.md)
+    "byhand_hub_accepts_never_answers", "byhand_partial_sweep_provenance",
+]
+
 
 def test_registry_is_well_formed(gp):
     names = [p.name for p in gp.REGISTRY]
-    assert names == ISSUE_PROBES + ISSUE26_PROBES
+    assert names == ISSUE_PROBES + ISSUE26_PROBES + BYHAND_PROBES
     assert len(set(names)) == len(names)
     for p in gp.REGISTRY:
         assert re.fullmatch(r"[a-z][a-z0-9_]*", p.name), p.name
