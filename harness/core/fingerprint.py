@@ -171,11 +171,24 @@ def sampler_fingerprint(fn: Callable) -> str:
     code is :func:`code_fingerprint`'s, nor installed packages).  A callable whose source cannot be read is
     fingerprinted by its name and those modules.  A module the sampler imports only later, inside a call,
     is not seen here (import helpers at the top of the sampler file)."""
+    how, name, files, root, helpers = _sampler_parts(fn)
+    return fingerprint(how, name, files_fingerprint(files, root) if files else None,
+                       [[str(f), files_fingerprint([f])] for f in helpers])
+
+
+def _sampler_parts(fn: Callable) -> tuple:
+    """(how the source was found, qualified name, its files, their root, the helper modules it imported)."""
     how, files, root = _source_files(fn)
     name = getattr(_unwrap(fn), "__qualname__", type(fn).__qualname__)
     own = how.startswith("package ") and how.split()[1] in PROJECT_PACKAGES
     own = own or bool(files) and all(any(p in f.parts for p in PROJECT_PACKAGES) and f.is_relative_to(
         Path(__file__).resolve().parents[2]) for f in files)
     helpers = [] if own or how.startswith("installed ") else [f for f in user_module_files() if f not in set(files)]
-    return fingerprint(how, name, files_fingerprint(files, root) if files else None,
-                       [[str(f), files_fingerprint([f])] for f in helpers])
+    return how, name, files, root, helpers
+
+
+def sampler_sources(fn: Callable) -> dict:
+    """Each source file :func:`sampler_fingerprint` covers (the sampler's own and its helpers), path -> its
+    fingerprint: what a resumed run compares to name the file that changed."""
+    _, _, files, _, helpers = _sampler_parts(fn)
+    return {str(f): files_fingerprint([f]) for f in [*files, *helpers]}

@@ -40,7 +40,8 @@ from harness.verify.battery import Accumulator, plan_chunks
 from harness.core.config import derive_seed
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import scenario_law
-from harness.core.fingerprint import code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint, short
+from harness.core.fingerprint import (code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint,
+                                      sampler_sources, short)
 from harness.core.provenance import atomic_write_bytes
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
@@ -69,6 +70,8 @@ class RunState:
         self.stale: list[str] = []  # slots whose saved shard came from other code or settings (redrawn)
         self._code: Optional[str] = None
         self._samplers: dict[int, str] = {}
+        self._sources: dict[str, dict] = {}  # fingerprint -> {source: its fingerprint} (to name what changed)
+        self.changed: set[str] = set()  # what made saved shards stale, where it can be named
         self.run_fingerprint: Optional[str] = None  # code + sampler under test, as announced
         if self.dir is not None:
             if fresh and self.dir.exists():
@@ -94,7 +97,11 @@ class RunState:
         empty without a state folder (nothing is saved or reused then)."""
         if self.dir is None:
             return ""
-        return fingerprint(self.code, self.sampler(fn), *parts)
+        fp = fingerprint(self.code, self.sampler(fn), *parts)
+        if fp not in self._sources:
+            self._sources[fp] = {"project code": self.code, **sampler_sources(fn),
+                                 "settings": fingerprint(*parts)}
+        return fp
 
     @staticmethod
     def slot(*parts) -> str:
@@ -115,13 +122,24 @@ class RunState:
             saved = None
         if not isinstance(saved, dict) or saved.get("fingerprint") != fp:
             self.stale.append(slot)
+            self.changed |= self._what_changed(saved.get("sources") if isinstance(saved, dict) else None, fp)
             return None
         self.reused.append(slot)
         return saved["obj"]
 
+    def _what_changed(self, saved: Optional[dict], fp: str) -> set:
+        """The names of the sources (a file by its name, 'project code', 'settings') whose fingerprint differs
+        between a stale shard and this run (empty when the shard recorded none)."""
+        now = self._sources.get(fp)
+        if not isinstance(saved, dict) or now is None:
+            return set()
+        keys = set(saved) | set(now)
+        return {k if k in ("project code", "settings") else Path(k).name for k in keys if saved.get(k) != now.get(k)}
+
     def save(self, slot: str, fp: str, obj: dict) -> None:
         if self.dir is not None:
-            atomic_write_bytes(self.dir / f"{slot}.pkl", pickle.dumps({"fingerprint": fp, "obj": obj}))
+            atomic_write_bytes(self.dir / f"{slot}.pkl", pickle.dumps({"fingerprint": fp, "obj": obj,
+                                                                       "sources": self._sources.get(fp)}))
 
     def summary(self) -> dict:
         """What was reused, for meta.json: shard counts and the run's fingerprint."""
@@ -136,9 +154,10 @@ class RunState:
             lines.append(f"reused {len(self.reused)} saved draw shard{'s' * (len(self.reused) != 1)} from an "
                          f"earlier run of the same code (fingerprint {fp})")
         if self.stale:
+            what = (f"changed: {', '.join(sorted(self.changed))}" if self.changed else
+                    "sampler source, project code, scenario, seed or draws changed")
             lines.append(f"ignored {len(self.stale)} saved draw shard{'s' * (len(self.stale) != 1)} made by other "
-                         f"code or settings (sampler source, project code, scenario, seed or draws changed); "
-                         f"redrawn (fingerprint now {fp})")
+                         f"code or settings ({what}); redrawn (fingerprint now {fp})")
         return lines
 
     def clear(self) -> None:

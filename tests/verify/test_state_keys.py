@@ -176,3 +176,28 @@ def test_sampler_fingerprint_follows_the_modules_it_imports(tmp_path, monkeypatc
     monkeypatch.delitem(sys.modules, "helper_i26")
     assert fpmod.sampler_fingerprint(load_sampler(f"{src}:fn")) != a
     assert fpmod.sampler_fingerprint(speculative_generate) == ref
+
+
+def test_a_stale_shard_names_the_file_that_changed(tmp_path, monkeypatch):
+    """By-hand rerun of issue 26 (finding 4): the stale-shard line said "sampler source, project code, ..." where
+    helper.py had changed.  A shard now records the fingerprint of each source it was drawn under, and the line
+    names the ones that differ (a file by its name, or "settings")."""
+    import sys
+    from harness.verify.draw import RunState
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "helper_i26b.py").write_text(textwrap.dedent(GOOD).replace("def fn(", "def gen("))
+    src = tmp_path / "s2.py"
+    src.write_text("from helper_i26b import gen as fn\n")
+    state = RunState(tmp_path / "out")
+    slot = RunState.slot("base", 0)
+    state.save(slot, state.fingerprint(load_sampler(f"{src}:fn"), "base", 1000), {"x": 1})
+    (tmp_path / "helper_i26b.py").write_text(textwrap.dedent(LOSSY).replace("def fn(", "def gen("))
+    monkeypatch.delitem(sys.modules, "helper_i26b")
+    again = RunState(tmp_path / "out")
+    fn = load_sampler(f"{src}:fn")
+    assert again.load(slot, again.fingerprint(fn, "base", 1000)) is None
+    assert "changed: helper_i26b.py)" in again.announcement()[0]
+    other = RunState(tmp_path / "out")  # the helper saved again, then only the settings differ
+    other.save(slot, other.fingerprint(fn, "base", 1000), {"x": 1})
+    assert other.load(slot, other.fingerprint(fn, "base", 2000)) is None
+    assert "changed: settings)" in other.announcement()[0]
