@@ -283,6 +283,9 @@ def test_a_partial_sweep_keeps_the_provenance_of_the_tables_it_keeps(tiny, tmp_p
     res = report.SweepResults.load(out)
     assert res.meta_for_suite("synthetic")["created_utc"] == full_meta["created_utc"]
     assert res.meta_for_suite("grid")["created_utc"] == meta["created_utc"]
+    # a partial run into a new folder has no run before it (the gate probe report_grid_only caught a crash here)
+    assert sweep.run(_args(full.parent / "tiny.toml", tmp_path / "fresh", suites="grid")) == 0
+    assert "previous_run" not in json.loads((tmp_path / "fresh" / "meta.json").read_text())
 
 
 def test_a_partial_sweep_still_draws_the_algorithm_cells_it_did_not_run():

@@ -237,7 +237,7 @@ def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True,
     if keep:  # meta.json describes this run; the tables it keeps keep their own provenance, recorded here too
         meta["kept_tables"] = {name: kept_provenance(out / name) for name in sorted(keep)}
     skipped = [s for s in (config_suites or cfg["suites"]) if s not in cfg["suites"]]
-    previous = read_provenance(out / "meta.json") if skipped else None
+    previous = read_provenance(out / "meta.json") if skipped and (out / "meta.json").is_file() else None
     if previous:  # the run that stored the cells of the suites this one skipped (report: SweepResults.meta_for_suite)
         meta["previous_run"] = previous
     with staged_report(out, "sweep", TABLE_FILES, keep=keep) as staged:
