@@ -132,8 +132,10 @@ def _check(args):
         try:
             hw = load_hardware(args.hardware)
         except ConfigError as e:
-            if str(args.hardware).endswith(".toml") and Path(args.hardware).is_file():  # the file's own fault first
-                raise UsageError(f"`--hardware` file {args.hardware!r} is not a valid hardware description: {e}") from None
+            if str(args.hardware).endswith(".toml"):  # the file's own fault first
+                why = f"is not a valid hardware description: {e}" if Path(args.hardware).is_file() else "does not exist"
+                raise UsageError(f"`--hardware` file {args.hardware!r} {why} (or give 'local' or one of "
+                                 f"{hardware_names()})") from None
             raise UsageError(f"`--hardware` must be 'local' or one of {hardware_names()} (or a .toml file); "
                              f"got {args.hardware!r} ({e})") from None
     if args.prompts is not None:

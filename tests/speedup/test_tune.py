@@ -49,6 +49,12 @@ def test_non_positive_or_non_finite_hardware_numbers_are_exit_2(capsys, tmp_path
     assert not (tmp_path / "o").exists()
 
 
+def test_a_hardware_file_that_does_not_exist_is_named(capsys, tmp_path):
+    assert _tune("--hardware", str(tmp_path / "nonexist.toml"), "--out", str(tmp_path / "o")) == 2
+    err = capsys.readouterr().err
+    assert "nonexist.toml' does not exist" in err and "Traceback" not in err
+
+
 def test_config_without_a_needed_field_is_exit_2(capsys, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(TINY_PAIR_DIR / "draft", bad)
