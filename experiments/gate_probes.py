@@ -1560,6 +1560,13 @@ def _sweep_bad_models(ctx: Ctx):
        "local-looking path must fail fast).  HF_HUB_OFFLINE unset.",
        "fails within 3 s with an error naming the path", timeout=90, slow=True)
 def _load_absent(ctx: Ctx):
+    r, secs = _timed_load_absent(ctx)
+    return raised(r), secs is not None and secs < 3 and "tiny/target" in r["msg"]
+
+
+def _timed_load_absent(ctx: Ctx, **env) -> tuple[dict, Optional[float]]:
+    """`load_pair('tiny/target', ...)` with tiny/ absent and the hub client online (plus ``env``): the answer of
+    :meth:`Ctx.python` and the seconds until it failed (None when it did not fail with a timed message)."""
     r = ctx.python("""
         import time
         from transformers import AutoConfig, AutoTokenizer
@@ -1570,10 +1577,9 @@ def _load_absent(ctx: Ctx):
         except Exception as e:
             raise type(e)(f'[{time.perf_counter() - tic:.1f} s] {e}') from None
         return 'loaded?!'
-    """, timeout=70, env={"HF_HUB_OFFLINE": None, "TRANSFORMERS_OFFLINE": None})
+    """, timeout=70, env={"HF_HUB_OFFLINE": None, "TRANSFORMERS_OFFLINE": None, **env})
     m = re.match(r"\[([\d.]+) s\]", r["msg"] or "")
-    secs = float(m.group(1)) if m else None
-    return raised(r), secs is not None and secs < 3 and "tiny/target" in r["msg"]
+    return r, (float(m.group(1)) if m else None)
 
 
 @probe("i26_tree_numpy_k_tensor_eos",
@@ -1609,22 +1615,9 @@ def _hub_silent(ctx: Ctx):
     sock.bind(("127.0.0.1", 0))
     sock.listen(8)
     try:
-        r = ctx.python("""
-            import time
-            from transformers import AutoConfig, AutoTokenizer
-            from specimpl.hf import load_pair
-            tic = time.perf_counter()
-            try:
-                load_pair('tiny/target', 'tiny/draft')
-            except Exception as e:
-                raise type(e)(f'[{time.perf_counter() - tic:.1f} s] {e}') from None
-            return 'loaded?!'
-        """, timeout=70, env={"HF_HUB_OFFLINE": None, "TRANSFORMERS_OFFLINE": None,
-                              "HF_ENDPOINT": f"http://127.0.0.1:{sock.getsockname()[1]}"})
+        r, secs = _timed_load_absent(ctx, HF_ENDPOINT=f"http://127.0.0.1:{sock.getsockname()[1]}")
     finally:
         sock.close()
-    m = re.match(r"\[([\d.]+) s\]", r["msg"] or "")
-    secs = float(m.group(1)) if m else None
     return raised(r), secs is not None and secs < 10 and "tiny/target" in r["msg"] and "127.0.0.1" in r["msg"]
 
 

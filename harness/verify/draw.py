@@ -69,7 +69,7 @@ class RunState:
         self.reused: list[str] = []  # slots reused from an earlier run of the same code
         self.stale: list[str] = []  # slots whose saved shard came from other code or settings (redrawn)
         self._code: Optional[str] = None
-        self._samplers: dict[int, str] = {}
+        self._samplers: dict = {}  # id(fn) -> its fingerprint; ('sources', id(fn)) -> its files' fingerprints
         self._sources: dict[str, dict] = {}  # fingerprint -> {source: its fingerprint} (to name what changed)
         self.changed: set[str] = set()  # what made saved shards stale, where it can be named
         self.run_fingerprint: Optional[str] = None  # code + sampler under test, as announced
@@ -99,7 +99,9 @@ class RunState:
             return ""
         fp = fingerprint(self.code, self.sampler(fn), *parts)
         if fp not in self._sources:
-            self._sources[fp] = {"project code": self.code, **sampler_sources(fn),
+            if ("sources", id(fn)) not in self._samplers:  # the files are hashed once per sampler and run
+                self._samplers[("sources", id(fn))] = sampler_sources(fn)
+            self._sources[fp] = {"project code": self.code, **self._samplers[("sources", id(fn))],
                                  "settings": fingerprint(*parts)}
         return fp
 

@@ -42,7 +42,7 @@ from harness.speedup import costmodel as cm
 from harness.core.config import RESULTS
 from harness.core.atomic import staged_report
 from harness.core.figures import pyplot as _plt, results_line, save_figure as _save
-from harness.core.provenance import atomic_savefig, atomic_write_text, check_schema, checked_provenance, read_provenance
+from harness.core.provenance import atomic_savefig, atomic_write_text, check_schema, checked_provenance
 from harness.speedup.sweep.tables import PREDICTIONS, fidelity
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out
@@ -91,10 +91,9 @@ class SweepResults:
                                     "run `python -m harness sweep` first")
         meta = json.loads((path / "meta.json").read_text())
         check_schema(meta, path / "meta.json")
-        table_meta = {name: read_provenance(path / name) for name in ("grid.parquet", "measured.csv", "profiles.csv")
-                      if (path / name).exists()}
-        return cls(path, meta, _read_parquet(path / "grid.parquet"), _read_csv(path / "measured.csv"),
-                   _read_csv(path / "profiles.csv"), table_meta)
+        tables = {name: _read_table(path / name) for name in ("grid.parquet", "measured.csv", "profiles.csv")}
+        return cls(path, meta, *(tables[n][0] for n in ("grid.parquet", "measured.csv", "profiles.csv")),
+                   {name: t[1] for name, t in tables.items() if t[1]})
 
     @property
     def has_measured(self) -> bool:
@@ -138,20 +137,13 @@ class SuiteStyle:
 
 
 
-def _read_csv(path: Path):
-    """A stored table (None when absent); refused when its provenance names an unknown schema_version."""
+def _read_table(path: Path) -> tuple:
+    """A stored CSV or parquet table and the provenance it carries ((None, None) when absent); refused when its
+    provenance names an unknown schema_version."""
     if not path.exists():
-        return None
-    checked_provenance(path)
-    return pd.read_csv(path, comment="#")
-
-
-def _read_parquet(path: Path):
-    """A stored parquet table (None when absent); refused when its provenance names an unknown schema_version."""
-    if not path.exists():
-        return None
-    checked_provenance(path)
-    return pd.read_parquet(path)
+        return None, None
+    meta = checked_provenance(path)
+    return (pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, comment="#")), meta
 
 
 def _k_colors(plt):
