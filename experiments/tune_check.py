@@ -106,7 +106,8 @@ def s_upper(timings: pd.DataFrame, cell: str, n_boot: int = BOOT, seed: int = 0,
     """Upper end of the two-sided ``level`` percentile-bootstrap interval of one cell's measured S: its timed pairs
     (pass, prompt batch) resampled with replacement, S the ratio of summed target-only to summed speculative
     seconds."""
-    per = timings[timings.cell == cell].groupby(["rep", "prompt", "arm"]).seconds.sum().unstack("arm")
+    units = ["rep", "prompt"] if "prompt" in timings else ["rep"]  # sweeps before shared prompts: one batch a pass
+    per = timings[timings.cell == cell].groupby(units + ["arm"]).seconds.sum().unstack("arm")
     ar, spec = per["ar"].to_numpy(), per["spec"].to_numpy()
     idx = np.random.default_rng(seed).integers(0, len(per), (n_boot, len(per)))
     return float(np.quantile(ar[idx].sum(axis=1) / spec[idx].sum(axis=1), (1 + level) / 2))

@@ -141,3 +141,14 @@ def test_a_loss_inside_the_cells_timing_noise_is_a_tie_not_a_pass(tmp_path, k2_p
     assert not row["pass"] and row["every_config_loses"]
     assert row["loss_established"] is established and row["tie_with_off"] is (not established)
     assert (row["max_S_upper"] < 1.0) is established
+
+
+def test_s_upper_reads_a_sweep_from_before_shared_prompts():
+    """timings.csv without a prompt column (one prompt batch a pass): the pass is the unit.  No false failures:
+    deterministic input and seed."""
+    C = _module()
+    rows = []
+    for rep, s in enumerate([0.95, 0.96, 0.97, 0.96]):
+        rows += [{"rep": rep, "arm": "ar", "seconds": 1.0, "cell": "c"}, {"rep": rep, "arm": "spec", "seconds": 1 / s, "cell": "c"}]
+    up = C.s_upper(pd.DataFrame(rows), "c", n_boot=300)
+    assert 0.96 <= up <= 0.97
