@@ -64,6 +64,7 @@ from harness.stats.continuous import *  # noqa: F401,F403
 from harness.stats.pit import *  # noqa: F401,F403
 from harness.stats.bounds import *  # noqa: F401,F403
 from harness.stats.crossu import *  # noqa: F401,F403
+from harness.stats.events import *  # noqa: F401,F403
 from harness.stats.rbtv import *  # noqa: F401,F403
 from harness.stats.binomial import *  # noqa: F401,F403
 from harness.stats.multiple import *  # noqa: F401,F403
