@@ -34,6 +34,7 @@ Modules (``from harness import stats`` keeps every public name of the first nine
     crossu      the χ²-type (cross U-statistic + Bernstein) finite-sample TV bound, width ~ k^(1/4)/√n
     collisions  identical completions anywhere in a sample (scored e-process, two-sample Chernoff bound)
     rbtv        token TV of one generation step from the engine's own prefixes (Rao–Blackwellised marginal)
+    worstevent  the plug-in TV plus one event's exact binomial deviation: a finite-sample TV bound on any number of cells
 
 Contents
 --------
@@ -65,6 +66,7 @@ from harness.stats.pit import *  # noqa: F401,F403
 from harness.stats.bounds import *  # noqa: F401,F403
 from harness.stats.crossu import *  # noqa: F401,F403
 from harness.stats.events import *  # noqa: F401,F403
+from harness.stats.worstevent import *  # noqa: F401,F403
 from harness.stats.rbtv import *  # noqa: F401,F403
 from harness.stats.binomial import *  # noqa: F401,F403
 from harness.stats.multiple import *  # noqa: F401,F403

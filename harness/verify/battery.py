@@ -58,7 +58,7 @@ from scipy import stats as sps
 
 from harness import stats
 from harness.laws.ngram import ExactLaw
-from harness.stats import clopper_pearson, crossu, events
+from harness.stats import clopper_pearson, crossu, events, worstevent
 from harness.stats.lagged import LaggedTables
 from harness.stats.loglik import LoglikSums, loglik_test, martingale_test
 from harness.stats.search import bisect_n
@@ -255,18 +255,26 @@ def hoeffding_test(total, n_sequences: int, width, *, scale: float, alpha: float
 
 
 
-def _upper_choice(P: np.ndarray, n: int, delta: float) -> str:
-    """Which bound :func:`tv_interval` takes its upper end from, chosen from the law and the size alone, before
-    the counts are looked at, so the chosen bound keeps its level (no minimum of bounds, which would need δ
-    split): ``events`` (:mod:`harness.stats.events`, Clopper–Pearson per event) wherever it is offered (2 to
-    ``events.MAX_CELLS`` cells of positive mass: there its planning figure is the smallest of the three,
-    ``tests/stats/test_events.py``), else whichever of ``crossu`` (χ²-type) and ``plugin`` has the smaller
-    planning figure at (P, n, δ)."""
+def _planned_uppers(P: np.ndarray, n: int, delta: float) -> dict:
+    """{bound: its planning figure at (P, n, δ)} for the bounds offered on this law: ``worstevent`` (plug-in TV +
+    one event's deviation, :mod:`harness.stats.worstevent`) always, ``events`` (Clopper–Pearson per event) on 2 to
+    ``events.MAX_CELLS`` cells of positive mass, ``crossu`` (χ²-type) from n = 2.  The plug-in bound
+    (Bretagnolle–Huber–Carol / McDiarmid) is never narrower than ``worstevent`` (the same T, a wider width), so it
+    is not offered."""
+    out = {"worstevent": worstevent.tv_upper_bound_worstevent_expected(P, n, delta)}
     if events.events_applicable(P):
-        return "events"
-    if n >= 2 and crossu.tv_upper_bound_crossu_expected(P, n, delta) < stats.tv_upper_bound_expected(P, n, delta):
-        return "crossu"
-    return "plugin"
+        out["events"] = events.tv_upper_bound_events_expected(P, n, delta)
+    if n >= 2:
+        out["crossu"] = crossu.tv_upper_bound_crossu_expected(P, n, delta)
+    return out
+
+
+def _upper_choice(P: np.ndarray, n: int, delta: float) -> str:
+    """Which bound :func:`tv_interval` takes its upper end from: the one with the smallest planning figure at
+    (P, n, δ) (:func:`_planned_uppers`), chosen from the law and the size alone, before the counts are looked at,
+    so the chosen bound keeps its level (no minimum of bounds, which would need δ split)."""
+    figures = _planned_uppers(P, n, delta)
+    return min(figures, key=figures.get)
 
 
 def _one_hot(P: np.ndarray) -> bool:
@@ -277,11 +285,12 @@ def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
     """(tv_hat, lower, upper, method) for TV(Q, P) from counts of Q, holding with probability >= 1 - delta.
 
     Finite-sample only (the certificate's bound), delta/2 on each side: the lower end is the plug-in bound's
-    (:func:`harness.stats.tv_upper_bound`: |TV(Q_hat, P) - TV(Q, P)| <= TV(Q_hat, Q)); the upper end is, on few
-    cells, the union over events of exact binomial bounds (:func:`harness.stats.events.tv_upper_bound_events`),
-    else the plug-in bound or the chi-square-type cross U-statistic bound
-    (:func:`harness.stats.crossu.tv_upper_bound_crossu`, width ~ k^(1/4)/sqrt(n)), whichever has the smaller
-    planning figure (:func:`_upper_choice`).  All work on the cells of P > 0 plus one cell lumping those of
+    (:func:`harness.stats.tv_upper_bound`: |TV(Q_hat, P) - TV(Q, P)| <= TV(Q_hat, Q)); the upper end is
+    whichever of three bounds has the smallest planning figure (:func:`_upper_choice`): the plug-in TV plus one
+    event's exact binomial deviation (:func:`harness.stats.worstevent.tv_upper_bound_worstevent`), on few cells
+    the union over events of exact binomial bounds (:func:`harness.stats.events.tv_upper_bound_events`), the
+    chi-square-type cross U-statistic bound (:func:`harness.stats.crossu.tv_upper_bound_crossu`, width
+    ~ k^(1/4)/sqrt(n)).  All work on the cells of P > 0 plus one cell lumping those of
     P = 0 (exact for TV; the bound covers the whole law).  A one-hot target (greedy) is a binomial proportion:
     Clopper-Pearson.  The asymptotic noncentral-chi-square inversion is reported apart
     (:func:`tv_upper_asymptotic`): its coverage at the gate's delta (~1e-7) is not verified, so no certificate
@@ -296,10 +305,7 @@ def tv_interval(counts, probs, delta: float) -> tuple[float, float, float, str]:
     fs = stats.tv_upper_bound(counts, probs, delta=delta / 2)
     eps = fs.upper - fs.tv_hat if fs.upper < 1 else math.inf
     lower = max(0.0, fs.tv_hat - eps)
-    choice = _upper_choice(P, n, delta / 2)
-    if choice == "plugin":
-        return fs.tv_hat, lower, fs.upper, fs.method
-    up = _BOUNDS[choice](counts, probs, delta=delta / 2)
+    up = _BOUNDS[_upper_choice(P, n, delta / 2)](counts, probs, delta=delta / 2)
     return fs.tv_hat, lower, up.upper, up.method
 
 
@@ -323,28 +329,27 @@ def tv_interval_expected_upper(probs, n: int, delta: float) -> float:
     P = np.asarray(probs, dtype=np.float64)
     if _one_hot(P):  # no draw outside the one cell: Clopper-Pearson's upper end at m = 0
         return float(clopper_pearson(0, int(n), delta)[1])
-    if events.events_applicable(P):
-        return events.tv_upper_bound_events_expected(P, n, delta / 2)
-    fs = stats.tv_upper_bound_expected(P, n, delta / 2)
-    return min(fs, crossu.tv_upper_bound_crossu_expected(P, n, delta / 2)) if n >= 2 else fs
+    return min(_planned_uppers(P, int(n), delta / 2).values())
 
 
 def tv_interval_n_for(probs, epsilon: float, delta: float) -> int:
     """The draws at which :func:`tv_interval`'s expected upper end (lossless sampler) falls to ``epsilon``: the
-    events bound's planner where that bound is offered, else the smaller of the other two bounds' planners (at
-    that n the chosen bound is the one whose figure is smaller, so <= epsilon)."""
+    smallest of the offered bounds' planners (at that n the chosen bound is the one whose figure is smallest,
+    so <= epsilon)."""
     P = np.asarray(probs, dtype=np.float64)
     if _one_hot(P):  # 1 - (delta/2)^(1/n) <= epsilon
         return int(math.ceil(math.log(delta / 2) / math.log1p(-epsilon)))
+    ns = [worstevent.tv_upper_bound_worstevent_n_for(P, epsilon, delta / 2),
+          crossu.tv_upper_bound_crossu_n_for(P, epsilon, delta / 2)]
     if events.events_applicable(P):
-        return events.tv_upper_bound_events_n_for(P, epsilon, delta / 2)
-    return min(stats.tv_upper_bound_n_for(P, epsilon, delta / 2), crossu.tv_upper_bound_crossu_n_for(P, epsilon, delta / 2))
+        ns.append(events.tv_upper_bound_events_n_for(P, epsilon, delta / 2))
+    return min(ns)
 
 
 def tv_interval_inconclusive(probs, n: int, delta: float, epsilon: float) -> float:
     """An upper bound on P(:func:`tv_interval`'s upper end >= ``epsilon``) for ``n`` draws of a lossless
     sampler (law P): the rate at which that bound leaves its certificate inconclusive (the chosen bound's
-    tail: the union of exact binomial tails for the events bound, McDiarmid for the plug-in bound, Bernstein
+    tail: the union of exact binomial tails for the events bound, McDiarmid for the worst-event bound, Bernstein
     for the cross U-statistic one; 0 or 1 for a one-hot target, whose lossless counts are fixed)."""
     P = np.asarray(probs, dtype=np.float64)
     n = int(n)
@@ -356,9 +361,9 @@ def tv_interval_inconclusive(probs, n: int, delta: float, epsilon: float) -> flo
 INCONCLUSIVE_REPS = 200  # simulated lossless count vectors behind tv_interval_inconclusive_normal
 INCONCLUSIVE_SEED = 24  # their seed (fixed once)
 _BOUNDS = {"events": events.tv_upper_bound_events, "crossu": crossu.tv_upper_bound_crossu,
-           "plugin": stats.tv_upper_bound}
+           "worstevent": worstevent.tv_upper_bound_worstevent}
 _EXCEED = {"events": events.tv_upper_bound_events_exceed, "crossu": crossu.tv_upper_bound_crossu_exceed,
-           "plugin": stats.tv_upper_bound_exceed}
+           "worstevent": worstevent.tv_upper_bound_worstevent_exceed}
 
 
 def _upper_only(counts, P: np.ndarray, delta: float, choice: str) -> float:
@@ -381,6 +386,9 @@ def tv_interval_inconclusive_normal(probs, n: int, delta: float, epsilon: float)
     choice = _upper_choice(P, int(n), delta / 2)
     if choice == "events":  # all count vectors at once, priced as the events planner prices them
         ups = events.tv_upper_bound_events_many(rng.multinomial(int(n), P, size=INCONCLUSIVE_REPS), P, delta / 2)
+    elif choice == "worstevent":  # T + W, W fixed by (n, delta): all count vectors at once
+        x = rng.multinomial(int(n), P, size=INCONCLUSIVE_REPS) / int(n)
+        ups = 0.5 * np.abs(x - P).sum(axis=1) + worstevent.widest_deviation(int(n), delta / 2)
     else:
         ups = np.array([_upper_only(rng.multinomial(int(n), P), P, delta, choice) for _ in range(INCONCLUSIVE_REPS)])
     sd = float(ups.std(ddof=1))

@@ -122,10 +122,11 @@ def test_offered_on_few_cells_only_with_one_line_errors():
         tv_upper_bound_events([3, 4], [0.5, 0.5], 1.5)
 
 
-def test_the_gate_takes_it_where_its_figure_is_the_smallest():
-    """battery._upper_choice takes the events bound on 2..MAX_CELLS positive cells, from the law alone: on
-    random laws of that many cells, sizes 1e3..1e8 and levels 1e-3..1e-9 its planning figure lies below both
-    other bounds' (measured: <= 0.965 of the smaller)."""
+def test_the_gate_takes_the_bound_whose_figure_is_the_smallest():
+    """On random laws of 2..MAX_CELLS positive cells, sizes 1e3..1e8 and levels 1e-3..1e-9 the events bound's
+    planning figure lies below the plug-in and cross U-statistic bounds' (measured: <= 0.965 of the smaller), and
+    battery._upper_choice takes, from the law and size alone, whichever offered bound (events, worst-event, cross U)
+    has the smallest figure."""
     rng = np.random.default_rng(8)
     for k in (2, 3, 5, 8, MAX_CELLS):
         for conc in (0.3, 2.0):
@@ -135,5 +136,7 @@ def test_the_gate_takes_it_where_its_figure_is_the_smallest():
                 ours = tv_upper_bound_events_expected(P, n, delta)
                 others = min(S.tv_upper_bound_expected(P, n, delta), crossu.tv_upper_bound_crossu_expected(P, n, delta))
                 assert ours < others, (k, conc, n, delta, ours, others)
-                assert battery._upper_choice(P, n, delta) == "events"
-    assert battery._upper_choice(np.full(16, 1 / 16), 10**6, 1e-6) in ("plugin", "crossu")
+                figures = battery._planned_uppers(P, n, delta)
+                assert figures["events"] == ours
+                assert battery._upper_choice(P, n, delta) == min(figures, key=figures.get)
+    assert battery._upper_choice(np.full(16, 1 / 16), 10**6, 1e-6) in ("worstevent", "crossu")
