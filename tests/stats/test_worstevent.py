@@ -118,9 +118,10 @@ def test_planner_matches_the_simulated_bound_and_inverts():
     assert tv_upper_bound_worstevent_expected(P, m, delta) <= eps < tv_upper_bound_worstevent_expected(P, m - 1, delta)
 
 
-def test_exceed_bounds_the_simulated_inconclusive_rate():
+@pytest.mark.parametrize("P", [np.array([0.4, 0.3, 0.2, 0.1]),  # the union over events' binomial tails
+                               np.full(20, 0.05)])  # past MAX_UNION_CELLS: McDiarmid alone
+def test_exceed_bounds_the_simulated_inconclusive_rate(P):
     """The rigorous tail is at least the simulated rate (its Clopper-Pearson lower end, 1e-6 one-sided)."""
-    P = np.array([0.4, 0.3, 0.2, 0.1])
     delta, n = 1e-4, 20_000
     rng = np.random.default_rng(7)
     ups = np.array([tv_upper_bound_worstevent(c, P, delta).upper for c in rng.multinomial(n, P, size=2000)])
