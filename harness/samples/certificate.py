@@ -9,11 +9,14 @@
 What is bounded, per mode (the certificate states it):
 
 * two-sample: TV between the two engines' laws of the token at position t (an "ended" cell included):
-  TV(Q_t, P_t) <= TV(Q̂_t, P̂_t) + d(n_a) + d(n_b), d the finite-sample deviation of
-  :func:`harness.stats.tv_upper_bound` (McDiarmid or Bretagnolle–Huber–Carol over k = V + 1 cells),
-  each sample at half the position's miss probability.  Planner: under H0 the bound's expected size is
-  at most 2 (½√(k/n) + √(ln(2/β)/(2n))) + 2 d(n) with probability ``power`` (β = 1 − power), every term
-  ∝ 1/√n, so n = ⌈(C/ε)²⌉ completions per file.
+  TV(Q_t, P_t) <= TV(Q̂_t, P̂_t) + √(ln(1/δ) (1/n_a + 1/n_b) / 2).  Why: at the fixed event A* = {Q_t > P_t},
+  TV(Q_t, P_t) = Q_t(A*) − P_t(A*) and TV(Q̂_t, P̂_t) ≥ Q̂_t(A*) − P̂_t(A*), so the gap is one event's
+  [Q_t − Q̂_t](A*) + [P̂_t − P_t](A*): n_a + n_b independent terms, each in a range of 1/n_a or 1/n_b, whose
+  upper tail Hoeffding's inequality bounds by exp(−2 w² / (1/n_a + 1/n_b)) — no union over events or cells
+  (as :mod:`harness.stats.worstevent`).  Planner (n_a = n_b = n, equal laws): E TV(Q̂_t, P̂_t) ≤ ½ Σ_v
+  √(2 p_v (1 − p_v)/n) ≤ √(k/(2n)) (Cauchy–Schwarz), plus √(ln(1/β)/n) with probability ``power`` (McDiarmid:
+  one of 2n draws moves it by ≤ 1/n; β = 1 − power), plus the width √(ln(1/δ)/n): every term ∝ 1/√n, so
+  n = ⌈(C/ε)²⌉ completions per file, C = √(k/2) + √(ln(1/β)) + √(ln(1/δ)).
 * scored: per position t, **token TV** between the engine's step and one target step from the engine's own
   prefixes — TV((1/n_t) Σ_i Q_t(· | h_i), (1/n_t) Σ_i p_t(· | h_i)) over the n_t completions that reach t, Q the
   engine, p the scorer's warped law, h_i the prefix completion i drew: for every set A of tokens, the engine's
@@ -41,7 +44,7 @@ import numpy as np
 from harness import stats
 
 __all__ = ["PositionBounds", "Certificate", "scored_bounds", "scored_n_for_distance", "token_tv_bounds",
-           "two_sample_bounds", "two_sample_n_for_tv", "judge"]
+           "two_sample_bounds", "two_sample_n_for_tv", "two_sample_width", "judge"]
 
 
 @dataclass(frozen=True)
@@ -118,20 +121,15 @@ def token_tv_bounds(tokens: np.ndarray, present: np.ndarray, law_sum: np.ndarray
                           {f"{e:g}": v for e, v in need.items()})
 
 
-def _deviation(n: int, k: int, delta: float) -> float:
-    """The finite-sample term of :func:`harness.stats.tv_upper_bound` for ``n`` draws over ``k`` cells."""
-    c = np.zeros(k, np.int64)
-    c[0] = n
-    return stats.tv_upper_bound(c, c / n, delta).upper  # tv_hat = 0 here: the bound is the term itself
+def two_sample_width(na: int, nb: int, delta: float) -> float:
+    """The two-sample bound's width: √(ln(1/δ) (1/n_a + 1/n_b) / 2) (module docstring)."""
+    return math.sqrt(math.log(1 / delta) * (1 / na + 1 / nb) / 2)
 
 
 def two_sample_n_for_tv(epsilon: float, k: int, delta: float, power: float) -> int:
     """Completions per file for the two-sample position bound to fall below ``epsilon`` with probability
     ``power`` when the two laws are equal (module docstring)."""
-    beta = 1 - power
-    mcd = 0.5 * math.sqrt(k) + math.sqrt(math.log(2 / delta) / 2)
-    bhc = math.sqrt((k * math.log(2) + math.log(2 / delta)) / 2)
-    C = 2 * (0.5 * math.sqrt(k) + math.sqrt(math.log(2 / beta) / 2)) + 2 * min(mcd, bhc)
+    C = math.sqrt(k / 2) + math.sqrt(math.log(1 / (1 - power))) + math.sqrt(math.log(1 / delta))
     return math.ceil((C / epsilon) ** 2)
 
 
@@ -141,7 +139,7 @@ def two_sample_bounds(cells_a: np.ndarray, cells_b: np.ndarray, k: int, epsilon:
     T = cells_a.shape[1]
     delta = (1 - tv_confidence) / T
     na, nb = cells_a.shape[0], cells_b.shape[0]
-    dev = _deviation(na, k, delta / 2) + _deviation(nb, k, delta / 2)
+    dev = two_sample_width(na, nb, delta)
     hat, up = [], []
     for t in range(T):
         qa = np.bincount(cells_a[:, t], minlength=k) / na
@@ -149,7 +147,7 @@ def two_sample_bounds(cells_a: np.ndarray, cells_b: np.ndarray, k: int, epsilon:
         h = 0.5 * float(np.abs(qa - qb).sum())
         hat.append(h), up.append(min(1.0, h + dev))
     return PositionBounds(f"TV between the two files' laws of the token at each position ({k} cells: the "
-                          "vocabulary and 'ended'; finite-sample, two-sided union)",
+                          "vocabulary and 'ended'; finite-sample, one event's Hoeffding deviation)",
                           tuple([min(na, nb)] * T), tuple(hat), tuple(up), delta,
                           two_sample_n_for_tv(epsilon, k, delta, power))
 

@@ -293,3 +293,23 @@ def test_token_tv_bounds_cover_a_lossy_step_and_certify_at_the_planned_size():
     tok, law = draw(n, step)
     b = token_tv_bounds(tok, np.ones_like(tok, bool), law, eps, conf, power)
     assert b.max_upper <= eps and b.what.startswith("token TV between the engine's step")
+
+
+def test_two_sample_bound_covers_and_half_its_width_visibly_misses():
+    """Two laws 0.05 apart in TV on 2 cells (where TV(Q̂, P̂) carries no multi-cell bias), 2,000 completions per file,
+    one position, δ = 0.01 per bound (tv_confidence 0.99): the bound TV(Q̂, P̂) + √(ln(1/δ)(1/n_a + 1/n_b)/2) misses
+    the true TV in at most binom.isf(1e-6, 2000, 0.01) of 2,000 replicates (a correct bound fails this with
+    probability <= 1e-6; measured 5 against a tolerance of 44), and with its width halved it misses beyond that
+    (measured 134): the test fails if the width is halved."""
+    from scipy import stats as sps
+    P, Q = np.array([0.5, 0.5]), np.array([0.55, 0.45])
+    tv = 0.5 * np.abs(Q - P).sum()
+    rng = np.random.default_rng(12)
+    n, reps = 2000, 2000
+    miss = miss_half = 0
+    for _ in range(reps):
+        tb = two_sample_bounds(rng.choice(2, size=(n, 1), p=Q), rng.choice(2, size=(n, 1), p=P), 2, 0.1, 0.99, 0.99)
+        miss += tv > tb.upper[0]
+        miss_half += tv > tb.hat[0] + 0.5 * (tb.upper[0] - tb.hat[0])
+    tol = int(sps.binom.isf(1e-6, reps, 0.01))
+    assert miss <= tol and miss_half > tol, (miss, miss_half, tol)
