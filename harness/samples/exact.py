@@ -35,13 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness import stats
 from harness.core.errors import UsageError
 from harness.laws.transformer import (check_markov, enumerate_law, load_model, markov_joint_at, markov_marginal,
                                       numerics_floor, transition_matrix, vocab_size_of)
 from harness.samples.certificate import PositionBounds
 from harness.samples.format import SampleRecord
-from harness.verify.battery import TestSpec, gof_evaluator
+from harness.verify.battery import TestSpec, gof_evaluator, tv_interval_n_for
 from specimpl.sampling import SamplingConfig
 
 __all__ = ["ExactLaws", "exact_laws", "prompt_table", "plan_exact", "exact_bounds", "WINDOW"]
@@ -174,7 +173,7 @@ def exact_bounds(table, laws: ExactLaws, rows: np.ndarray, epsilon: float, delta
     upper = tuple(max(u for u, _, _ in by_t[t]) for t in range(T))
     hat = tuple(max(h for _, h, _ in by_t[t]) for t in range(T))
     n = tuple(min(m for _, _, m in by_t[t]) for t in range(T))
-    needed = max(stats.tv_upper_bound_n_for(laws.marginals[i, t], epsilon, delta_each)
+    needed = max(tv_interval_n_for(laws.marginals[i, t], epsilon, delta_each)  # the certificate's own bound's planner
                  for i in range(len(laws.prompts)) for t in range(T))
     return PositionBounds("token TV of each position's law from the exact float64 law, per prompt "
                           "(finite-sample)", n, hat, upper, delta_each, int(needed))

@@ -19,8 +19,7 @@ from harness.stats.continuous import _as_values
 from harness.stats.pit import _uniform_cdf
 from harness.stats.search import smallest_n
 
-__all__ = ["lump_zero_cells", "tv_upper_bound", "tv_upper_bound_expected", "tv_upper_bound_n_for", "tv_upper_bound_ncx2", "kolmogorov_upper_bound", "KS_MEAN", "kolmogorov_upper_bound_expected", "kolmogorov_upper_bound_n_for",
-           "tv_upper_bound_exceed"]
+__all__ = ["lump_zero_cells", "tv_upper_bound", "tv_upper_bound_expected", "tv_upper_bound_n_for", "tv_upper_bound_ncx2", "kolmogorov_upper_bound", "KS_MEAN", "kolmogorov_upper_bound_expected", "kolmogorov_upper_bound_n_for"]
 
 
 def lump_zero_cells(counts, probs) -> tuple[np.ndarray, np.ndarray]:
@@ -164,20 +163,3 @@ def kolmogorov_upper_bound_n_for(epsilon: float, delta: float = 1e-4, power: Opt
         _check_level("power", power)
     d = KS_MEAN if power is None else float(stats.kstwobign.ppf(power))
     return int(math.ceil(((d + math.sqrt(math.log(2 / delta) / 2)) / epsilon) ** 2))
-
-
-def tv_upper_bound_exceed(probs, n, delta: float, epsilon: float) -> float:
-    """P(:func:`tv_upper_bound` ≥ ``epsilon``) for ``n`` draws of a lossless sampler (law P), bounded above: the
-    rate at which its certificate at ε is *inconclusive* on this bound.  The bound is TV(Q̂, P) + a width fixed
-    by (n, k, δ), so this is P(TV(Q̂, P) ≥ ε − width) ≤ exp(−2 n t²) by McDiarmid (TV(Q̂, P) moves by at most 1/n
-    when one draw changes; t = ε − width − E TV(Q̂, P), E exact from :func:`_binomial_mad`).  Conservative: its
-    proxy sd 1/(2√n) is ~2x the real spread of TV(Q̂, P) (a Chernoff bound using the counts' negative association
-    was tried: no sharper, its independent-terms variance is as large)."""
-    p = _as_probs("probs", probs)
-    _check_n("n", n)
-    _check_level("delta", delta)
-    check_arg(isinstance(epsilon, (int, float)) and 0 < epsilon <= 1, "epsilon", epsilon, "a number in (0, 1]")
-    n = int(n)
-    k = int((p > 0).sum()) + int(bool((p <= 0).any()))
-    t = epsilon - _tv_bound_width(n, k, delta)[0] - 0.5 * float(_binomial_mad(n, p[p > 0]).sum()) / n
-    return 1.0 if t <= 0 else float(math.exp(-2 * n * t * t))

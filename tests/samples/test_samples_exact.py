@@ -76,10 +76,16 @@ def test_an_enumerated_target_is_tested_on_its_first_positions():
 
 
 def test_a_lossless_file_is_certified(tmp_path):
-    # 20k completions per prompt: the planner asks ~8.6k for epsilon 0.05 (false "lossy": <= 1e-4)
+    # 20k completions per prompt: the planner asks a few thousand for epsilon 0.05 (false "lossy": <= 1e-4)
     path = _markov_file(tmp_path / "ok.jsonl", 20000, seed=1)
     assert _verify(tmp_path, path, "--epsilon", "0.05") == 0
     assert "certified: token TV" in (tmp_path / "rep" / "summary.md").read_text()
+    # the completions it plans are those of the bound that certifies (battery.tv_interval's own planner)
+    from harness.verify.battery import tv_interval_n_for
+    b = json.loads((tmp_path / "rep" / "meta.json").read_text())["bounds"]
+    laws = exact_laws(str(MARKOV), PROMPTS, T, SamplingConfig())
+    assert b["completions_needed"] == max(tv_interval_n_for(laws.marginals[i, t], 0.05, b["delta_each"])
+                                          for i in range(len(PROMPTS)) for t in range(T))
 
 
 def test_a_tilted_engine_is_lossy(tmp_path):
