@@ -159,7 +159,8 @@ def exact() -> pd.DataFrame:
             for a in (0.5, 0.3, 0.1):
                 p, t = _exact_two_cells(n, a, delta)
                 rows.append({"law": f"2 cells, P = ({a}, {1 - a}), Q = P moved by t", "n": n, "delta": delta,
-                             "worst_t": round(t, 4), "miss_probability": p, "miss_over_delta": p / delta, "within_delta": p <= delta})
+                             "worst_t": round(t, 4), "miss_probability": p, "miss_over_delta": p / delta,
+                             "within_delta": p <= delta})
         for Q in ([0.55, 0.15, 0.3], [0.7, 0.2, 0.1], [0.3, 0.45, 0.25]):
             p = _exact_three_cells(200, [0.4, 0.3, 0.3], Q, delta)
             rows.append({"law": f"3 cells, P = (0.4, 0.3, 0.3), Q = {tuple(Q)}", "n": 200, "delta": delta,
@@ -186,8 +187,10 @@ def main(argv=None) -> int:
         "# The worst-event TV bound (issue 24)", head,
         "## Widths on make verify's laws at their draws (δ = 4.15e-07 per side): the largest planning figure per "
         "family, worst-event beside the best other offered bound", md_table(w.to_dict('records'), list(w.columns)),
-        f"## Coverage by simulation ({args.reps} replicates per row; Clopper-Pearson 95 % interval of the miss rate)\n\n"
-        "Misses must stay below δ; `halved_misses`: the same draws with the width W halved.", md_table(c.to_dict('records'), list(c.columns)),
+        f"## Coverage by simulation ({args.reps} replicates per row; Clopper-Pearson 95 % interval of the miss "
+        "rate)\n\n"
+        "Misses must stay below δ; `halved_misses`: the same draws with the width W halved.",
+        md_table(c.to_dict('records'), list(c.columns)),
         "## Miss probability computed exactly (every count summed; the worst shift t on two cells)\n\n"
         "`within_delta`: the exact miss probability is at most δ (`miss_over_delta` ≤ 1; near 1 where the shift t "
         "puts\nA*'s proportion where Clopper–Pearson's own miss approaches its level: the bound is valid and tight).",

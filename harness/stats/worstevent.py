@@ -46,18 +46,21 @@ from harness.stats.search import smallest_n
 __all__ = ["widest_deviation", "tv_upper_bound_worstevent", "tv_upper_bound_worstevent_expected",
            "tv_upper_bound_worstevent_n_for", "tv_upper_bound_worstevent_exceed", "tv_worstevent_threshold"]
 
+
 def _dev(x, n: int, delta: float):
     """u_δ(x) − x/n for integer x in [0, n] (float64)."""
     x = np.asarray(x, dtype=np.float64)
-    u = np.where(x >= n, 1.0, special.betainccinv(x + 1.0, np.maximum(n - x, 1.0), delta))  # upper tail δ, no 1 − δ rounding
+    # the complemented inverse takes the upper tail δ itself (no 1 − δ rounding at δ ~ 1e-7)
+    u = np.where(x >= n, 1.0, special.betainccinv(x + 1.0, np.maximum(n - x, 1.0), delta))
     return u - x / n
 
 
 @lru_cache(maxsize=4096)
 def _widest(n: int, delta: float, x0: int) -> tuple[float, int]:
-    """(max over integers x0 ≤ x ≤ n of u_δ(x) − x/n, the x that attains it), exactly: the function is unimodal in x (it rises from x = 0
-    and falls to 0 at x = n; checked by brute force over n ≤ 2·10⁵ and δ from 0.4 to 1e-12,
-    tests/stats/test_worstevent.py), so an integer ternary search finds its maximum."""
+    """(max over integers x0 ≤ x ≤ n of u_δ(x) − x/n, the x that attains it), exactly: the function is unimodal
+    in x (it rises from x = 0, or falls from it at tiny n and δ, and falls to 0 at x = n; checked by brute force
+    for n ≤ 2·10⁴ and δ from 0.4 to 1e-12 in tests/stats/test_worstevent.py, and at n = 2·10⁵ by hand), so an
+    integer ternary search finds its maximum."""
     lo, hi = x0, n
     while hi - lo > 2:
         m1, m2 = lo + (hi - lo) // 3, hi - (hi - lo) // 3
@@ -71,8 +74,8 @@ def _widest(n: int, delta: float, x0: int) -> tuple[float, int]:
 
 
 def widest_deviation(n: int, delta: float, x0: int = 0) -> float:
-    """W = max over integers x0 ≤ x ≤ n of (u_δ(x) − x/n) (exact): the widest
-    one-sided Clopper–Pearson deviation of a proportion of n draws at level δ (from x0 on)."""
+    """W = max over integers x0 ≤ x ≤ n of (u_δ(x) − x/n) (exact): the widest one-sided Clopper–Pearson deviation
+    of a proportion of n draws at level δ (from x0 on)."""
     _check_n("n", n)
     _check_level("delta", delta)
     n, x0 = int(n), max(0, min(int(x0), int(n)))

@@ -350,7 +350,8 @@ def tv_interval_inconclusive(probs, n: int, delta: float, epsilon: float) -> flo
     """An upper bound on P(:func:`tv_interval`'s upper end >= ``epsilon``) for ``n`` draws of a lossless
     sampler (law P): the rate at which that bound leaves its certificate inconclusive (the chosen bound's
     tail: the union of exact binomial tails for the events bound, the smaller of McDiarmid and (on up to 16
-    cells) that union for the worst-event bound, Bernstein for the cross U-statistic one; 0 or 1 for a one-hot target, whose lossless counts are fixed)."""
+    cells) that union for the worst-event bound, Bernstein for the cross U-statistic one; 0 or 1 for a one-hot
+    target, whose lossless counts are fixed)."""
     P = np.asarray(probs, dtype=np.float64)
     n = int(n)
     if _one_hot(P):
