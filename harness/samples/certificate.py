@@ -50,8 +50,10 @@ __all__ = ["PositionBounds", "Certificate", "scored_bounds", "scored_n_for_dista
 @dataclass(frozen=True)
 class PositionBounds:
     """Per position t: ``n`` values, the point estimate ``hat``, the upper bound ``upper``; ``what`` the
-    distance bounded, ``delta_each`` each bound's miss probability, ``needed`` the completions that would
-    bring every bound under epsilon (planner, assuming H0)."""
+    distance bounded, ``delta_each`` each bound's miss probability, ``needed`` the completions at which each
+    position's bound falls under epsilon with probability ≥ the run's power under H0 (planner; the power is per
+    position, so all T at once with probability ≥ 1 − T (1 − power) — far more in practice, the planners'
+    pieces being conservative)."""
 
     what: str
     n: tuple

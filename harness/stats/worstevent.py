@@ -16,7 +16,8 @@ The argument (valid for EVERY law Q; n iid draws)
    If X ≥ nT this is T + (u_δ(X) − X/n); if X < nT it is u_δ(X) ≤ u_δ(x₀) ≤ T + (u_δ(x₀) − x₀/n), x₀ = ⌊nT⌋.
    Either way TV(Q, P) ≤ T + W, W = max over integers x₀ ≤ x ≤ n of (u_δ(x) − x/n): the widest Clopper–Pearson
    deviation at level δ, which needs neither a nor A*.  (No union bound: A* is one event; the maximum over x is
-   the worst case of an unknown constant, not of a random choice.)
+   the worst case of an unknown constant, not of a random choice.)  The code starts the maximum at ⌊nT⌋ − 1, one
+   lower: a larger W, safe against T's rounding.
 
 T's upward bias under Q ≈ P (E T = ½ Σ E|Q̂ − P|, about √(k/n)/√(2π) on k even cells) is what the bound pays
 beyond the z_δ √(max var / n) that any valid bound's median must exceed (experiments/tv_oracle_limit.py); the
@@ -103,7 +104,8 @@ def _expected_tv(p: np.ndarray, n: int) -> float:
 
 def tv_upper_bound_worstevent_expected(probs, n, delta: float = 1e-4) -> float:
     """The planning figure: the mean of :func:`tv_upper_bound_worstevent` for ``n`` draws of a lossless sampler
-    (Q = P), E T + W (exact where E T + W < ½, which holds wherever a certificate is planned)."""
+    (Q = P), E T + W (its mean while T stays below W's peak near ½, which holds wherever a certificate is planned;
+    an upper bound on the mean beyond)."""
     p = _as_probs("probs", probs)
     _check_n("n", n)
     _check_level("delta", delta)

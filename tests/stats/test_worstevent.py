@@ -24,7 +24,7 @@ def _u(x, n, delta):
 
 
 def _by_hand(counts, probs, delta, width_scale=1.0, drop_zero_cells=False, mutant_fast=False):
-    """T + max over every integer x >= floor(nT) of (u(x) - x/n), T = TV(Q_hat, P) over every cell; ``width_scale``
+    """T + max over every integer x >= floor(nT) - 1 of (u(x) - x/n), T = TV(Q_hat, P) over every cell; ``width_scale``
     shrinks the deviation (a mutant), ``drop_zero_cells`` forgets the draws where P = 0 (another); ``mutant_fast``
     takes the maximum over x from :func:`widest_deviation` (checked against brute force below)."""
     c, p = np.asarray(counts, dtype=float), np.asarray(probs, dtype=float)
@@ -47,6 +47,8 @@ def test_the_bound_is_its_formula():
             b = tv_upper_bound_worstevent(c, P, delta)
             assert b.upper == pytest.approx(_by_hand(c, P, delta), rel=1e-9, abs=1e-12)
             assert b.tv_hat == pytest.approx(0.5 * np.abs(c / n - P).sum()) and "Clopper-Pearson" in b.method
+    far = tv_upper_bound_worstevent([50, 10], [0.05, 0.95], 0.05)  # T = 0.78: the maximum starts past W's peak
+    assert far.upper == pytest.approx(_by_hand([50, 10], [0.05, 0.95], 0.05), rel=1e-9, abs=1e-12) and far.upper < 1
 
 
 def test_the_deviation_is_unimodal_so_the_search_is_exact():
@@ -85,6 +87,26 @@ def test_coverage_where_a_bound_half_as_wide_visibly_misses():
     P0, Q0 = np.array([0.5, 0.3, 0.2, 0.0]), np.array([0.47, 0.28, 0.2, 0.05])
     assert _misses(P0, Q0, 5000, delta, reps, seed=4) <= tol
     assert _misses(P0, Q0, 5000, delta, 100, seed=4, drop_zero_cells=True) > 90
+
+
+def _exact_two_cell_miss(a: float, n: int, delta: float, shift: int = -1) -> float:
+    """The largest exact miss probability over Q = (q, 1 - q), q on a grid of [0.5, 1], of the bound on two cells
+    P = (a, 1 - a): Σ_x P(Bin(n, q) = x) 1{bound(x) < TV}.  ``shift``: where the maximum over x starts, relative to
+    ⌊nT⌋ (the code's −1; a mutant starts it later)."""
+    x = np.arange(n + 1)
+    T = np.abs(x / n - a)
+    up = np.minimum(1.0, T + np.array([widest_deviation(n, delta, max(0, math.floor(n * t) + shift)) for t in T]))
+    return max(float(sps.binom.pmf(x, n, q)[up < q - a].sum()) for q in np.linspace(0.5, 1.0, 201))
+
+
+def test_exact_coverage_far_from_p_and_a_later_start_misses():
+    """Q far from P (TV 0.45-0.95, T past W's peak near ½, where the maximum over x starts at ⌊nT⌋ − 1): the
+    exact miss probability over every count stays ≤ δ (computed, not simulated: deterministic; measured 0.0497);
+    starting the maximum at ⌊nT⌋ + 4 instead (past the count of A* when n P(A*) = 2) misses with probability 0.64
+    (measured)."""
+    n, delta = 40, 0.05
+    assert _exact_two_cell_miss(0.05, n, delta) <= delta
+    assert _exact_two_cell_miss(0.05, n, delta, shift=4) > 5 * delta
 
 
 @pytest.mark.parametrize("Q", [np.array([0.33, 0.25, 0.2, 0.12, 0.1, 0.0]),   # one cell up, one down
@@ -129,6 +151,25 @@ def test_exceed_bounds_the_simulated_inconclusive_rate(P):
         hits = int((ups >= eps).sum())
         lower = float(sps.beta.ppf(1e-6, hits, 2000 - hits + 1))
         assert tv_upper_bound_worstevent_exceed(P, n, delta, float(eps)) >= lower
+
+
+def test_exceed_bounds_the_exact_tail():
+    """On three cells at n = 80 the rigorous tail is at least the exact P(T ≥ ε − W), every count vector summed, at
+    thresholds down to the far tail (deterministic); McDiarmid alone with its exponent made 4x larger (a mutant)
+    falls below the exact tail there."""
+    P, n, delta = np.array([0.5, 0.3, 0.2]), 80, 1e-3
+    xs = [(a, b, n - a - b) for a in range(n + 1) for b in range(n + 1 - a)]
+    C = np.array(xs)
+    T = 0.5 * np.abs(C / n - P).sum(axis=1)
+    pmf = sps.multinomial.pmf(C, n, P)
+    W = widest_deviation(n, delta)
+    below = 0
+    for t in (0.15, 0.2, 0.25, 0.3):
+        exact = float(pmf[T >= t - 1e-12].sum())
+        assert tv_upper_bound_worstevent_exceed(P, n, delta, t + W) >= exact
+        s = t - 0.5 * float(S.bounds._binomial_mad(n, P).sum()) / n
+        below += math.exp(-8 * n * s * s) < exact
+    assert below >= 1
 
 
 def test_the_gate_takes_it_on_the_pairs_and_windows_of_base():
