@@ -44,7 +44,7 @@ import numpy as np
 from harness import stats
 
 __all__ = ["PositionBounds", "Certificate", "scored_bounds", "scored_n_for_distance", "token_tv_bounds",
-           "two_sample_bounds", "two_sample_n_for_tv", "two_sample_width", "judge"]
+           "two_sample_bounds", "two_sample_n_for_tv", "judge"]
 
 
 @dataclass(frozen=True)
@@ -123,11 +123,6 @@ def token_tv_bounds(tokens: np.ndarray, present: np.ndarray, law_sum: np.ndarray
                           {f"{e:g}": v for e, v in need.items()})
 
 
-def two_sample_width(na: int, nb: int, delta: float) -> float:
-    """The two-sample bound's width: √(ln(1/δ) (1/n_a + 1/n_b) / 2) (module docstring)."""
-    return math.sqrt(math.log(1 / delta) * (1 / na + 1 / nb) / 2)
-
-
 def two_sample_n_for_tv(epsilon: float, k: int, delta: float, power: float) -> int:
     """Completions per file for the two-sample position bound to fall below ``epsilon`` with probability
     ``power`` when the two laws are equal (module docstring)."""
@@ -141,7 +136,7 @@ def two_sample_bounds(cells_a: np.ndarray, cells_b: np.ndarray, k: int, epsilon:
     T = cells_a.shape[1]
     delta = (1 - tv_confidence) / T
     na, nb = cells_a.shape[0], cells_b.shape[0]
-    dev = two_sample_width(na, nb, delta)
+    dev = stats.hoeffding_width(delta, na, nb)  # one event's deviation of the two proportions' difference
     hat, up = [], []
     for t in range(T):
         qa = np.bincount(cells_a[:, t], minlength=k) / na

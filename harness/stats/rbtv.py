@@ -57,16 +57,12 @@ from harness.stats.bounds import _binomial_mad
 from harness.stats.common import _as_counts, _check_level, _check_n
 from harness.stats.results import TVBound
 from harness.stats.search import smallest_n
+from harness.stats.worstevent import hoeffding_width
 
 __all__ = ["RB_LAW", "rb_tv_upper_bound", "rb_tv_upper_bound_planned", "rb_tv_n_for"]
 
 RB_LAW = ("token TV between the engine's step and one target step from the engine's own prefixes (both laws of "
        "the token averaged over the prefixes drawn)")
-
-
-def _width(n: int, delta: float) -> float:
-    """Step 2's width (Hoeffding)."""
-    return math.sqrt(math.log(1 / delta) / (2 * n))
 
 
 def _rb_law(law_sum, n: int, k: int) -> np.ndarray:
@@ -88,7 +84,7 @@ def rb_tv_upper_bound(counts, law_sum, delta: float = 1e-4) -> TVBound:
     check_arg(n >= 1, "counts", "all zeros", "at least one draw")
     m = _rb_law(law_sum, n, c.size)
     tv_hat = 0.5 * float(np.abs(c / n - m).sum())
-    return TVBound(tv_hat, min(1.0, tv_hat + _width(n, delta)), delta, n, c.size,
+    return TVBound(tv_hat, min(1.0, tv_hat + hoeffding_width(delta, n)), delta, n, c.size,
                    "finite-sample: Rao-Blackwellised marginal + one event's deviation (Hoeffding)")
 
 
@@ -105,7 +101,7 @@ def rb_tv_upper_bound_planned(m, n, delta: float = 1e-4, power: Optional[float] 
     if power is not None:
         _check_level("power", power)
         tv_hat += math.sqrt(math.log(1 / (1 - power)) / (2 * n))
-    return min(1.0, tv_hat + _width(n, delta))
+    return min(1.0, tv_hat + hoeffding_width(delta, n))
 
 
 def rb_tv_n_for(m, epsilon: float, delta: float = 1e-4, power: Optional[float] = None,

@@ -45,7 +45,7 @@ from harness.stats.results import TVBound
 from harness.stats.search import smallest_n
 
 __all__ = ["widest_deviation", "tv_upper_bound_worstevent", "tv_upper_bound_worstevent_expected",
-           "tv_upper_bound_worstevent_n_for", "tv_upper_bound_worstevent_exceed", "tv_worstevent_threshold"]
+           "tv_upper_bound_worstevent_n_for", "tv_upper_bound_worstevent_exceed", "hoeffding_width"]
 
 
 def _dev(x, n: int, delta: float):
@@ -123,9 +123,13 @@ def tv_upper_bound_worstevent_n_for(probs, epsilon: float, delta: float = 1e-4, 
                       down=True)
 
 
-def tv_worstevent_threshold(n, delta: float, epsilon: float) -> float:
-    """The plug-in TV at and above which the bound reaches ``epsilon``: ε − W (the bound is T + W while T < ½)."""
-    return epsilon - widest_deviation(int(n), delta)
+def hoeffding_width(delta: float, *ns: int) -> float:
+    """One event's deviation by Hoeffding's inequality (Hoeffding 1963, JASA 58, Theorem 2: independent terms, each
+    in a range of 1/n_i, identical or not): √(ln(1/δ) Σ_i (1/n_i) / 2) — one sample of n (``ns = (n,)``: the
+    Rao–Blackwellised engine bound, :mod:`harness.stats.rbtv`) or the difference of two samples' proportions
+    (``ns = (n_a, n_b)``: two-sample mode, :mod:`harness.samples.certificate`)."""
+    _check_level("delta", delta)
+    return math.sqrt(math.log(1 / delta) * sum(1 / n for n in ns) / 2)
 
 
 MAX_UNION_CELLS = 16  # positive cells up to which the tail also takes the union over events (2^16 events)
@@ -150,7 +154,7 @@ def tv_upper_bound_worstevent_exceed(probs, n, delta: float, epsilon: float) -> 
     _check_level("delta", delta)
     check_arg(isinstance(epsilon, (int, float)) and 0 < epsilon <= 1, "epsilon", epsilon, "a number in (0, 1]")
     n = int(n)
-    t = tv_worstevent_threshold(n, delta, epsilon)
+    t = epsilon - widest_deviation(n, delta)  # the plug-in TV at and above which the bound reaches ε
     s = t - _expected_tv(p, n)
     mcd = 1.0 if s <= 0 else float(math.exp(-2 * n * s * s))
     if t <= 0 or not 2 <= int((p > 0).sum()) <= MAX_UNION_CELLS:

@@ -187,3 +187,12 @@ def test_bad_input():
         tv_upper_bound_worstevent([0, 0], [0.5, 0.5], 0.05)
     with pytest.raises(ValueError, match="epsilon"):
         tv_upper_bound_worstevent_n_for([0.5, 0.5], 0.0, 0.05)
+
+
+def test_hoeffding_width_is_its_formula():
+    """One sample of n: √(ln(1/δ)/(2n)); two samples' difference: √(ln(1/δ)(1/n_a + 1/n_b)/2) (deterministic)."""
+    from harness.stats.worstevent import hoeffding_width
+    assert hoeffding_width(1e-6, 400) == pytest.approx(math.sqrt(math.log(1e6) / 800), rel=1e-15)
+    assert hoeffding_width(1e-3, 100, 300) == pytest.approx(math.sqrt(math.log(1e3) * (1 / 100 + 1 / 300) / 2))
+    with pytest.raises(ValueError, match="delta"):
+        hoeffding_width(0.0, 10)
