@@ -195,8 +195,9 @@ def _strongest(v, config) -> list[str]:
          "pair > the marginal at each position), every one at the command's simultaneous confidence. P(inconclusive): "
          "the probability that a lossless sampler of this size ends inconclusive (some bound ≥ its ε), summed over the "
          "run's bounds: ≈ the normal approximation (mean and sd of each bound over 200 simulated lossless count vectors; "
-         "the planning figure the sizes are chosen by) and ≤ a rigorous bound (McDiarmid for the plug-in bound, Bernstein "
-         "for the cross U-statistic; 10-100x conservative where measured).", ""]
+         "the planning figure the sizes are chosen by) and ≤ a rigorous bound (for the worst-event bound the smaller of "
+         "McDiarmid and, on ≤ 16 cells, the union over events of exact binomial tails; that union for the events bound; "
+         "Bernstein for the cross U-statistic; 10-100x conservative where measured).", ""]
     for _, r in v.iterrows():
         s = r.get("cert_strongest", "")
         s = s if isinstance(s, str) and s else "none"
@@ -228,10 +229,12 @@ def _certificates(verdicts, config) -> list[str]:
          f"tolerance ε; all bounds of this command hold simultaneously with confidence {config['tv_confidence']:g} "
          f"(Bonferroni: δ = {config['tv_delta_each']:.2g} per bound), so each certificate is an interval-inclusion "
          "equivalence test at that confidence. TV bounds are finite-sample, on the cells the target gives mass with the "
-         "others lumped into one (they cover the whole law of what they bound): the plug-in bound (Bretagnolle–Huber–Carol "
-         "or E|L1| + McDiarmid, width ~√(k/n)) or the χ²-type cross U-statistic bound (two random halves of the draws, "
-         "Bernstein's inequality; width ~k^(1/4)/√n; `harness.stats.crossu`), whichever has the smaller planning figure at "
-         "that law and size (chosen before the counts are seen); Clopper–Pearson for a one-hot target. The asymptotic "
+         "others lumped into one (they cover the whole law of what they bound): the worst-event bound (the plug-in TV plus "
+         "one event's exact Clopper–Pearson deviation, no union over events; `harness.stats.worstevent`), on ≤ 10 cells "
+         "the union over events of exact binomial bounds (`harness.stats.events`), or the χ²-type cross U-statistic bound "
+         "(two random halves of the draws, Bernstein's inequality; width ~k^(1/4)/√n; `harness.stats.crossu`), whichever "
+         "has the smallest planning figure at that law and size (chosen before the counts are seen); Clopper–Pearson for "
+         "a one-hot target. The asymptotic "
          "noncentral-χ² inversion is reported in tests.csv (`tv_upper_asymptotic`) but certifies nothing. Largest bound / ε: "
          "the bound closest to its tolerance. Draws to certify: sequences at which a lossless sampler's expected "
          "bounds all fall below ε (about half of lossless runs of that size certify). P(inconclusive): the bound on "

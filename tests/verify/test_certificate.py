@@ -183,3 +183,16 @@ def test_control_sized_runs_are_certified_at_the_scaled_tolerances():
     assert (scaled.real, scaled.real_pair, scaled.real_joint) == pytest.approx((0.18, 0.48, 1.0))
     assert c.of("base") == eps
     assert Epsilons(0.5, 0.5, 0.5, 0.1, 0.1, 0.1).scaled(6.0).joint == 1.0  # a TV tolerance never exceeds 1
+
+
+def test_summary_names_every_bound_the_gate_can_choose_and_no_retired_one():
+    """The summary's method paragraphs (report._certificates, report._strongest) name every bound
+    :func:`tv_interval` can take its upper end from (the keys of ``battery._BOUNDS``, each by its module) and not
+    the plug-in bound the gate no longer offers (they read "Bretagnolle–Huber–Carol" / "McDiarmid for the plug-in
+    bound" for two commits after the worst-event bound replaced it).  Deterministic (reads the source)."""
+    import inspect
+    from harness.verify import battery, report
+    cert, lead = inspect.getsource(report._certificates), inspect.getsource(report._strongest)
+    for name in battery._BOUNDS:
+        assert f"harness.stats.{name}" in cert, name
+    assert "Bretagnolle" not in cert and "plug-in bound" not in lead
