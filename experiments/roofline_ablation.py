@@ -9,6 +9,9 @@ fitted); only the term changes:
     no MoE expert reads     a mixture's forward reads the experts of one token whatever B n is
     no bounded draft cache  the draft reads the target's full context (MagicDec's StreamingLLM budget ignored)
     tree drafts of 1 token  SGLang's tree draft steps score 1 token per sequence instead of topk
+    no prefill              whole-run rows (prompt_tokens, output_tokens) priced as steady decoding: no prefill
+                            in the speedup or in the calibration points (the A40 sweep)
+    no engine tax           the speculative engine's per-step cost measured off (spec_off_rates) not charged
 
 Writes a Markdown table (speculative speedups: n, |error| median and worst, signs right; and over the rows
 the term concerns) with the provenance of this run.
@@ -50,6 +53,12 @@ def rows() -> list[str]:
     calls = rr.round_calls
     with mock.patch.object(rr, "round_calls", lambda row, e: ([1] * len(calls(row, e)[0]), calls(row, e)[1])):
         out.append(_line("tree drafts of 1 token", fidelity_table(pub), tree))
+    a40 = (lambda t: t.group == "a40-goodput")
+    out.append(_line("full model (A40 sweep rows)", fidelity_table(pub), a40))
+    drop = (lambda *keys: {**pub, "row": [{k: v for k, v in r.items() if k not in keys} for r in pub["row"]]})
+    out.append(_line("no prefill (steady state)", fidelity_table(drop("prompt_tokens", "output_tokens")), a40))
+    out.append(_line("no engine tax", fidelity_table(drop("spec_off_rates")), a40))
+    out.append(_line("neither", fidelity_table(drop("prompt_tokens", "output_tokens", "spec_off_rates")), a40))
     return out
 
 

@@ -41,7 +41,8 @@ from harness.core.config import CONFIGS
 from specimpl.errors import check_arg
 
 __all__ = ["DTYPE_BYTES", "ConfigError", "ModelShape", "Hardware", "HARDWARE_DIR", "hardware_names",
-           "load_hardware", "ForwardCost", "forward_cost", "Roofline", "calibrate", "Calibration", "FITTABLE"]
+           "load_hardware", "ForwardCost", "forward_cost", "Roofline", "calibrate", "Calibration", "FITTABLE",
+           "run_step_seconds"]
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1, "int4": 0.5}
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
@@ -372,12 +373,24 @@ class Calibration:
 FITTABLE = ("eff_bandwidth", "eff_compute", "overhead_s", "overhead_per_layer_s")
 
 
+def run_step_seconds(rt: Roofline, n, B, L, run=None) -> float:
+    """One forward T(n, B, L), or with ``run`` = (P, O) a whole fixed-length run's seconds per decode step:
+    (T(P, B, 0) + O T(n, B, L)) / O (the batch's prefill of P prompt tokens each, then O steps at the mean
+    context L)."""
+    if not run:
+        return float(rt(n, B, L))
+    P, O = run
+    return float((rt(P, B, 0) + O * rt(n, B, L)) / O)
+
+
 def calibrate(hw: Hardware, measured: list, fit=FITTABLE, eff_max: float = 1.0) -> Calibration:
     """Fit ``fit`` (a subset of :data:`FITTABLE`) to measured forwards.
 
-    ``measured``: (ModelShape, n, B, L, seconds) tuples.  Least squares on log T (scipy), efficiencies
-    bounded to [1e-4, ``eff_max``] (1: the datasheet numbers are true peaks), overheads in [1e-9, 10] s.
-    Returns the calibrated hardware and the relative errors of the fit.
+    ``measured``: (ModelShape, n, B, L, seconds) tuples, or (ModelShape, n, B, L, seconds, (P, O)) for a
+    whole run's time per step (:func:`run_step_seconds`: a prefill of P prompt tokens and O decode steps, as a
+    fixed-length benchmark's output tokens over its wall time measures).  Least squares on log T (scipy),
+    efficiencies bounded to [1e-4, ``eff_max``] (1: the datasheet numbers are true peaks), overheads in
+    [1e-9, 10] s.  Returns the calibrated hardware and the relative errors of the fit.
     """
     from scipy.optimize import least_squares
     check_arg(len(measured) >= 1, "measured", len(measured), "at least one (shape, n, B, L, seconds) point")
@@ -389,7 +402,7 @@ def calibrate(hw: Hardware, measured: list, fit=FITTABLE, eff_max: float = 1.0) 
 
     def model(x):
         h = replace(hw, **{f: float(math.exp(v)) for f, v in zip(fit, x)})
-        return np.log(np.array([Roofline(s, h)(n, B, L) for s, n, B, L, _ in measured])), h
+        return np.log(np.array([run_step_seconds(Roofline(m[0], h), *m[1:4], *m[5:6]) for m in measured])), h
 
     lower = np.array([lo[f] for f in fit])
     upper = np.array([math.log(eff_max) if f.startswith("eff") else math.log(10.0) for f in fit])

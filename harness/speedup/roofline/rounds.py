@@ -22,6 +22,11 @@ and emits E tokens per sequence, taken from the row (never fitted):
 
     S = E T_t(1, B, L) / (sum_calls T_d(m, B, L) + T_t(n_verify, B, L))
 
+or, for a row measured as a whole fixed-length run (``prompt_tokens`` P and ``output_tokens`` O: output tokens
+over the wall time of a batch whose every sequence emits O tokens), with the prefills inside:
+
+    S = (T_t(P, B, 0) + O T_t(1, B, L)) / (T_t(P, B, 0) + T_d(P, B, 0) + (O / E) T_round)
+
 Both models see the context L (KV-cache bytes and attention FLOPs in every call), the draft ``draft_context``
 instead where its cache is bounded; a mixture-of-experts
 target's verification reads the experts its B n_verify tokens are routed to (:mod:`.model`).
@@ -33,7 +38,7 @@ import numpy as np
 from harness.speedup.roofline.model import ConfigError
 from harness.speedup.roofline.speedup import PairCosts, tokens_per_round
 
-__all__ = ["METHODS", "row_tokens", "round_calls", "round_seconds_of", "row_speedup"]
+__all__ = ["METHODS", "row_tokens", "round_calls", "round_seconds_of", "row_run", "row_speedup"]
 
 METHODS = ("chain", "eagle-tree")
 
@@ -83,8 +88,27 @@ def round_seconds_of(costs: PairCosts, row: dict, e: float) -> float:
     return float(sum(costs.draft(m, B, Ld) for m in drafts) + costs.target(n, B, L) + costs.round_overhead(row["k"], B))
 
 
+def row_run(row: dict):
+    """(P, O) of a row measured as a whole fixed-length run (``prompt_tokens`` P, ``output_tokens`` O: output
+    tokens over the wall time of a batch whose every sequence emits O tokens, prefill inside), else None."""
+    if row.get("output_tokens") is None:
+        return None
+    P, O = row.get("prompt_tokens"), row["output_tokens"]
+    if not (isinstance(P, int) and P >= 1 and isinstance(O, int) and O >= 1):
+        raise ConfigError(f"row {row['id']}: `prompt_tokens` and `output_tokens` must be integers >= 1; got "
+                          f"{P!r}, {O!r}")
+    return P, O
+
+
 def row_speedup(costs: PairCosts, row: dict, e: float) -> float:
-    """S of the module docstring: E target-only steps' time over one round's."""
+    """S of the module docstring: E target-only steps' time over one round's.  A whole-run row (:func:`row_run`)
+    adds the prefill: the target's alone, the target's and the draft's with speculation, and O / E rounds
+    against O target-only steps (S = (T_t(P) + O t_ar) / (T_t(P) + T_d(P) + (O / E) t_round))."""
     B, L = row["batch"], row["context"]
     t_ar = float(costs.target(1, B, L)) + costs.token_overhead(B)
-    return e * t_ar / round_seconds_of(costs, row, e)
+    run = row_run(row)
+    if run is None:
+        return e * t_ar / round_seconds_of(costs, row, e)
+    P, O = run
+    pre = float(costs.target(P, B, 0))
+    return (pre + O * t_ar) / (pre + float(costs.draft(P, B, 0)) + O / e * round_seconds_of(costs, row, e))
