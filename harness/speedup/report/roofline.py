@@ -169,8 +169,8 @@ def fig_fidelity(plt, res, out, formats):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured speedup (published)", ylabel="predicted speedup (roofline)",
-           title=f"{len(t)} published speedups: |error| median {100 * err.median():.1f} %, worst {100 * err.max():.0f} %; "
-                 f"sign of S-1 wrong at {int((~t.sign_ok).sum())} (x)")
+           title=f"{len(t)} published speedups from {t.group.nunique()} sources: |error| median {100 * err.median():.1f} %, "
+                 f"worst {100 * err.max():.0f} %;\nsign of S-1 wrong at {int((~t.sign_ok).sum())} (x)")
     ax.title.set_fontsize(7)
     ax.legend(loc="upper left", fontsize=6)
     return _save(fig, Path(out), "roofline_fidelity", res.meta, formats)
