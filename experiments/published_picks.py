@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 from harness.core.figures import md_table  # noqa: E402
 import json  # noqa: E402
 
-from harness.core.provenance import atomic_write_text  # noqa: E402
+from harness.core.provenance import atomic_write_text, git_commit  # noqa: E402
 
 GAP = 0.05  # tune_check's rule: the pick's measured S within 5 % of the best measured
 
@@ -43,6 +43,11 @@ def picks(t: pd.DataFrame, group: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _here() -> str:
+    g = git_commit()
+    return f"{'dirty' if g.get('dirty') else 'clean'} {str(g.get('commit'))[:7]}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=Path("results/roofline"))
@@ -53,7 +58,8 @@ def main(argv=None) -> int:
     meta = json.loads((a.results / "meta.json").read_text())
     off_all = p[p["best S"] <= 1.0]
     text = (f"# The roofline's pick against the measured best: {a.group}\n\nFrom the stored fidelity table "
-            f"(commit {str(meta.get('commit', '?'))[:10]}); `python experiments/published_picks.py --group {a.group}`.\n\n"
+            f"(commit {str(meta.get('commit', '?'))[:10]}), written from {_here()} by "
+            f"`python experiments/published_picks.py --group {a.group}`.\n\n"
             + md_table(p.to_dict("records"), list(p.columns)) +
             f"\n**{int(p.right.sum())} of {len(p)}** (pair, batch) within {GAP:.0%} of the measured best; where every "
             f"measured k loses ({len(off_all)}), the model says off at {int((off_all['model pick'] == 'off').sum())}.\n")
