@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness.speedup import costmodel as cm
@@ -430,3 +431,23 @@ def test_fidelity_figure_is_drawn_from_the_table_and_byte_reproducible(tmp_path)
     b = make_report(res, tmp_path / "b", formats=("png",))
     assert "roofline_fidelity" in a and "roofline_speedup_vs_batch" not in a
     assert Path(a["roofline_fidelity"][0]).read_bytes() == Path(b["roofline_fidelity"][0]).read_bytes()
+
+
+def test_published_picks_takes_off_when_every_k_loses_and_measures_the_gap():
+    """experiments/published_picks.picks on a synthetic sweep: the model's pick is its largest predicted S with
+    off = 1 among the choices, the gap is 1 - S_measured(pick) / S_measured(best).  Deterministic."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("published_picks", Path(__file__).resolve().parents[2]
+                                                  / "experiments" / "published_picks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    t = pd.DataFrame([  # pair x: batch 1 gains (model picks k = 2, best k = 1), batch 8 loses at every k
+        {"id": "g-x-k1-b1", "group": "g", "quantity": "speedup", "k": 1, "batch": 1, "measured": 1.30, "predicted": 1.2},
+        {"id": "g-x-k2-b1", "group": "g", "quantity": "speedup", "k": 2, "batch": 1, "measured": 1.20, "predicted": 1.4},
+        {"id": "g-x-k1-b8", "group": "g", "quantity": "speedup", "k": 1, "batch": 8, "measured": 0.90, "predicted": 0.95},
+        {"id": "g-x-k2-b8", "group": "g", "quantity": "speedup", "k": 2, "batch": 8, "measured": 0.80, "predicted": 1.05}])
+    p = mod.picks(t, "g").set_index("batch")
+    assert p.loc[1, "model pick"] == "k = 2" and p.loc[1, "measured best"] == "k = 1"
+    assert p.loc[1, "gap"] == pytest.approx(1 - 1.2 / 1.3) and not p.loc[1, "right"]
+    assert p.loc[8, "measured best"] == "off" and p.loc[8, "model pick"] == "k = 2"
+    assert p.loc[8, "gap"] == pytest.approx(0.2)
