@@ -12,6 +12,8 @@ fitted); only the term changes:
     no prefill              whole-run rows (prompt_tokens, output_tokens) priced as steady decoding: no prefill
                             in the speedup or in the calibration points (the A40 sweep)
     no engine tax           the speculative engine's per-step cost measured off (spec_off_rates) not charged
+    one model's runs        each A40 target's machine fitted to its own target-only runs, not the pool of all
+                            four targets' (calibrate_pool)
 
 Writes a Markdown table (speculative speedups: n, |error| median and worst, signs right; and over the rows
 the term concerns) with the provenance of this run.
@@ -59,6 +61,7 @@ def rows() -> list[str]:
     out.append(_line("no prefill (steady state)", fidelity_table(drop("prompt_tokens", "output_tokens")), a40))
     out.append(_line("no engine tax", fidelity_table(drop("spec_off_rates")), a40))
     out.append(_line("neither", fidelity_table(drop("prompt_tokens", "output_tokens", "spec_off_rates")), a40))
+    out.append(_line("one model's runs (no pool)", fidelity_table(drop("_pool")), a40))
     return out
 
 

@@ -228,7 +228,7 @@ def test_fidelity_rows_name_their_sources_and_inputs(published):
     rows = {r["id"]: r for r in pub["row"]}
     for rid, err in t[t.is_input].set_index("id").rel_err.items():
         r = rows[rid]
-        cal = calibrate(lh(r["hardware"]), _calibration_points(r, _calibration_shape(r, pub["_shapes"])),
+        cal = calibrate(lh(r["hardware"]), _calibration_points(r, _calibration_shape(r, pub["_shapes"]), pub["_shapes"]),
                         fit=tuple(r.get("calibrate_fit", ["eff_bandwidth"])))
         assert abs(err) <= cal.max_abs_rel_err + 1e-9, rid
 
@@ -451,3 +451,19 @@ def test_published_picks_takes_off_when_every_k_loses_and_measures_the_gap():
     assert p.loc[1, "gap"] == pytest.approx(1 - 1.2 / 1.3) and not p.loc[1, "right"]
     assert p.loc[8, "measured best"] == "off" and p.loc[8, "model pick"] == "k = 2"
     assert p.loc[8, "gap"] == pytest.approx(0.2)
+
+
+def test_calibrate_pool_fits_every_model_of_the_machine_and_names_a_bad_entry(tmp_path, published):
+    """The A40 rows fit one machine to the target-only runs of all four targets (pool.a40-vllm063): every point
+    is target-only (no speculative number), several models; a pool entry naming an unknown model is refused by
+    name.  Deterministic."""
+    from harness.speedup.roofline.fidelity import PUBLISHED, _calibration_points, load_published
+    pub, _ = published
+    r = next(r for r in pub["row"] if r["id"] == "a40-7b-k1-b1")
+    pts = _calibration_points(r, pub["_shapes"][r["target"]], pub["_shapes"])
+    assert len(pts) >= 18 and len({p[0].name for p in pts}) == 4
+    text = PUBLISHED.read_text().replace('{model = "qwen2.5-3b", points', '{model = "qwen2.5-3b-typo", points', 1)
+    p = tmp_path / "p.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match="pool.a40-vllm063"):
+        load_published(p)

@@ -68,15 +68,41 @@ def load_published(path=PUBLISHED) -> dict:
                 raise ConfigError(f"{path}: row {row['id']}: `{role}` {row[role]!r} is not in [models]")
     d["_shapes"] = {name: ModelShape.from_dict(cfg, where=f"{path}: models.{name}", name=name)
                     for name, cfg in models.items()}
+    pools = d.get("pool", {})
+    for row in d.get("row", []):
+        if "calibrate_pool" in row:
+            row["_pool"] = _pool_points(pools, row, models, path)
     return d
 
 
-def _calibration_points(row: dict, shape: ModelShape) -> list:
+def _pool_points(pools: dict, row: dict, models: dict, path) -> list:
+    """[(model, batch, ms), ...] of the row's ``calibrate_pool``: a [pool.<name>] table whose ``points`` list the
+    target-only runs of several models on one machine and engine ({model = name, points = [[batch, ms], ...]}),
+    fitted together so that the models' sizes separate bandwidth from per-call overhead."""
+    name = row["calibrate_pool"]
+    if name not in pools:
+        raise ConfigError(f"{path}: row {row['id']}: `calibrate_pool` {name!r} is not in [pool] ({sorted(pools)})")
+    out = []
+    for entry in pools[name].get("points", []):
+        if not (isinstance(entry, dict) and entry.get("model") in models and isinstance(entry.get("points"), list)):
+            raise ConfigError(f"{path}: pool.{name}: each of `points` must be {{model = <a [models] name>, points = "
+                              f"[[batch, ms], ...]}}; got {entry!r}")
+        out += [(entry["model"], int(b), float(ms)) for b, ms in entry["points"]]
+    if not out:
+        raise ConfigError(f"{path}: pool.{name}: no `points`")
+    return out
+
+
+def _calibration_points(row: dict, shape: ModelShape, shapes: Optional[dict] = None) -> list:
+    """(shape, n, B, L, seconds[, run]) points of the row's calibration: its ``calibrate_pool``'s (every model's
+    target-only runs on that machine and engine) where it names one, else its own ``calibrate`` (on ``shape``)."""
+    run = row_run(row)  # a whole-run benchmark's points are whole-run seconds per step (prefill inside)
+    if row.get("_pool") and shapes is not None:
+        return [(shapes[m], 1, b, row["context"], ms / 1e3, run) for m, b, ms in row["_pool"]]
     cal = row["calibrate"]
     if not (isinstance(cal, list) and cal and all(isinstance(c, list) and len(c) == 2 and c[0] >= 1 and c[1] > 0
                                                   for c in cal)):
         raise ConfigError(f"row {row['id']}: `calibrate` must be [[batch, ms per target-only step], ...]; got {cal!r}")
-    run = row_run(row)  # a whole-run benchmark's points are whole-run seconds per step (prefill inside)
     return [(shape, 1, int(b), row["context"], ms / 1e3, run) for b, ms in cal]
 
 
@@ -103,7 +129,7 @@ def row_costs(row: dict, shapes: dict, hardware: Optional[str] = None) -> tuple[
     hw = load_hardware(hardware or row["hardware"]).with_devices(int(row.get("devices", 1)))
     t, d = shapes[row["target"]], shapes[row["draft"]]
     if row.get("calibrate") and hardware is None:
-        pts = _calibration_points(row, _calibration_shape(row, shapes))
+        pts = _calibration_points(row, _calibration_shape(row, shapes), shapes)
         fit = tuple(row.get("calibrate_fit", ["eff_bandwidth"]))
         if len(fit) > len(pts):
             raise ConfigError(f"row {row['id']}: `calibrate_fit` {list(fit)} fits more fields than `calibrate` "
