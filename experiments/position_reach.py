@@ -14,7 +14,7 @@ replicate takes the largest bound over the positions of a scenario, for
   event), enumerated over the 2^k events (k ≤ 16 cells);
 - ``asymptotic``: the noncentral-χ² inversion at δ / 2 (harness.stats.tv_upper_bound_ncx2), valid only
   asymptotically and not at δ ~ 1e-7 (the issue's yardstick of a χ²-efficient bound); on the cells of P > 0
-  (NaN where some expected count is below 100);
+  (NaN, and no share, for a scenario where some position has an expected count below 100);
 - ``floor``: z_δ max_A √(P(A)(1 − P(A)) / n), below which no valid bound's median can lie
   (experiments/tv_oracle_limit.py), over the positions.
 Writes ``reach.csv`` (per scenario, size and method: mean and 95th percentile of the largest bound, the share of
@@ -45,11 +45,15 @@ SCENARIOS = ("base", "alpha_zero", "alpha_one", "temperature_topk", "top_p", "eo
 DRAWS = 1_000_000  # default.toml's draws (x the scenario's weight)
 SIZES = (("same draws, ε = 3.33e-3", 1.0, 5e-3 / 1.5), ("half the draws, ε = 5e-3", 0.5, 5e-3))
 SEED = 24
+MAX_CELLS = 16  # one_event enumerates the 2^k events of k positive cells
+NAN = float("nan")
 
 
 def one_event(counts: np.ndarray, P: np.ndarray, delta: float) -> float:
     """max over events A of the positive cells of u_δ(X(A)) − P(A) (counts outside them lumped into one cell)."""
     pos = P > 0
+    if int(pos.sum()) > MAX_CELLS:
+        raise SystemExit(f"one_event enumerates 2^k events: {int(pos.sum())} cells, at most {MAX_CELLS}")
     c = np.append(counts[pos], counts[~pos].sum()).astype(np.float64)
     p = np.append(P[pos], 0.0)
     M = _membership(p.size - 1, True)  # (2^k - 1, k + 1): every non-empty event (the lumped cell last)
@@ -64,6 +68,12 @@ def asymptotic(counts: np.ndarray, P: np.ndarray, delta: float) -> float:
         return S.tv_upper_bound_ncx2(counts[pos], P[pos] / P[pos].sum(), delta=delta).upper
     except ValueError:
         return float("nan")
+
+
+def max_or_nan(values) -> float:
+    """The largest value, NaN where any is NaN (a bound that does not apply to one position bounds no scenario)."""
+    v = np.asarray(values, np.float64)
+    return NAN if np.isnan(v).any() else float(v.max())
 
 
 def floor(P: np.ndarray, n: int) -> float:
@@ -84,13 +94,15 @@ def scenario_rows(name: str, reps: int, rng) -> list[dict]:
             C = [rng.multinomial(n, P) for P in marg]
             big["gate"].append(max(battery.tv_interval(c, P, DELTA)[2] for c, P in zip(C, marg)))
             big["one_event"].append(max(one_event(c, P, DELTA / 2) for c, P in zip(C, marg)))
-            big["asymptotic"].append(max(asymptotic(c, P, DELTA / 2) for c, P in zip(C, marg)))
+            big["asymptotic"].append(max_or_nan([asymptotic(c, P, DELTA / 2) for c, P in zip(C, marg)]))
         big["floor"] = [max(floor(P, n) for P in marg)] * reps
         for method, v in big.items():
             v = np.asarray(v, np.float64)
+            ok = not np.isnan(v).any()  # NaN: the method does not apply to some position of this scenario
             rows.append({"scenario": name, "target": label, "sequences": n, "epsilon": eps, "method": method,
-                         "positions": len(marg), "reps": reps, "mean_largest": float(np.mean(v)),
-                         "p95_largest": float(np.quantile(v, 0.95)), "share_certified": float(np.mean(v <= eps))})
+                         "positions": len(marg), "reps": reps, "mean_largest": float(np.mean(v)) if ok else NAN,
+                         "p95_largest": float(np.quantile(v, 0.95)) if ok else NAN,
+                         "share_certified": float(np.mean(v <= eps)) if ok else NAN})
     return rows
 
 
@@ -99,6 +111,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--out", type=Path, default=Path("results/calibrate/reach"))
     a = ap.parse_args(argv)
+    if a.reps < 2:
+        ap.error(f"--reps must be an integer >= 2; got {a.reps}")
     rng = np.random.default_rng(SEED)
     rows = []
     for name in SCENARIOS:

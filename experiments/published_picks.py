@@ -13,6 +13,8 @@ Writes ``picks.md`` beside the table (with the table's provenance) and prints it
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,8 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 import pandas as pd  # noqa: E402
 
 from harness.core.figures import md_table  # noqa: E402
-import json  # noqa: E402
-
 from harness.core.provenance import atomic_write_text, git_commit  # noqa: E402
 
 GAP = 0.05  # tune_check's rule: the pick's measured S within 5 % of the best measured
@@ -31,6 +31,11 @@ GAP = 0.05  # tune_check's rule: the pick's measured S within 5 % of the best me
 def picks(t: pd.DataFrame, group: str) -> pd.DataFrame:
     a = t[(t.group == group) & (t.quantity == "speedup")].copy()
     a["pair"] = a.id.str.extract(r"^[^-]+-(.*)-k\d+-b\d+$")[0]
+    if a.pair.isna().any():
+        raise SystemExit(f"--group {group}: row ids must read <source>-<pair>-k<k>-b<batch>; got "
+                         f"{a.id[a.pair.isna()].iloc[0]!r}")
+    if a.empty:
+        raise SystemExit(f"--group {group}: no speedup rows of that group in the table")
     rows = []
     for (pair, b), g in a.groupby(["pair", "batch"], sort=False):
         meas = {**{f"k = {k}": s for k, s in zip(g.k, g.measured)}, "off": 1.0}
@@ -44,8 +49,13 @@ def picks(t: pd.DataFrame, group: str) -> pd.DataFrame:
 
 
 def _here() -> str:
-    g = git_commit()
-    return f"{'dirty' if g.get('dirty') else 'clean'} {str(g.get('commit'))[:7]}"
+    """'clean <commit>' or 'dirty <commit>' of this checkout, results/ left out (the fidelity command this reads
+    has just rewritten it)."""
+    root = Path(__file__).resolve().parents[1]
+    st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", ".", ":(exclude)results"],
+                        capture_output=True, text=True)
+    dirty = st.returncode != 0 or bool(st.stdout.strip())
+    return f"{'dirty' if dirty else 'clean'} {str(git_commit().get('commit'))[:7]}"
 
 
 def main(argv=None) -> int:

@@ -134,9 +134,14 @@ def test_calibrate_on_whole_runs_recovers_known_efficiencies_and_a_step_fit_does
     assert cal.hardware.overhead_s == pytest.approx(2e-3, rel=1e-2)
     steps = calibrate(load_hardware("a40"), [p[:5] for p in pts], fit=fit)
     assert abs(steps.hardware.eff_compute / 0.5 - 1) > 0.05 or abs(steps.hardware.overhead_s / 2e-3 - 1) > 0.05
-    # one run by hand: (T(P, B, 0) + O T(1, B, L)) / O
+    # one run by hand: (T_prefill(P, B) + (O - 1) T(1, B, L)) / O, the prefill's lm_head on one token per sequence
     r = Roofline(s, true)
-    assert run_step_seconds(r, 1, 8, 198, run) == pytest.approx((float(r(150, 8, 0)) + 96 * float(r(1, 8, 198))) / 96)
+    assert run_step_seconds(r, 1, 8, 198, run) == pytest.approx((float(r(150, 8, 0, prefill=True))
+                                                                 + 95 * float(r(1, 8, 198))) / 96)
+    full, pre = forward_cost(s, true, 150, 8, 0), forward_cost(s, true, 150, 8, 0, prefill=True)
+    head = s.vocab * s.hidden
+    assert full.flops - pre.flops == pytest.approx(2.0 * head * 149 * 8)
+    assert full.bytes - pre.bytes == pytest.approx(8 * 149 * s.vocab * s.logits_bytes)
 
 
 def test_whole_run_speedup_adds_both_prefills_and_the_engine_tax_by_hand():
@@ -155,7 +160,7 @@ def test_whole_run_speedup_adds_both_prefills_and_the_engine_tax_by_hand():
     e = 2.5
     rnd = round_seconds_of(costs, row, e)
     assert rnd == pytest.approx(d(2, 8, 198) + d(1, 8, 198) + t(3, 8, 198) + c * 8)
-    want = (t(150, 8, 0) + 96 * t(1, 8, 198)) / (t(150, 8, 0) + d(150, 8, 0) + 96 / e * rnd)
+    want = (t(150, 8, 0) + 95 * t(1, 8, 198)) / (t(150, 8, 0) + d(150, 8, 0) + 95 / e * rnd)  # prefill emits token 1
     assert row_speedup(costs, row, e) == pytest.approx(want)
     with pytest.raises(ConfigError, match="spec_off_rates"):
         spec_engine_tax({**row, "spec_off_rates": [[32, 700.0]]})
@@ -454,16 +459,61 @@ def test_published_picks_takes_off_when_every_k_loses_and_measures_the_gap():
 
 
 def test_calibrate_pool_fits_every_model_of_the_machine_and_names_a_bad_entry(tmp_path, published):
-    """The A40 rows fit one machine to the target-only runs of all four targets (pool.a40-vllm063): every point
-    is target-only (no speculative number), several models; a pool entry naming an unknown model is refused by
-    name.  Deterministic."""
-    from harness.speedup.roofline.fidelity import PUBLISHED, _calibration_points, load_published
-    pub, _ = published
+    """The A40 rows fit one machine to the target-only runs of all four targets (pool.a40-vllm063) through
+    row_costs (the rows give no `calibrate` of their own); every pool point is a target-only rate of the sweep's
+    logs (1000 B / tok/s equals a tokens_per_s_ar input where one is listed); bad pool entries, an own
+    `calibrate` beside the pool and an unknown pool field are refused by name.  Deterministic."""
+    from harness.speedup.roofline.fidelity import PUBLISHED, _calibration_points, load_published, row_costs
+    pub, t = published
     r = next(r for r in pub["row"] if r["id"] == "a40-7b-k1-b1")
+    assert "calibrate" not in r and r["_pool"][1] == ("eff_bandwidth", "eff_compute", "overhead_s")
     pts = _calibration_points(r, pub["_shapes"][r["target"]], pub["_shapes"])
-    assert len(pts) >= 18 and len({p[0].name for p in pts}) == 4
-    text = PUBLISHED.read_text().replace('{model = "qwen2.5-3b", points', '{model = "qwen2.5-3b-typo", points', 1)
-    p = tmp_path / "p.toml"
-    p.write_text(text)
-    with pytest.raises(ConfigError, match="pool.a40-vllm063"):
-        load_published(p)
+    assert len(pts) == 21 and len({p[0].name for p in pts}) == 4
+    _, rt, _ = row_costs(r, pub["_shapes"])
+    want = calibrate(load_hardware("a40"), pts, fit=r["_pool"][1]).hardware
+    assert (rt.hw.eff_bandwidth, rt.hw.eff_compute, rt.hw.overhead_s) == (want.eff_bandwidth, want.eff_compute,
+                                                                          want.overhead_s)
+    assert rt.hw.eff_bandwidth != load_hardware("a40").eff_bandwidth
+    ar = t.set_index("id").loc[["a40-7b-ar-b1", "a40-7b-ar-b32"]]
+    assert ar.is_input.all()
+    text = PUBLISHED.read_text()
+    for old, new, msg in (('{model = "qwen2.5-3b", points', '{model = "qwen2.5-3b-typo", points', "pool.a40-vllm063"),
+                          ("[[1, 13.55], [2, 14.24]", "[[1, 13.55, 2], [2, 14.24]", "pool.a40-vllm063"),
+                          ("[[1, 13.55], [2, 14.24]", "[[0, 13.55], [2, 14.24]", "batch >= 1"),
+                          ('[pool.a40-vllm063]\n', '[pool.a40-vllm063]\nweights = 1\n', "unknown field 'weights'"),
+                          ('calibrate_pool = "a40-vllm063"', 'calibrate = [[1, 29.59]]\ncalibrate_pool = "a40-vllm063"',
+                           "`calibrate` cannot be given with `calibrate_pool`")):
+        p = tmp_path / "p.toml"
+        p.write_text(text.replace(old, new, 1))
+        with pytest.raises(ConfigError, match=msg.replace("[", r"\[").replace("(", r"\(")):
+            load_published(p)
+
+
+def test_each_a40_term_lowers_the_held_out_error(published):
+    """Each term added for the A40 sweep (prefill in whole runs, the speculative engine's per-step cost, one
+    machine fitted to all four targets) lowers the median |error| of its 60 speedups, none of them fitted;
+    removed one at a time, the median rises (experiments/roofline_ablation.py prints the table).  Deterministic."""
+    import importlib.util
+    from harness.speedup.roofline.fidelity import fidelity_table
+    spec = importlib.util.spec_from_file_location("roofline_ablation", Path(__file__).resolve().parents[2]
+                                                  / "experiments" / "roofline_ablation.py")
+    abl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(abl)
+    pub, t = published
+    med = (lambda tab: float(tab[(tab.group == "a40-goodput") & (tab.quantity == "speedup")].rel_err.abs().median()))
+    full = med(t)
+    drop = (lambda *keys: {**pub, "row": [{k: v for k, v in r.items() if k not in keys} for r in pub["row"]]})
+    for variant in (drop("prompt_tokens", "output_tokens"), drop("spec_off_rates"), abl.own_runs_only(pub)):
+        assert med(fidelity_table(variant)) > full + 0.01
+
+
+def test_spec_engine_tax_and_run_fields_refuse_bad_values():
+    from harness.speedup.roofline.fidelity import spec_engine_tax
+    from harness.speedup.roofline.rounds import row_run
+    for bad in ([[32, 900.0, 868.0]], [[32, "714", 868.0]], [[32, True, 868.0]]):
+        with pytest.raises(ConfigError, match="spec_off_rates"):
+            spec_engine_tax({"id": "r", "spec_off_rates": bad})
+    for P, O in ((150, None), (None, 96), (True, 96), (150, 1)):
+        with pytest.raises(ConfigError, match="prompt_tokens"):
+            row_run({"id": "r", "prompt_tokens": P, "output_tokens": O})
+    assert row_run({"id": "r"}) is None

@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 from harness.core.config import CONFIGS
-from harness.speedup.roofline.model import (ConfigError, ModelShape, Roofline, calibrate, forward_cost, load_hardware,
-                                            run_step_seconds)
+from specimpl.errors import check_arg
+from harness.speedup.roofline.model import (FITTABLE, ConfigError, ModelShape, Roofline, calibrate, forward_cost,
+                                            load_hardware, run_step_seconds)
 from harness.speedup.roofline.rounds import round_calls, row_run, row_speedup, row_tokens
 from harness.speedup.roofline.speedup import PairCosts, crossover_batch, speedup_table
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
@@ -75,30 +76,53 @@ def load_published(path=PUBLISHED) -> dict:
     return d
 
 
-def _pool_points(pools: dict, row: dict, models: dict, path) -> list:
-    """[(model, batch, ms), ...] of the row's ``calibrate_pool``: a [pool.<name>] table whose ``points`` list the
-    target-only runs of several models on one machine and engine ({model = name, points = [[batch, ms], ...]}),
-    fitted together so that the models' sizes separate bandwidth from per-call overhead."""
+def _pool_points(pools: dict, row: dict, models: dict, path) -> tuple:
+    """((model, batch, ms), ...) and the fields to fit of the row's ``calibrate_pool``: a [pool.<name>] table
+    whose ``points`` list the target-only runs of several models on one machine and engine ({model = name,
+    points = [[batch, ms], ...]}) and whose ``fit`` names the fields fitted to all of them at once (so that the
+    models' sizes separate bandwidth from per-call overhead).  The points take the row's context and whole-run
+    shape (prompt_tokens, output_tokens): every row of a pool must share them.  A pooled row gives no
+    ``calibrate`` / ``calibrate_fit`` / ``calibrate_model`` of its own."""
     name = row["calibrate_pool"]
+    where = f"{path}: row {row['id']}"
     if name not in pools:
-        raise ConfigError(f"{path}: row {row['id']}: `calibrate_pool` {name!r} is not in [pool] ({sorted(pools)})")
+        raise ConfigError(f"{where}: `calibrate_pool` {name!r} is not in [pool] ({sorted(pools)})")
+    own = [k for k in ("calibrate", "calibrate_fit", "calibrate_model") if k in row]
+    if own:
+        raise ConfigError(f"{where}: `{own[0]}` cannot be given with `calibrate_pool` (the pool's points and fit are used)")
+    pool = pools[name]
+    extra = sorted(set(pool) - {"fit", "points"})
+    if extra:
+        raise ConfigError(f"{path}: pool.{name}: unknown field {extra[0]!r} (allowed: fit, points)")
+    fit = pool.get("fit")
+    if not (isinstance(fit, list) and fit and set(fit) <= set(FITTABLE)):
+        raise ConfigError(f"{path}: pool.{name}: `fit` must be a non-empty list of {list(FITTABLE)}; got {fit!r}")
     out = []
-    for entry in pools[name].get("points", []):
-        if not (isinstance(entry, dict) and entry.get("model") in models and isinstance(entry.get("points"), list)):
+    for entry in pool.get("points", []):
+        pts = entry.get("points") if isinstance(entry, dict) else None
+        if not (isinstance(entry, dict) and entry.get("model") in models and isinstance(pts, list) and pts
+                and all(isinstance(q, list) and len(q) == 2 and all(_number(v) for v in q) and q[0] >= 1 and q[1] > 0
+                        for q in pts)):
             raise ConfigError(f"{path}: pool.{name}: each of `points` must be {{model = <a [models] name>, points = "
-                              f"[[batch, ms], ...]}}; got {entry!r}")
-        out += [(entry["model"], int(b), float(ms)) for b, ms in entry["points"]]
-    if not out:
-        raise ConfigError(f"{path}: pool.{name}: no `points`")
-    return out
+                              f"[[batch >= 1, ms > 0], ...]}}; got {entry!r}")
+        out += [(entry["model"], int(b), float(ms)) for b, ms in pts]
+    if len(out) < len(fit):
+        raise ConfigError(f"{path}: pool.{name}: {len(out)} points cannot fit {len(fit)} fields {fit}")
+    return tuple(out), tuple(fit)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _calibration_points(row: dict, shape: ModelShape, shapes: Optional[dict] = None) -> list:
-    """(shape, n, B, L, seconds[, run]) points of the row's calibration: its ``calibrate_pool``'s (every model's
-    target-only runs on that machine and engine) where it names one, else its own ``calibrate`` (on ``shape``)."""
+    """(shape, n, B, L, seconds[, run]) points of the row's calibration: its pool's (``calibrate_pool``: every
+    model's target-only runs on that machine and engine; ``shapes`` resolves their models) where it names one,
+    else its own ``calibrate`` (on ``shape``)."""
     run = row_run(row)  # a whole-run benchmark's points are whole-run seconds per step (prefill inside)
-    if row.get("_pool") and shapes is not None:
-        return [(shapes[m], 1, b, row["context"], ms / 1e3, run) for m, b, ms in row["_pool"]]
+    if row.get("_pool"):
+        check_arg(shapes is not None, "shapes", shapes, "the file's model shapes (the row calibrates on a pool)")
+        return [(shapes[m], 1, b, row["context"], ms / 1e3, run) for m, b, ms in row["_pool"][0]]
     cal = row["calibrate"]
     if not (isinstance(cal, list) and cal and all(isinstance(c, list) and len(c) == 2 and c[0] >= 1 and c[1] > 0
                                                   for c in cal)):
@@ -116,21 +140,27 @@ def _calibration_shape(row: dict, shapes: dict) -> ModelShape:
 
 
 def _is_input(row: dict) -> bool:
-    """The row's own number is one of its calibration points."""
-    cal = {int(b): ms for b, ms in row.get("calibrate") or []}
-    if row["quantity"] not in ("ar_ms_per_token", "tokens_per_s_ar") or row["batch"] not in cal:
+    """The row's own number is one of the calibration points its prediction was fitted to (its pool's points of
+    its target model, or its own ``calibrate`` when measured on its target)."""
+    if row.get("_pool"):
+        cal = [(b, ms) for m, b, ms in row["_pool"][0] if m == row["target"]]
+    elif row.get("calibrate_model", row["target"]) == row["target"]:
+        cal = [(int(b), ms) for b, ms in row.get("calibrate") or []]
+    else:
+        return False
+    if row["quantity"] not in ("ar_ms_per_token", "tokens_per_s_ar"):
         return False
     ms = row["measured"] if row["quantity"] == "ar_ms_per_token" else 1e3 * row["batch"] / row["measured"]
-    return math.isclose(ms, cal[row["batch"]], rel_tol=1e-3)
+    return any(b == row["batch"] and math.isclose(ms, m, rel_tol=1e-3) for b, m in cal)
 
 
 def row_costs(row: dict, shapes: dict, hardware: Optional[str] = None) -> tuple[PairCosts, Roofline, Roofline]:
     """The row's (PairCosts, target roofline, draft roofline), its hardware calibrated when it says so."""
     hw = load_hardware(hardware or row["hardware"]).with_devices(int(row.get("devices", 1)))
     t, d = shapes[row["target"]], shapes[row["draft"]]
-    if row.get("calibrate") and hardware is None:
+    if (row.get("calibrate") or row.get("_pool")) and hardware is None:
         pts = _calibration_points(row, _calibration_shape(row, shapes), shapes)
-        fit = tuple(row.get("calibrate_fit", ["eff_bandwidth"]))
+        fit = row["_pool"][1] if row.get("_pool") else tuple(row.get("calibrate_fit", ["eff_bandwidth"]))
         if len(fit) > len(pts):
             raise ConfigError(f"row {row['id']}: `calibrate_fit` {list(fit)} fits more fields than `calibrate` "
                               f"has points ({len(pts)})")
@@ -150,9 +180,12 @@ def spec_engine_tax(row: dict) -> float:
     pts = row.get("spec_off_rates")
     if not pts:
         return 0.0
-    if not (isinstance(pts, list) and all(isinstance(p, list) and len(p) == 3 and p[0] >= 1 and 0 < p[1] and 0 < p[2]
-                                          for p in pts)):
+    if not (isinstance(pts, list) and all(isinstance(p, list) and len(p) == 3 and all(_number(v) for v in p)
+                                          and p[0] >= 1 and 0 < p[1] and 0 < p[2] for p in pts)):
         raise ConfigError(f"row {row['id']}: `spec_off_rates` must be [[batch, tok/s off, tok/s clean], ...]; got {pts!r}")
+    if not all(all(_number(v) for v in p) and p[1] <= p[2] for p in pts):
+        raise ConfigError(f"row {row['id']}: `spec_off_rates` must be numbers with the off rate at most the clean one "
+                          f"(a configured draft costs, it does not pay); got {pts!r}")
     return float(np.mean([1.0 / off - 1.0 / clean for _, off, clean in pts]))
 
 
@@ -315,7 +348,8 @@ def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
     lines += [f"| {g} | {n} | {_fmt(100 * med)} % | {_fmt(100 * worst)} % | {right} of {n} |"
               for g, n, med, worst, right in by_source(table)]
     lines += ["",
-              "S = 1 crossover batch (interpolated in log B over the batches whose weights and KV caches fit in the "
+              "S = 1 crossover batch of steady decoding at a fixed context (the [[scenario]] grids: no prefill, unlike "
+              "the whole-run rows above; interpolated in log B over the batches whose weights and KV caches fit in the "
               "machine's memory; – where S stays on one side of 1):", "",
               "| scenario | algorithm | context | k | crossover batch | over the grid |", "|---|---|---|---|---|---|"]
     lines += [f"| {r.scenario} | {r.algorithm} | {r.context} | {r.k} | {_fmt(r.crossover_batch)} | {r.regime} |"

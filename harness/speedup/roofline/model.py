@@ -321,15 +321,19 @@ class ForwardCost:
         return "memory" if self.t_memory >= self.t_compute else "compute"
 
 
-def forward_cost(shape: ModelShape, hw: Hardware, n, B, L) -> ForwardCost:
+def forward_cost(shape: ModelShape, hw: Hardware, n, B, L, prefill: bool = False) -> ForwardCost:
     """The roofline of one forward scoring ``n`` tokens for ``B`` sequences holding ``L`` tokens each.
-    Broadcasts over arrays of n, B, L (the fields are then arrays)."""
+    ``prefill``: a prompt's forward, whose lm_head and logits cover its last token only.  Broadcasts over
+    arrays of n, B, L (the fields are then arrays)."""
     n, B, L = (np.asarray(x, dtype=np.float64) for x in (n, B, L))
     check_arg(bool(np.all(n >= 1)), "n", n, "tokens scored >= 1")
     check_arg(bool(np.all(B >= 1)), "B", B, "a batch size >= 1")
     check_arg(bool(np.all(L >= 0)), "L", L, "a context length >= 0")
-    nbytes = shape.weight_bytes_for(B * n) + B * (L + n) * shape.kv_bytes_per_token + B * n * shape.vocab * shape.logits_bytes
-    flops = 2.0 * shape.matmul_params * n * B + 4.0 * B * n * (L + n) * shape.heads * shape.head_dim * shape.layers
+    m = np.ones_like(n) if prefill else n  # tokens per sequence that reach the lm_head
+    head = shape.vocab * shape.hidden
+    nbytes = shape.weight_bytes_for(B * n) + B * (L + n) * shape.kv_bytes_per_token + B * m * shape.vocab * shape.logits_bytes
+    flops = (2.0 * ((shape.matmul_params - head) * n + head * m) * B
+             + 4.0 * B * n * (L + n) * shape.heads * shape.head_dim * shape.layers)
     overhead = hw.overhead_s + hw.overhead_per_layer_s * shape.layers
     t_mem = nbytes / (hw.bandwidth * hw.eff_bandwidth)
     t_cmp = flops / (hw.peak(shape.dtype) * hw.eff_compute)
@@ -344,8 +348,8 @@ class Roofline:
     shape: ModelShape
     hw: Hardware
 
-    def __call__(self, n, B, L):
-        c = forward_cost(self.shape, self.hw, n, B, L)
+    def __call__(self, n, B, L, prefill: bool = False):
+        c = forward_cost(self.shape, self.hw, n, B, L, prefill)
         return np.maximum(c.t_memory, c.t_compute) + c.overhead if np.ndim(c.t_memory) else c.seconds
 
     def ridge_tokens(self, L: float = 0.0) -> float:
@@ -374,13 +378,13 @@ FITTABLE = ("eff_bandwidth", "eff_compute", "overhead_s", "overhead_per_layer_s"
 
 
 def run_step_seconds(rt: Roofline, n, B, L, run=None) -> float:
-    """One forward T(n, B, L), or with ``run`` = (P, O) a whole fixed-length run's seconds per decode step:
-    (T(P, B, 0) + O T(n, B, L)) / O (the batch's prefill of P prompt tokens each, then O steps at the mean
-    context L)."""
+    """One forward T(n, B, L), or with ``run`` = (P, O) a whole fixed-length run's seconds per output token of
+    a sequence: (T_prefill(P, B) + (O − 1) T(n, B, L)) / O (the batch's prefill of P prompt tokens each, which
+    emits the first token, then O − 1 steps at the mean context L)."""
     if not run:
         return float(rt(n, B, L))
     P, O = run
-    return float((rt(P, B, 0) + O * rt(n, B, L)) / O)
+    return float((rt(P, B, 0, prefill=True) + (O - 1) * rt(n, B, L)) / O)
 
 
 def calibrate(hw: Hardware, measured: list, fit=FITTABLE, eff_max: float = 1.0) -> Calibration:

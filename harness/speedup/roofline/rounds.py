@@ -25,7 +25,9 @@ and emits E tokens per sequence, taken from the row (never fitted):
 or, for a row measured as a whole fixed-length run (``prompt_tokens`` P and ``output_tokens`` O: output tokens
 over the wall time of a batch whose every sequence emits O tokens), with the prefills inside:
 
-    S = (T_t(P, B, 0) + O T_t(1, B, L)) / (T_t(P, B, 0) + T_d(P, B, 0) + (O / E) T_round)
+    S = (T_t(P) + (O − 1) T_t(1, B, L)) / (T_t(P) + T_d(P) + ((O − 1) / E) T_round)
+
+(T(P): the prompt forward, whose lm_head covers the last token only; it emits the first output token)
 
 Both models see the context L (KV-cache bytes and attention FLOPs in every call), the draft ``draft_context``
 instead where its cache is bounded; a mixture-of-experts
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.speedup.roofline.model import ConfigError
+from harness.speedup.roofline.model import ConfigError, Roofline
 from harness.speedup.roofline.speedup import PairCosts, tokens_per_round
 
 __all__ = ["METHODS", "row_tokens", "round_calls", "round_seconds_of", "row_run", "row_speedup"]
@@ -90,25 +92,34 @@ def round_seconds_of(costs: PairCosts, row: dict, e: float) -> float:
 
 def row_run(row: dict):
     """(P, O) of a row measured as a whole fixed-length run (``prompt_tokens`` P, ``output_tokens`` O: output
-    tokens over the wall time of a batch whose every sequence emits O tokens, prefill inside), else None."""
-    if row.get("output_tokens") is None:
+    tokens over the wall time of a batch whose every sequence emits O tokens, prefill inside), else None (a
+    row gives both or neither)."""
+    P, O = row.get("prompt_tokens"), row.get("output_tokens")
+    if P is None and O is None:
         return None
-    P, O = row.get("prompt_tokens"), row["output_tokens"]
-    if not (isinstance(P, int) and P >= 1 and isinstance(O, int) and O >= 1):
-        raise ConfigError(f"row {row['id']}: `prompt_tokens` and `output_tokens` must be integers >= 1; got "
-                          f"{P!r}, {O!r}")
+    ok = (lambda v, least: isinstance(v, int) and not isinstance(v, bool) and v >= least)  # noqa: E731
+    if not (ok(P, 1) and ok(O, 2)):
+        raise ConfigError(f"row {row.get('id', '?')}: `prompt_tokens` (an integer >= 1) and `output_tokens` (an "
+                          f"integer >= 2) must be given together; got {P!r}, {O!r}")
     return P, O
 
 
 def row_speedup(costs: PairCosts, row: dict, e: float) -> float:
     """S of the module docstring: E target-only steps' time over one round's.  A whole-run row (:func:`row_run`)
-    adds the prefill: the target's alone, the target's and the draft's with speculation, and O / E rounds
-    against O target-only steps (S = (T_t(P) + O t_ar) / (T_t(P) + T_d(P) + (O / E) t_round))."""
+    adds the prefill (the target's alone; the target's and the draft's with speculation), which emits the first
+    token: O − 1 target-only steps against (O − 1) / E rounds,
+    S = (T_t(P) + (O − 1) t_ar) / (T_t(P) + T_d(P) + ((O − 1) / E) t_round)."""
     B, L = row["batch"], row["context"]
     t_ar = float(costs.target(1, B, L)) + costs.token_overhead(B)
     run = row_run(row)
     if run is None:
         return e * t_ar / round_seconds_of(costs, row, e)
     P, O = run
-    pre = float(costs.target(P, B, 0))
-    return (pre + O * t_ar) / (pre + float(costs.draft(P, B, 0)) + O / e * round_seconds_of(costs, row, e))
+    pre = _prefill(costs.target, P, B)
+    return (pre + (O - 1) * t_ar) / (pre + _prefill(costs.draft, P, B) + (O - 1) / e * round_seconds_of(costs, row, e))
+
+
+def _prefill(model, P: int, B: int) -> float:
+    """A prompt forward of P tokens per sequence: a roofline's prefill (logits of the last token only); any other
+    (n, B, L) cost as a forward of P tokens."""
+    return float(model(P, B, 0, prefill=True) if isinstance(model, Roofline) else model(P, B, 0))
