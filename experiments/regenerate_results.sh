@@ -5,7 +5,9 @@
 #
 # Each command writes into STAGE (never into the work tree, so the tree stays clean and every file's
 # provenance names this commit with dirty = false); at the end STAGE's folders replace results/verify,
-# results/calibrate, results/hf/{alpha.csv,pit/}, results/sweep/default and results/numerics.  Commit them, then run
+# results/hf/{alpha.csv,pit/}, results/sweep/default, results/numerics and results/roofline, and the files of
+# results/calibrate that `calibrate` writes (its experiment subfolders -- worstevent, events, crossu, inconclusive,
+# reach -- come from their own experiments/*.py commands and are kept).  Commit them, then run
 # `python experiments/gate_probes.py` from that (clean) commit for results/gate/.
 # Wall time on 2 cores: about 45 minutes.  PY overrides the interpreter (default .venv/bin/python).
 set -euo pipefail
@@ -34,12 +36,19 @@ step "$PY" -m harness pit --out "$STAGE/hf/pit"
 step "$PY" -m harness sweep --redo --out "$STAGE/sweep/default"
 step "$PY" -m harness report --results "$STAGE/sweep/default"
 step "$PY" -m harness numerics --no-progress --out "$STAGE/numerics"
+# the roofline against published GPU measurements (no randomness), its ablation and the model's picks
+step "$PY" -m harness.speedup.roofline.fidelity --out "$STAGE/roofline"
+step "$PY" -m harness report --results "$STAGE/roofline"
+PYTHONPATH=. step "$PY" experiments/roofline_ablation.py --out "$STAGE/roofline/ablation.md"
+step "$PY" experiments/published_picks.py --results "$STAGE/roofline"
 
 [ "$(git rev-parse HEAD)" = "$commit" ] && [ -z "$(git status --porcelain --untracked-files=no)" ] || {
   echo "regenerate_results.sh: the work tree changed while regenerating; not copying" >&2; exit 2; }
-rm -rf results/verify results/calibrate results/hf/pit results/hf/pit.csv results/sweep/default results/numerics
-mkdir -p results/hf results/sweep
-cp -r "$STAGE/verify" "$STAGE/calibrate" "$STAGE/numerics" results/
+rm -rf results/verify results/hf/pit results/hf/pit.csv results/sweep/default results/numerics results/roofline
+for f in "$STAGE"/calibrate/*; do rm -rf "results/calibrate/$(basename "$f")"; done
+mkdir -p results/hf results/sweep results/calibrate
+cp -r "$STAGE/verify" "$STAGE/numerics" "$STAGE/roofline" results/
+cp -r "$STAGE/calibrate/." results/calibrate/
 cp -r "$STAGE/hf/pit" results/hf/pit
 cp "$STAGE/hf/alpha.csv" results/hf/alpha.csv
 cp -r "$STAGE/sweep/default" results/sweep/default
