@@ -30,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from scipy import special  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
 from harness import stats as S  # noqa: E402
@@ -38,7 +37,9 @@ from harness.core.figures import md_table  # noqa: E402
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata  # noqa: E402
 from harness.laws.scenarios import load_scenario, scenario_law  # noqa: E402
 from harness.stats.events import _membership  # noqa: E402
+from harness.stats.worstevent import cp_upper  # noqa: E402
 from harness.verify import battery  # noqa: E402
+from experiments.tv_oracle_limit import worst_event_variance  # noqa: E402
 
 DELTA = 8.3e-7  # make verify's per-bound delta (0.001 over its bounds); the upper end takes delta / 2
 SCENARIOS = ("base", "alpha_zero", "alpha_one", "temperature_topk", "top_p", "eos_order3", "k1_long")
@@ -57,9 +58,7 @@ def one_event(counts: np.ndarray, P: np.ndarray, delta: float) -> float:
     c = np.append(counts[pos], counts[~pos].sum()).astype(np.float64)
     p = np.append(P[pos], 0.0)
     M = _membership(p.size - 1, True)  # (2^k - 1, k + 1): every non-empty event (the lumped cell last)
-    n, x = c.sum(), M @ c
-    u = np.where(x >= n, 1.0, special.betainccinv(x + 1.0, np.maximum(n - x, 1.0), delta))
-    return float(max(0.0, (u - M @ p).max()))
+    return float(max(0.0, (cp_upper(M @ c, int(c.sum()), delta) - M @ p).max()))
 
 
 def asymptotic(counts: np.ndarray, P: np.ndarray, delta: float) -> float:
@@ -77,9 +76,7 @@ def max_or_nan(values) -> float:
 
 
 def floor(P: np.ndarray, n: int) -> float:
-    p = P[P > 0]
-    a = _membership(p.size, False) @ p
-    return float(norm.isf(DELTA) * np.sqrt((a * (1 - a)).max() / n))
+    return float(norm.isf(DELTA) * np.sqrt(worst_event_variance(P) / n))
 
 
 def scenario_rows(name: str, reps: int, rng) -> list[dict]:

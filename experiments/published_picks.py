@@ -8,13 +8,14 @@ Reads the stored fidelity table (results/roofline/fidelity_published.csv, writte
 (S = 1) added: the model's pick (the largest predicted S), the measured best, the measured S of the model's pick
 and the gap 1 - S(pick) / S(best) (the rule of tune_check: within 5 %; off wherever every measured k loses).
 The predictions are the fidelity table's: calibrated on target-only figures only, acceptance the logged one.
-Writes ``picks.md`` beside the table (with the table's provenance) and prints it.
+Writes ``picks.md`` beside the table (with the table's provenance and this checkout's) and prints it; a checkout
+whose results/ were just rewritten reads dirty, so run it on a table written outside the tree, as
+experiments/regenerate_results.sh does.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -49,13 +50,8 @@ def picks(t: pd.DataFrame, group: str) -> pd.DataFrame:
 
 
 def _here() -> str:
-    """'clean <commit>' or 'dirty <commit>' of this checkout, results/ left out (the fidelity command this reads
-    has just rewritten it)."""
-    root = Path(__file__).resolve().parents[1]
-    st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", ".", ":(exclude)results"],
-                        capture_output=True, text=True)
-    dirty = st.returncode != 0 or bool(st.stdout.strip())
-    return f"{'dirty' if dirty else 'clean'} {str(git_commit().get('commit'))[:7]}"
+    g = git_commit()
+    return f"{'dirty' if g.get('dirty') else 'clean'} {str(g.get('commit'))[:7]}"
 
 
 def main(argv=None) -> int:

@@ -39,6 +39,11 @@ def _line(name: str, t, concern) -> str:
             f"{int(sub.sign_ok.astype(bool).sum())} of {len(sub)} |")
 
 
+def drop_fields(pub: dict, *keys: str) -> dict:
+    """The file with ``keys`` removed from every row (a term switched off)."""
+    return {**pub, "row": [{k: v for k, v in r.items() if k not in keys} for r in pub["row"]]}
+
+
 def own_runs_only(pub: dict) -> dict:
     """The file with each pooled row's machine fitted to its own target's points of the pool only."""
     def own(r):
@@ -60,17 +65,16 @@ def rows() -> list[str]:
     one = rm.ModelShape.weight_bytes_for
     with mock.patch.object(rm.ModelShape, "weight_bytes_for", lambda self, tokens: one(self, 1)):
         out.append(_line("no MoE expert reads", fidelity_table(pub), moe))
-    full_ctx = {**pub, "row": [{k: v for k, v in r.items() if k != "draft_context"} for r in pub["row"]]}
-    out.append(_line("no bounded draft cache", fidelity_table(full_ctx), longctx))
+    out.append(_line("no bounded draft cache", fidelity_table(drop_fields(pub, "draft_context")), longctx))
     calls = rr.round_calls
     with mock.patch.object(rr, "round_calls", lambda row, e: ([1] * len(calls(row, e)[0]), calls(row, e)[1])):
         out.append(_line("tree drafts of 1 token", fidelity_table(pub), tree))
     a40 = (lambda t: t.group == "a40-goodput")
     out.append(_line("full model (A40 sweep rows)", fidelity_table(pub), a40))
-    drop = (lambda *keys: {**pub, "row": [{k: v for k, v in r.items() if k not in keys} for r in pub["row"]]})
-    out.append(_line("no prefill (steady state)", fidelity_table(drop("prompt_tokens", "output_tokens")), a40))
-    out.append(_line("no engine tax", fidelity_table(drop("spec_off_rates")), a40))
-    out.append(_line("neither", fidelity_table(drop("prompt_tokens", "output_tokens", "spec_off_rates")), a40))
+    for name, keys in (("no prefill (steady state)", ("prompt_tokens", "output_tokens")),
+                       ("no engine tax", ("spec_off_rates",)),
+                       ("neither", ("prompt_tokens", "output_tokens", "spec_off_rates"))):
+        out.append(_line(name, fidelity_table(drop_fields(pub, *keys)), a40))
     out.append(_line("one model's runs (no pool)", fidelity_table(own_runs_only(pub)), a40))
     return out
 

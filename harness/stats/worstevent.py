@@ -48,12 +48,16 @@ __all__ = ["widest_deviation", "tv_upper_bound_worstevent", "tv_upper_bound_wors
            "tv_upper_bound_worstevent_n_for", "tv_upper_bound_worstevent_exceed", "hoeffding_width"]
 
 
-def _dev(x, n: int, delta: float):
-    """u_δ(x) − x/n for integer x in [0, n] (float64)."""
+def cp_upper(x, n: int, delta: float):
+    """u_δ(x): the one-sided Clopper–Pearson upper end for integer counts x in [0, n] (float64)."""
     x = np.asarray(x, dtype=np.float64)
     # the complemented inverse takes the upper tail δ itself (no 1 − δ rounding at δ ~ 1e-7)
-    u = np.where(x >= n, 1.0, special.betainccinv(x + 1.0, np.maximum(n - x, 1.0), delta))
-    return u - x / n
+    return np.where(x >= n, 1.0, special.betainccinv(x + 1.0, np.maximum(n - x, 1.0), delta))
+
+
+def _dev(x, n: int, delta: float):
+    """u_δ(x) − x/n for integer x in [0, n] (float64)."""
+    return cp_upper(x, n, delta) - np.asarray(x, dtype=np.float64) / n
 
 
 @lru_cache(maxsize=4096)
