@@ -25,9 +25,13 @@
    beyond which speculation should be off (the S = 1 crossover of the best configuration; on ``local``
    only within the profiled batches).
 
+4. With ``--confirm N`` (local only, :mod:`harness.speedup.confirm`): at each (B, L), target-only and the N
+   configurations ranked highest in 3. timed side by side on this machine (the same prompts, rotated order,
+   wall time), and the measured best recommended (off where none exceeds 1); the model's pick is kept beside it.
+
 Writes, all together (:func:`harness.core.atomic.staged_report`), to ``--out`` (default results/tune/<target
 name>-<hardware>): recommendation.csv / .md, acceptance.csv, alpha.csv, roofline.csv (figures: ``python
--m harness report --results <out>``), costs.csv (local), meta.json.  Bad input (unknown hardware, a config
+-m harness report --results <out>``), costs.csv (local), confirm.csv and confirm_timings.csv (``--confirm``), meta.json.  Bad input (unknown hardware, a config
 without a needed field, a vocabulary mismatch, a context past the model's positions) exits 2 naming it.
 """
 from __future__ import annotations
@@ -59,6 +63,7 @@ from harness.speedup.roofline.speedup import crossover_batch
 from harness.speedup.costmodel_run import RunCosts, run_grid, run_interval
 from harness.speedup.costmodel_calibrate import TargetOnlyError, calibrate, profile_solo_runs, sweep_target_only
 from harness.speedup.roofline.fidelity import bound_of, fits_of
+from harness.speedup.confirm import OFF, confirm, shortlist
 from harness.core.atomic import staged_report
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.core.figures import results_line
@@ -94,6 +99,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "(its results folder: measured.csv, profiles.csv in situ) instead of this machine's now, to "
                          "price calls in that sweep's machine state (harness.speedup.costmodel_calibrate."
                          "sweep_target_only); every --batch and --context must be among its cells'")
+    ap.add_argument("--confirm", type=int, default=0, metavar="N",
+                    help="local only: time target-only and the model's N best configurations side by side at each "
+                         "batch and context, and recommend the measured best (harness.speedup.confirm); 0: off")
+    ap.add_argument("--confirm-repeats", type=int, default=3, help="--confirm's timed passes")
+    ap.add_argument("--confirm-prompts", type=int, default=8,
+                    help="--confirm's prompts per batch size (at least the batch; the same for every arm)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--prepack", choices=("none", "mkldnn", "skinny"), default="none",
@@ -121,6 +132,9 @@ def _check(args):
         check_option(v >= 1, name, v, "an integer >= 1")
     check_option(args.replicates >= 10, "--replicates", args.replicates, "an integer >= 10")
     check_option(args.solo_repeats >= 1, "--solo-repeats", args.solo_repeats, "an integer >= 1")
+    check_option(args.confirm >= 0, "--confirm", args.confirm, "an integer >= 0 (0: no measured confirmation)")
+    for name, v in (("--confirm-repeats", args.confirm_repeats), ("--confirm-prompts", args.confirm_prompts)):
+        check_option(v >= 1, name, v, "an integer >= 1")
     names = [a for a in args.algorithms.split(",") if a.strip()]
     try:
         algos = [Algorithm.parse(a.strip(), "--algorithms").name for a in names]
@@ -138,6 +152,8 @@ def _check(args):
                                  f"{hardware_names()})") from None
             raise UsageError(f"`--hardware` must be 'local' or one of {hardware_names()} (or a .toml file); "
                              f"got {args.hardware!r} ({e})") from None
+    check_option(args.confirm == 0 or hw is None, "--confirm", args.confirm,
+                 "0 unless --hardware is local (it times the pair on this machine)")
     if args.prompts is not None:
         check_option(args.prompts.is_file(), "--prompts", str(args.prompts), "a text file (one prompt a line)")
     if args.target_only is not None:
@@ -316,6 +332,48 @@ def recommend(grid: pd.DataFrame, batches) -> tuple[pd.DataFrame, pd.DataFrame]:
     return rec[cols].reset_index(drop=True), pd.DataFrame(off)
 
 
+def confirmed(rec: pd.DataFrame, conf: pd.DataFrame, grid: pd.DataFrame) -> pd.DataFrame:
+    """The recommendation replaced by the measured pick at each (context, batch) :func:`confirm` timed: the model's
+    own kept as ``model_recommendation`` (and ``model_algorithm``, ``model_k``); ``speedup`` (and its interval) is
+    the predicted S of the pick (of the model's best where the pick is off), ``measured_speedup`` its measured S
+    (1 for off)."""
+    rec = rec.assign(model_recommendation=rec.recommendation, model_algorithm=rec.algorithm, model_k=rec.k,
+                     measured_speedup=np.nan, measured_lo=np.nan, measured_hi=np.nan)
+    for i, r in rec.iterrows():
+        c = conf[(conf.context == r.context) & (conf.batch == r.batch)]
+        if c.empty:
+            continue
+        ch = c[c.chosen]
+        if ch.empty:
+            rec.loc[i, ["recommendation", "speculate", "measured_speedup", "measured_lo", "measured_hi"]] = \
+                [OFF, False, 1.0, 1.0, 1.0]
+            continue
+        ch = ch.iloc[0]
+        g = grid[(grid.context == r.context) & (grid.batch == r.batch) & (grid.algorithm == ch.algorithm)
+                 & (grid.k == ch.k)].iloc[0]
+        rec.loc[i, ["recommendation", "algorithm", "k", "speculate", "speedup", "speedup_lo", "speedup_hi",
+                    "speedup_steady", "goodput_spec", "tokens_per_round", "c", "measured_speedup", "measured_lo",
+                    "measured_hi"]] = [f"{ch.algorithm}, k = {int(ch.k)}", ch.algorithm, int(ch.k), True, g.speedup,
+                                       g.speedup_lo, g.speedup_hi, g.speedup_steady, g.goodput_spec,
+                                       g.tokens_per_round, g.c, ch.measured_speedup, ch.measured_lo, ch.measured_hi]
+    return rec
+
+
+def _confirm_md(conf: pd.DataFrame) -> str:
+    lines = ["", "Measured (`--confirm`: target-only and the model's best-ranked configurations timed side by side on "
+             "this machine, wall time; S = tokens/s over target-only's, summed over passes and prompt batches; 95 % "
+             "bootstrap interval over them; the recommendation above is the measured best, off where none exceeds 1):",
+             "", "| context | batch | configuration | predicted S (95 %) | measured S (95 %) | chosen |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r.context} | {r.batch} | {r.algorithm}, k = {r.k} | {r.predicted_speedup:.3f} "
+              f"({r.predicted_lo:.3f}–{r.predicted_hi:.3f}) | {r.measured_speedup:.3f} ({r.measured_lo:.3f}–"
+              f"{r.measured_hi:.3f}) | {'yes' if r.chosen else ''} |" for r in conf.itertuples()]
+    offs = conf.groupby(["context", "batch"]).off_chosen.first()
+    lines += [f"\nOff (target-only) chosen at (context, batch) {[tuple(int(v) for v in i) for i in offs[offs].index]}: "
+              "no measured configuration exceeds 1."] if offs.any() else []
+    return "\n".join(lines) + "\n"
+
+
 def _md(rec: pd.DataFrame, off: pd.DataFrame, alpha: pd.DataFrame, header: str) -> str:
     lines = [header, "", "S is the speedup of one call (prompt of `context` tokens, `max_new_tokens` new ones; prefill, the "
              "last round cut, ragged batches included; harness.speedup.costmodel_run); its 95 % interval covers the "
@@ -323,7 +381,9 @@ def _md(rec: pd.DataFrame, off: pd.DataFrame, alpha: pd.DataFrame, header: str) 
              "target-only steps, no prefill, no cut.", "",
              "| context | batch | recommendation | S (95 %) | steady-state S | goodput tok/s (spec / target-only) | E | c |",
              "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r.context} | {r.batch} | {r.recommendation} | {r.speedup:.3f} ({r.speedup_lo:.3f}–{r.speedup_hi:.3f}) "
+    pick = (lambda r: r.recommendation if "model_recommendation" not in rec or r.model_recommendation ==
+            r.recommendation else f"{r.recommendation} (measured; the model's: {r.model_recommendation})")
+    lines += [f"| {r.context} | {r.batch} | {pick(r)} | {r.speedup:.3f} ({r.speedup_lo:.3f}–{r.speedup_hi:.3f}) "
               f"| {r.speedup_steady:.3f} | {r.goodput_spec:.4g} / {r.goodput_ar:.4g} | {r.tokens_per_round:.3f} | {r.c:.3f} |"
               for r in rec.itertuples()]
     lines += ["", "| context | speculation off beyond batch | batches scanned | over the scan |", "|---|---|---|---|"]
@@ -404,13 +464,22 @@ def run(args) -> int:
     grid = _grid(costs, hists, scan, contexts, args, f"{tshape.name}+{dshape.name}@{args.hardware}", source,
                  resample, fits, bound)
     rec, off = recommend(grid, batches)
+    conf = timings = None
+    if args.confirm:
+        short = shortlist(grid, batches, args.confirm)
+        say(f"confirm: timing target-only and the {args.confirm} best-ranked configurations at each batch")
+        conf, timings = with_threads(args.threads, lambda: confirm(
+            target, draft, short, prompts, max_new_tokens=args.max_new_tokens, repeats=args.confirm_repeats,
+            n_prompts=args.confirm_prompts, seed=args.seed))
+        rec = confirmed(rec, conf, grid)
     meta = metadata({**vars(args), "name": f"tune-{tshape.name}-{args.hardware}"}, args.seed)
     text = _md(rec, off, alpha, f"`tune` {args.target} + {args.draft} on {args.hardware} ({source} costs); "
-                                f"{results_line(meta)}.")
+                                f"{results_line(meta)}.") + ("" if conf is None else _confirm_md(conf))
+    extra = () if conf is None else (("confirm.csv", conf), ("confirm_timings.csv", timings))
     with staged_report(out, "tune") as st:
         for name, df in (("recommendation.csv", rec), ("off_beyond.csv", off), ("acceptance.csv", acc),
                          ("alpha.csv", alpha), ("roofline.csv", grid)) + ((("costs.csv", _costs_csv(prof)),)
-                                                                           if prof is not None else ()):
+                                                                           if prof is not None else ()) + extra:
             atomic_write_csv(st.dir / name, df, meta)
         atomic_write_text(st.dir / "recommendation.md", text)
         atomic_write_json(st.dir / "meta.json", meta)

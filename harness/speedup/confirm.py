@@ -1,0 +1,149 @@
+"""`tune --confirm N`: the model's shortlist measured side by side on this machine, and the measured best picked.
+
+The cost model ranks every (algorithm, k) from profiles; where its error is larger than the gaps between the
+configurations it ranks (an overhead-bound pair, a busy machine), its pick can lose.  So, as an autotuner does,
+`tune --confirm N` times, at each (batch B, context L), target-only and the N configurations the model ranks
+highest, on the pair and machine the recommendation is for, and recommends the measured best:
+
+* prompts: P = max(B, ``prompts``) windows of L tokens of the acceptance prompts (:func:`confirm_prompts`), run
+  as ceil(P / B) batches of B: every arm on the same prompts;
+* one warm-up run of each arm, then ``repeats`` passes; in a pass every arm runs once on every prompt batch,
+  the arms' order rotated from batch to batch and pass to pass; wall time (``time.perf_counter``);
+* measured S of a configuration: its tokens per second over target-only's, each the sum of tokens over the sum
+  of seconds of every pass and batch (a throughput, as the sweep's ``speedup_measured``);
+  95 % interval: percentile bootstrap over the (pass, batch) units, the same resample for every arm
+  (:func:`measured_speedups`);
+* the pick (:func:`pick`): the configuration of highest measured S, or off where none exceeds 1.  The pick is
+  the point estimate; its interval and the runner-up's are in confirm.csv, so a user sees where two
+  configurations are within the run's own noise.
+
+It measures only the shortlist: a configuration the model ranks below the N-th is never timed.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from harness.laws.algorithms import Algorithm
+from specimpl.autoregressive import autoregressive_generate
+
+__all__ = ["shortlist", "confirm_prompts", "time_arms", "measured_speedups", "pick", "confirm", "OFF"]
+
+OFF = "off (target-only)"
+_BOOT = 2000
+
+
+def shortlist(grid: pd.DataFrame, batches: Sequence[int], n: int) -> pd.DataFrame:
+    """The ``n`` configurations of highest predicted S per (context, batch in ``batches``): rows of ``grid``."""
+    g = grid[grid.fits.astype(bool)] if "fits" in grid else grid
+    g = g[g.batch.isin(list(batches))]
+    return (g.sort_values(["context", "batch", "speedup", "k"], ascending=[True, True, False, True])
+            .groupby(["context", "batch"], as_index=False).head(n).reset_index(drop=True))
+
+
+def confirm_prompts(prompts: Sequence[Sequence[int]], n: int, length: int, seed: int = 0) -> list[list[int]]:
+    """``n`` prompts of exactly ``length`` tokens: windows of the prompts laid end to end (repeated as needed), at
+    offsets drawn from ``seed``; each window starts with the first token of a prompt (a BOS where prompts have one)."""
+    stream = [int(t) for p in prompts for t in p]
+    if not stream:
+        raise ValueError("`prompts` holds no tokens")
+    starts = np.cumsum([0] + [len(p) for p in prompts[:-1]])
+    reps = math.ceil((length + 1) / len(stream)) + 1
+    stream = stream * reps
+    rng = np.random.default_rng(seed)
+    return [stream[s:s + length] for s in (int(x) for x in rng.choice(starts, size=n))]
+
+
+def time_arms(arms: Mapping[str, Callable], prompt_batches: Sequence, repeats: int, say=None,
+              clock: Callable[[], float] = time.perf_counter) -> pd.DataFrame:
+    """Rows (rep, prompt, arm, seconds, tokens): one warm-up run of each arm on the first batch (discarded), then
+    ``repeats`` passes, each running every arm on every batch, the arms' order rotated by one from one (pass,
+    batch) to the next.  ``arms``: name -> (prompts -> a result with ``lengths``)."""
+    names = list(arms)
+    rows = []
+    with torch.no_grad():
+        for name in names:
+            arms[name](prompt_batches[0])
+        for rep in range(repeats):
+            for j, ps in enumerate(prompt_batches):
+                s = (rep * len(prompt_batches) + j) % len(names)
+                for name in names[s:] + names[:s]:
+                    t0 = clock()
+                    res = arms[name](ps)
+                    rows.append({"rep": rep, "prompt": j, "arm": name, "seconds": clock() - t0,
+                                 "tokens": int(res.lengths.sum())})
+            if say is not None:
+                say(f"pass {rep + 1} of {repeats}")
+    return pd.DataFrame(rows)
+
+
+def measured_speedups(timings: pd.DataFrame, n_boot: int = _BOOT, seed: int = 0, baseline: str = "ar") -> pd.DataFrame:
+    """Per arm other than ``baseline``: measured S (its sum of tokens over sum of seconds, over the baseline's) and
+    its 95 % percentile-bootstrap interval, the (rep, prompt) units resampled with replacement, the same resample
+    for every arm (they ran on the same prompts in the same passes)."""
+    per = timings.groupby(["rep", "prompt", "arm"])[["seconds", "tokens"]].sum().unstack("arm")
+    sec, tok = per["seconds"], per["tokens"]
+    idx = np.random.default_rng(seed).integers(0, len(per), (n_boot, len(per)))
+
+    def rate(arm, rows=None):
+        s, t = sec[arm].to_numpy(), tok[arm].to_numpy()
+        return (t.sum() / s.sum()) if rows is None else t[rows].sum(axis=1) / s[rows].sum(axis=1)
+
+    out = []
+    for arm in [a for a in sec.columns if a != baseline]:
+        boot = rate(arm, idx) / rate(baseline, idx)
+        lo, hi = np.quantile(boot, [0.025, 0.975])
+        out.append({"arm": arm, "measured_speedup": float(rate(arm) / rate(baseline)), "measured_lo": float(lo),
+                    "measured_hi": float(hi), "units": len(per)})
+    return pd.DataFrame(out)
+
+
+def pick(measured: pd.DataFrame) -> str:
+    """The arm of highest measured S, or :data:`OFF` where no arm's measured S exceeds 1."""
+    if measured.empty or not (measured.measured_speedup > 1.0).any():
+        return OFF
+    return str(measured.sort_values("measured_speedup", ascending=False, kind="stable").arm.iloc[0])
+
+
+def arm_name(algorithm: str, k: int) -> str:
+    return f"{algorithm}, k = {int(k)}"
+
+
+def confirm(target, draft, short: pd.DataFrame, prompts, *, max_new_tokens: int, repeats: int, n_prompts: int,
+            seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per arm and (context, batch): measured S and interval, predicted S, chosen; every timed run).  ``short``:
+    the shortlist (:func:`shortlist`)."""
+    rows, timings = [], []
+    g = torch.Generator().manual_seed(seed)
+    N = max_new_tokens
+    for (L, B), cands in short.groupby(["context", "batch"], sort=True):
+        B, L = int(B), int(L)
+        P = max(B, n_prompts)
+        ps = confirm_prompts(prompts, math.ceil(P / B) * B, L, seed=seed + 7919 * B + L)
+        batches = [ps[i:i + B] for i in range(0, len(ps), B)]
+        arms = {"ar": lambda p: autoregressive_generate(target, p, max_new_tokens=N, generator=g)}
+        for c in cands.itertuples():
+            algo = Algorithm.parse(c.algorithm)
+            arms[arm_name(c.algorithm, c.k)] = (lambda p, algo=algo, k=int(c.k): algo.generate(
+                target, draft, p, k=k, max_new_tokens=N, generator=g))
+        print(f"tune: confirm at batch {B}, context {L}: target-only and {list(arms)[1:]} on {len(batches)} batch(es) "
+              f"of {B}, {repeats} passes", file=sys.stderr)
+        t = time_arms(arms, batches, repeats, say=lambda m: print(f"tune: confirm B {B}, L {L}: {m}", file=sys.stderr))
+        m = measured_speedups(t, seed=seed)
+        chosen = pick(m)
+        pred = {arm_name(c.algorithm, c.k): (c.algorithm, int(c.k), float(c.speedup), float(c.speedup_lo),
+                                              float(c.speedup_hi)) for c in cands.itertuples()}
+        for r in m.itertuples():
+            a, k, s, lo, hi = pred[r.arm]
+            rows.append({"context": L, "batch": B, "algorithm": a, "k": k, "predicted_speedup": s, "predicted_lo": lo,
+                         "predicted_hi": hi, "measured_speedup": r.measured_speedup, "measured_lo": r.measured_lo,
+                         "measured_hi": r.measured_hi, "units": r.units, "prompts": len(ps), "repeats": repeats,
+                         "chosen": r.arm == chosen, "off_chosen": chosen == OFF})
+        timings.append(t.assign(context=L, batch=B))
+    return pd.DataFrame(rows), pd.concat(timings, ignore_index=True)
