@@ -31,6 +31,8 @@ because tune left speculation on where the best measured S is below 1 but that l
 is unchanged.
 Run-to-run spread: for each configuration measured by two or more sweeps of the same protocol at a batch, its
 measured S in each and (max - min) / mean: a gap can only be told from a tie where this spread is below it.
+A tune folder made with ``--confirm`` (its recommendation the measured best of the model's shortlist) also keeps the
+model's own pick: model_recommended, model_gap and model_pass judge it by the same rule (not counted in the exit status).
 Writes check.csv, spread.csv and check.md (with provenance: both inputs' commits, this run's) to ``--out``.
 """
 from __future__ import annotations
@@ -125,7 +127,7 @@ def _row(pair: str, r, folder: Path, cell: pd.DataFrame, meas: dict, key: tuple)
             lo, hi = gap_interval(timings, cells, key)
         up = max(s_upper(timings, c) for c in cells.values())
     passed = gap <= TOLERANCE and (best[0] != "off" or key[0] == "off")
-    return {"pair": pair, "batch": int(r.batch), "context": int(r.context), "sweep": folder.name,
+    return {**_model_pick(r, meas, best),"pair": pair, "batch": int(r.batch), "context": int(r.context), "sweep": folder.name,
             "prompts": n_prompts, "prompts_shared": shared, "recommended": r.recommendation,
             "predicted_S": r.speedup, "predicted_lo": r.speedup_lo, "predicted_hi": r.speedup_hi,
             "measured_S_of_recommended": meas[key],
@@ -133,6 +135,19 @@ def _row(pair: str, r, folder: Path, cell: pd.DataFrame, meas: dict, key: tuple)
             "best_measured_S": meas[best], "gap": gap, "gap_lo": lo, "gap_hi": hi,
             "every_config_loses": best[0] == "off", "max_S_upper": up, "loss_established": bool(up < 1.0),
             "pass": passed, "tie_with_off": bool(not passed and gap <= TOLERANCE and best[0] == "off" and np.isfinite(up) and up >= 1.0)}
+
+
+def _model_pick(r, meas: dict, best: tuple) -> dict:
+    """Where tune ran with ``--confirm`` (its recommendation measured, the model's kept as model_*): the model's own
+    pick judged by the same rule, so the check shows what the measurement changed; empty otherwise."""
+    if "model_recommendation" not in r._fields or not isinstance(r.model_recommendation, str):
+        return {}
+    key = ("off", 0) if r.model_recommendation.startswith("off") else (r.model_algorithm, int(r.model_k))
+    if key not in meas:
+        return {"model_recommended": r.model_recommendation, "model_gap": float("nan"), "model_pass": False}
+    gap = (meas[best] - meas[key]) / meas[best]
+    return {"model_recommended": r.model_recommendation, "model_gap": gap,
+            "model_pass": bool(gap <= TOLERANCE and (best[0] != "off" or key[0] == "off"))}
 
 
 def check_pair(pair: str, tune: Path, sweeps: list[Path]) -> list[dict]:
@@ -207,6 +222,7 @@ def _markdown(table: pd.DataFrame, spread: pd.DataFrame, meta: dict, sources: di
     cols = ["pair", "batch", "sweep", "prompts", "prompts_shared", "recommended", "predicted_S", "predicted_lo",
             "predicted_hi", "measured_S_of_recommended", "best_measured", "best_measured_S", "gap", "gap_lo",
             "gap_hi", "max_S_upper", "loss_established", "pass", "tie_with_off", "counted"]
+    cols += [c for c in ("model_recommended", "model_gap", "model_pass") if c in table]
     counted = table[table.counted]
     ties = int(counted.tie_with_off.sum())
     return (f"`tune` against measured sweeps: gap = (best measured - measured S of the recommendation) / best; pass "

@@ -152,3 +152,16 @@ def test_s_upper_reads_a_sweep_from_before_shared_prompts():
         rows += [{"rep": rep, "arm": "ar", "seconds": 1.0, "cell": "c"}, {"rep": rep, "arm": "spec", "seconds": 1 / s, "cell": "c"}]
     up = C.s_upper(pd.DataFrame(rows), "c", n_boot=300)
     assert 0.96 <= up <= 0.97
+
+
+def test_a_confirmed_tune_is_judged_on_its_pick_and_the_models_pick_is_shown(tmp_path):
+    """tune --confirm: the recommendation is the measured pick; the model's own (model_*) is judged beside it."""
+    C = _module()
+    t = _tune(tmp_path / "t", [(32, 4, 0, 0.97)])
+    rec = pd.read_csv(t / "recommendation.csv").assign(model_recommendation="chain, k = 2", model_algorithm="chain",
+                                                       model_k=2)
+    rec.to_csv(t / "recommendation.csv", index=False)
+    row = C.check_pair("p", t, [_sweep(tmp_path / "s", [(4, 1, 0.96), (4, 2, 0.90)])])[0]
+    assert row["pass"] and row["recommended"] == "off (target-only)"
+    assert row["model_recommended"] == "chain, k = 2" and not row["model_pass"]
+    assert row["model_gap"] == pytest.approx(0.10)
