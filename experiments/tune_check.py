@@ -32,7 +32,8 @@ is unchanged.
 Run-to-run spread: for each configuration measured by two or more sweeps of the same protocol at a batch, its
 measured S in each and (max - min) / mean: a gap can only be told from a tie where this spread is below it.
 A tune folder made with ``--confirm`` (its recommendation the measured best of the model's shortlist) also keeps the
-model's own pick: model_recommended, model_gap and model_pass judge it by the same rule (not counted in the exit status).
+model's own pick: model_recommended, model_gap and model_pass judge it by the same rule (not counted in the exit status;
+model_pass is empty where the sweep did not measure the model's pick).
 Writes check.csv, spread.csv and check.md (with provenance: both inputs' commits, this run's) to ``--out``.
 """
 from __future__ import annotations
@@ -127,7 +128,8 @@ def _row(pair: str, r, folder: Path, cell: pd.DataFrame, meas: dict, key: tuple)
             lo, hi = gap_interval(timings, cells, key)
         up = max(s_upper(timings, c) for c in cells.values())
     passed = gap <= TOLERANCE and (best[0] != "off" or key[0] == "off")
-    return {**_model_pick(r, meas, best),"pair": pair, "batch": int(r.batch), "context": int(r.context), "sweep": folder.name,
+    return {**_model_pick(r, meas, best),
+            "pair": pair, "batch": int(r.batch), "context": int(r.context), "sweep": folder.name,
             "prompts": n_prompts, "prompts_shared": shared, "recommended": r.recommendation,
             "predicted_S": r.speedup, "predicted_lo": r.speedup_lo, "predicted_hi": r.speedup_hi,
             "measured_S_of_recommended": meas[key],
@@ -144,7 +146,7 @@ def _model_pick(r, meas: dict, best: tuple) -> dict:
         return {}
     key = ("off", 0) if r.model_recommendation.startswith("off") else (r.model_algorithm, int(r.model_k))
     if key not in meas:
-        return {"model_recommended": r.model_recommendation, "model_gap": float("nan"), "model_pass": False}
+        return {"model_recommended": r.model_recommendation, "model_gap": float("nan"), "model_pass": None}
     gap = (meas[best] - meas[key]) / meas[best]
     return {"model_recommended": r.model_recommendation, "model_gap": gap,
             "model_pass": bool(gap <= TOLERANCE and (best[0] != "off" or key[0] == "off"))}

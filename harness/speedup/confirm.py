@@ -5,14 +5,16 @@ configurations it ranks (an overhead-bound pair, a busy machine), its pick can l
 `tune --confirm N` times, at each (batch B, context L), target-only and the N configurations the model ranks
 highest, on the pair and machine the recommendation is for, and recommends the measured best:
 
-* prompts: P = max(B, ``prompts``) windows of L tokens of the acceptance prompts (:func:`confirm_prompts`), run
-  as ceil(P / B) batches of B: every arm on the same prompts;
-* one warm-up run of each arm, then ``repeats`` passes; in a pass every arm runs once on every prompt batch,
-  the arms' order rotated from batch to batch and pass to pass; wall time (``time.perf_counter``);
+* prompts: ceil(P / B) batches of B windows of L tokens of the acceptance prompts, P = max(B, ``prompts``)
+  (:func:`confirm_prompts`): every arm on the same prompts;
+* one warm-up run of each arm, then ``repeats`` passes; in a pass every arm runs once on every prompt batch, in
+  an order drawn afresh for each (pass, batch) (a seeded random permutation: no arm always first or always after
+  the same arm); wall time (``time.perf_counter``);
 * measured S of a configuration: its tokens per second over target-only's, each the sum of tokens over the sum
   of seconds of every pass and batch (a throughput, as the sweep's ``speedup_measured``);
-  95 % interval: percentile bootstrap over the (pass, batch) units, the same resample for every arm
-  (:func:`measured_speedups`);
+  95 % interval: Student t on the log of the per-unit ratios, a unit being one (pass, batch) in which every arm
+  ran once (:func:`measured_speedups`).  The units are few where B >= P (one batch: units = passes); t keeps
+  the interval honest there (3 units: t = 4.30), where a bootstrap over 3 units would be far too narrow;
 * the pick (:func:`pick`): the configuration of highest measured S, or off where none exceeds 1.  The pick is
   the point estimate; its interval and the runner-up's are in confirm.csv, so a user sees where two
   configurations are within the run's own noise.
@@ -28,6 +30,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 import torch
 
 from harness.laws.algorithms import Algorithm
@@ -36,7 +39,6 @@ from specimpl.autoregressive import autoregressive_generate
 __all__ = ["shortlist", "confirm_prompts", "time_arms", "measured_speedups", "pick", "confirm", "OFF"]
 
 OFF = "off (target-only)"
-_BOOT = 2000
 
 
 def shortlist(grid: pd.DataFrame, batches: Sequence[int], n: int) -> pd.DataFrame:
@@ -61,46 +63,44 @@ def confirm_prompts(prompts: Sequence[Sequence[int]], n: int, length: int, seed:
 
 
 def time_arms(arms: Mapping[str, Callable], prompt_batches: Sequence, repeats: int, say=None,
-              clock: Callable[[], float] = time.perf_counter) -> pd.DataFrame:
+              clock: Callable[[], float] = time.perf_counter, seed: int = 0) -> pd.DataFrame:
     """Rows (rep, prompt, arm, seconds, tokens): one warm-up run of each arm on the first batch (discarded), then
-    ``repeats`` passes, each running every arm on every batch, the arms' order rotated by one from one (pass,
-    batch) to the next.  ``arms``: name -> (prompts -> a result with ``lengths``)."""
+    ``repeats`` passes, each running every arm on every batch, in an order drawn afresh (from ``seed``) for each
+    (pass, batch).  ``arms``: name -> (prompts -> a result with ``lengths``)."""
     names = list(arms)
+    rng = np.random.default_rng(seed)
     rows = []
     with torch.no_grad():
         for name in names:
             arms[name](prompt_batches[0])
         for rep in range(repeats):
             for j, ps in enumerate(prompt_batches):
-                s = (rep * len(prompt_batches) + j) % len(names)
-                for name in names[s:] + names[:s]:
+                for i in rng.permutation(len(names)):
                     t0 = clock()
-                    res = arms[name](ps)
-                    rows.append({"rep": rep, "prompt": j, "arm": name, "seconds": clock() - t0,
+                    res = arms[names[i]](ps)
+                    rows.append({"rep": rep, "prompt": j, "arm": names[i], "seconds": clock() - t0,
                                  "tokens": int(res.lengths.sum())})
             if say is not None:
                 say(f"pass {rep + 1} of {repeats}")
     return pd.DataFrame(rows)
 
 
-def measured_speedups(timings: pd.DataFrame, n_boot: int = _BOOT, seed: int = 0, baseline: str = "ar") -> pd.DataFrame:
+def measured_speedups(timings: pd.DataFrame, baseline: str = "ar", level: float = 0.95) -> pd.DataFrame:
     """Per arm other than ``baseline``: measured S (its sum of tokens over sum of seconds, over the baseline's) and
-    its 95 % percentile-bootstrap interval, the (rep, prompt) units resampled with replacement, the same resample
-    for every arm (they ran on the same prompts in the same passes)."""
+    a ``level`` interval: Student t on log(S_u), S_u the arm's rate over the baseline's within one (rep, prompt)
+    unit (paired: they ran on the same prompts in the same pass); NaN with one unit."""
     per = timings.groupby(["rep", "prompt", "arm"])[["seconds", "tokens"]].sum().unstack("arm")
-    sec, tok = per["seconds"], per["tokens"]
-    idx = np.random.default_rng(seed).integers(0, len(per), (n_boot, len(per)))
-
-    def rate(arm, rows=None):
-        s, t = sec[arm].to_numpy(), tok[arm].to_numpy()
-        return (t.sum() / s.sum()) if rows is None else t[rows].sum(axis=1) / s[rows].sum(axis=1)
-
+    rate = per["tokens"] / per["seconds"]  # (units, arms)
+    n = len(per)
     out = []
-    for arm in [a for a in sec.columns if a != baseline]:
-        boot = rate(arm, idx) / rate(baseline, idx)
-        lo, hi = np.quantile(boot, [0.025, 0.975])
-        out.append({"arm": arm, "measured_speedup": float(rate(arm) / rate(baseline)), "measured_lo": float(lo),
-                    "measured_hi": float(hi), "units": len(per)})
+    for arm in [a for a in rate.columns if a != baseline]:
+        S = float(per["tokens"][arm].sum() / per["seconds"][arm].sum()
+                  / (per["tokens"][baseline].sum() / per["seconds"][baseline].sum()))
+        lr = np.log(rate[arm] / rate[baseline]).to_numpy()
+        half = (scipy.stats.t.ppf((1 + level) / 2, n - 1) * lr.std(ddof=1) / math.sqrt(n)) if n > 1 else np.nan
+        mid = float(lr.mean())
+        out.append({"arm": arm, "measured_speedup": S, "measured_lo": float(np.exp(mid - half)),
+                    "measured_hi": float(np.exp(mid + half)), "units": n})
     return pd.DataFrame(out)
 
 
@@ -134,8 +134,9 @@ def confirm(target, draft, short: pd.DataFrame, prompts, *, max_new_tokens: int,
                 target, draft, p, k=k, max_new_tokens=N, generator=g))
         print(f"tune: confirm at batch {B}, context {L}: target-only and {list(arms)[1:]} on {len(batches)} batch(es) "
               f"of {B}, {repeats} passes", file=sys.stderr)
-        t = time_arms(arms, batches, repeats, say=lambda m: print(f"tune: confirm B {B}, L {L}: {m}", file=sys.stderr))
-        m = measured_speedups(t, seed=seed)
+        t = time_arms(arms, batches, repeats, say=lambda m: print(f"tune: confirm B {B}, L {L}: {m}", file=sys.stderr),
+                      seed=seed + B)
+        m = measured_speedups(t)
         chosen = pick(m)
         pred = {arm_name(c.algorithm, c.k): (c.algorithm, int(c.k), float(c.speedup), float(c.speedup_lo),
                                               float(c.speedup_hi)) for c in cands.itertuples()}

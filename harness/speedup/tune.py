@@ -362,7 +362,7 @@ def confirmed(rec: pd.DataFrame, conf: pd.DataFrame, grid: pd.DataFrame) -> pd.D
 def _confirm_md(conf: pd.DataFrame) -> str:
     lines = ["", "Measured (`--confirm`: target-only and the model's best-ranked configurations timed side by side on "
              "this machine, wall time; S = tokens/s over target-only's, summed over passes and prompt batches; 95 % "
-             "bootstrap interval over them; the recommendation above is the measured best, off where none exceeds 1):",
+             "Student t interval over the per-(pass, batch) ratios; the recommendation above is the measured best, off where none exceeds 1):",
              "", "| context | batch | configuration | predicted S (95 %) | measured S (95 %) | chosen |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {r.context} | {r.batch} | {r.algorithm}, k = {r.k} | {r.predicted_speedup:.3f} "

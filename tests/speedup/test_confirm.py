@@ -31,26 +31,43 @@ class _Clock:
         return run
 
 
-def test_time_arms_runs_every_arm_once_per_pass_and_batch_in_rotated_order():
+def test_time_arms_runs_every_arm_once_per_pass_and_batch_in_varied_order():
     order = []
     arms = {name: (lambda p, name=name: order.append(name) or SimpleNamespace(lengths=np.ones(len(p))))
             for name in ("ar", "a", "b")}
-    t = time_arms(arms, [[[1]], [[2]]], repeats=3)
-    assert len(t) == 3 * 2 * 3 and (t.groupby(["rep", "prompt"]).arm.nunique() == 3).all()
+    t = time_arms(arms, [[[1]], [[2]]], repeats=10)
+    assert len(t) == 3 * 2 * 10 and (t.groupby(["rep", "prompt"]).arm.nunique() == 3).all()
     timed = order[3:]  # after one warm-up run of each
-    firsts = [timed[i] for i in range(0, len(timed), 3)]
-    assert len(set(firsts)) == 3  # each arm goes first in some (pass, batch)
+    units = [tuple(timed[i:i + 3]) for i in range(0, len(timed), 3)]
+    assert {u[0] for u in units} == {"ar", "a", "b"}  # each arm goes first in some (pass, batch) ...
+    assert {u[1] for u in units if u[0] == "ar"} == {"a", "b"}  # ... and follows target-only with either arm
 
 
-def test_measured_speedup_is_the_ratio_of_rates_with_an_interval_around_it():
-    """Exact on constructed timings: S = (tokens/s of the arm) / (tokens/s of target-only)."""
-    rows = [{"rep": r, "prompt": j, "arm": a, "seconds": s * (1 + 0.1 * r), "tokens": 10}
-            for r in range(4) for j in range(2) for a, s in (("ar", 2.0), ("fast", 1.0), ("slow", 4.0))]
+def test_measured_speedup_is_the_ratio_of_rates_paired_within_a_pass():
+    """Exact on constructed timings: S = (tokens/s of the arm) / (tokens/s of target-only).  The passes differ in
+    speed (1 + 0.1 r) for every arm alike, so a paired interval has zero width and an unpaired one would not."""
+    rows = [{"rep": r, "prompt": j, "arm": a, "seconds": s * (1 + 0.1 * r), "tokens": n}
+            for r in range(4) for j in range(2) for a, s, n in (("ar", 2.0, 10), ("fast", 2.0, 20), ("slow", 4.0, 10))]
     m = measured_speedups(pd.DataFrame(rows)).set_index("arm")
     assert m.loc["fast", "measured_speedup"] == pytest.approx(2.0) and m.loc["slow", "measured_speedup"] == pytest.approx(0.5)
-    assert (m.measured_lo <= m.measured_speedup).all() and (m.measured_speedup <= m.measured_hi).all()
+    assert m.loc["fast", "measured_lo"] == pytest.approx(2.0) and m.loc["fast", "measured_hi"] == pytest.approx(2.0)
+    assert (m.units == 8).all()
     assert pick(m.reset_index()) == "fast"
     assert pick(m.drop("fast").reset_index()) == OFF  # nothing beats target-only: off
+
+
+def test_measured_interval_is_students_t_on_the_log_ratios():
+    """Three units with ratios 1.1, 1.2, 1.5: exp(mean log +- t(0.975, 2) sd / sqrt 3), t = 4.303."""
+    ratios = [1.1, 1.2, 1.5]
+    rows = [r for u, x in enumerate(ratios) for r in ({"rep": u, "prompt": 0, "arm": "ar", "seconds": 1.0, "tokens": 10},
+                                                      {"rep": u, "prompt": 0, "arm": "k", "seconds": 1 / x, "tokens": 10})]
+    m = measured_speedups(pd.DataFrame(rows)).iloc[0]
+    lr = np.log(ratios)
+    half = 4.302652729911275 * lr.std(ddof=1) / np.sqrt(3)
+    assert m.measured_lo == pytest.approx(np.exp(lr.mean() - half)) and m.measured_hi == pytest.approx(np.exp(lr.mean() + half))
+    assert m.measured_lo < 1.0 < m.measured_speedup  # three units: wide, as it should be
+    one = measured_speedups(pd.DataFrame(rows[:2])).iloc[0]
+    assert np.isnan(one.measured_lo) and np.isnan(one.measured_hi) and one.measured_speedup == pytest.approx(1.1)
 
 
 def test_timed_arms_rank_as_their_costs():
@@ -96,7 +113,19 @@ def test_confirmed_replaces_the_models_pick_by_the_measured_one_and_off():
     assert out.loc[1, "recommendation"] == "chain, k = 4" and out.loc[1, "model_recommendation"] == "chain, k = 2"
     assert out.loc[1, "speedup"] == pytest.approx(1.3) and out.loc[1, "measured_speedup"] == pytest.approx(1.5)
     assert out.loc[4, "recommendation"] == OFF and not out.loc[4, "speculate"]
-    assert out.loc[4, "model_recommendation"] == "chain, k = 1"
+    assert out.loc[4, "model_recommendation"] == "chain, k = 1" and out.loc[4, "measured_speedup"] == 1.0
+
+
+def test_confirmed_turns_speculation_on_where_the_model_said_off():
+    from harness.speedup.tune import recommend
+    grid = _grid().assign(speedup=lambda g: g.speedup.where(g.batch == 1, g.speedup - 0.2))  # B 4: all below 1
+    rec, _ = recommend(grid, [4])
+    assert rec.iloc[0].recommendation == OFF
+    conf = pd.DataFrame([{"context": 32, "batch": 4, "algorithm": "chain", "k": 2, "measured_speedup": 1.08,
+                          "measured_lo": 1.02, "measured_hi": 1.14, "chosen": True}])
+    out = confirmed(rec, conf, grid).iloc[0]
+    assert out.recommendation == "chain, k = 2" and out.speculate and out.k == 2
+    assert out.model_recommendation == OFF and out.speedup == pytest.approx(0.85)
 
 
 def test_tune_confirm_on_the_tiny_pair_writes_the_measured_pick(tmp_path):
@@ -118,7 +147,9 @@ def test_tune_confirm_on_the_tiny_pair_writes_the_measured_pick(tmp_path):
 @pytest.mark.parametrize("args,needle", [(["--hardware", "h100", "--confirm", "2"], "`--confirm`"),
                                          (["--hardware", "local", "--confirm", "-1"], "`--confirm`"),
                                          (["--hardware", "local", "--confirm", "1", "--confirm-repeats", "0"],
-                                          "`--confirm-repeats`")])
+                                          "`--confirm-repeats`"),
+                                         (["--hardware", "local", "--confirm", "1", "--confirm-prompts", "0"],
+                                          "`--confirm-prompts`")])
 def test_bad_confirm_options_are_exit_2(capsys, tmp_path, args, needle):
     assert main(["tune", "--target", T, "--draft", D, *args, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
