@@ -36,7 +36,7 @@ import torch
 from harness.laws.algorithms import Algorithm
 from specimpl.autoregressive import autoregressive_generate
 
-__all__ = ["shortlist", "confirm_prompts", "time_arms", "measured_speedups", "pick", "confirm", "OFF"]
+__all__ = ["shortlist", "confirm_prompts", "time_arms", "measured_speedups", "pick", "confirm", "arm_name", "OFF"]
 
 OFF = "off (target-only)"
 
@@ -112,6 +112,7 @@ def pick(measured: pd.DataFrame) -> str:
 
 
 def arm_name(algorithm: str, k: int) -> str:
+    """A configuration's name in tune's tables ('chain, k = 2')."""
     return f"{algorithm}, k = {int(k)}"
 
 
@@ -145,6 +146,6 @@ def confirm(target, draft, short: pd.DataFrame, prompts, *, max_new_tokens: int,
             rows.append({"context": L, "batch": B, "algorithm": a, "k": k, "predicted_speedup": s, "predicted_lo": lo,
                          "predicted_hi": hi, "measured_speedup": r.measured_speedup, "measured_lo": r.measured_lo,
                          "measured_hi": r.measured_hi, "units": r.units, "prompts": len(ps), "repeats": repeats,
-                         "chosen": r.arm == chosen, "off_chosen": chosen == OFF})
+                         "chosen": r.arm == chosen})
         timings.append(t.assign(context=L, batch=B))
     return pd.DataFrame(rows), pd.concat(timings, ignore_index=True)

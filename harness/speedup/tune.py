@@ -26,8 +26,8 @@
    only within the profiled batches).
 
 4. With ``--confirm N`` (local only, :mod:`harness.speedup.confirm`): at each (B, L), target-only and the N
-   configurations ranked highest in 3. timed side by side on this machine (the same prompts, rotated order,
-   wall time), and the measured best recommended (off where none exceeds 1); the model's pick is kept beside it.
+   configurations ranked highest in 3. timed side by side on this machine (the same prompts, a random order
+   per pass and batch, wall time), and the measured best recommended (off where none exceeds 1); the model's pick is kept beside it.
 
 Writes, all together (:func:`harness.core.atomic.staged_report`), to ``--out`` (default results/tune/<target
 name>-<hardware>): recommendation.csv / .md, acceptance.csv, alpha.csv, roofline.csv (figures: ``python
@@ -63,7 +63,7 @@ from harness.speedup.roofline.speedup import crossover_batch
 from harness.speedup.costmodel_run import RunCosts, run_grid, run_interval
 from harness.speedup.costmodel_calibrate import TargetOnlyError, calibrate, profile_solo_runs, sweep_target_only
 from harness.speedup.roofline.fidelity import bound_of, fits_of
-from harness.speedup.confirm import OFF, confirm, shortlist
+from harness.speedup.confirm import OFF, arm_name, confirm, shortlist
 from harness.core.atomic import staged_report
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.core.figures import results_line
@@ -311,12 +311,10 @@ def _grid(costs: RunCosts, hists, batches, contexts, args, name: str, source: st
 def recommend(grid: pd.DataFrame, batches) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per (B, L) in ``batches``: the best algorithm and k or 'off'; per L: the batch beyond which
     speculation should be off, the S = 1 crossover of the best configuration over the grid's batches)."""
-    g = grid[grid.fits.astype(bool)] if "fits" in grid else grid
-    best = g.sort_values(["context", "batch", "speedup", "k"], ascending=[True, True, False, True]) \
-        .groupby(["context", "batch"], as_index=False).first()
+    best = shortlist(grid, sorted(set(grid.batch)), 1)
     rec = best[best.batch.isin(batches)].copy()
     rec["speculate"] = rec.speedup > 1.0
-    rec["recommendation"] = np.where(rec.speculate, rec.algorithm + ", k = " + rec.k.astype(str), "off (target-only)")
+    rec["recommendation"] = [arm_name(a, k) if on else OFF for a, k, on in zip(rec.algorithm, rec.k, rec.speculate)]
     off = []
     for L, b in best.groupby("context"):
         b = b.sort_values("batch")
@@ -353,7 +351,7 @@ def confirmed(rec: pd.DataFrame, conf: pd.DataFrame, grid: pd.DataFrame) -> pd.D
                  & (grid.k == ch.k)].iloc[0]
         rec.loc[i, ["recommendation", "algorithm", "k", "speculate", "speedup", "speedup_lo", "speedup_hi",
                     "speedup_steady", "goodput_spec", "tokens_per_round", "c", "measured_speedup", "measured_lo",
-                    "measured_hi"]] = [f"{ch.algorithm}, k = {int(ch.k)}", ch.algorithm, int(ch.k), True, g.speedup,
+                    "measured_hi"]] = [arm_name(ch.algorithm, ch.k), ch.algorithm, int(ch.k), True, g.speedup,
                                        g.speedup_lo, g.speedup_hi, g.speedup_steady, g.goodput_spec,
                                        g.tokens_per_round, g.c, ch.measured_speedup, ch.measured_lo, ch.measured_hi]
     return rec
@@ -365,10 +363,10 @@ def _confirm_md(conf: pd.DataFrame) -> str:
              "Student t interval over the per-(pass, batch) ratios; the recommendation above is the measured best, off where none exceeds 1):",
              "", "| context | batch | configuration | predicted S (95 %) | measured S (95 %) | chosen |",
              "|---|---|---|---|---|---|"]
-    lines += [f"| {r.context} | {r.batch} | {r.algorithm}, k = {r.k} | {r.predicted_speedup:.3f} "
+    lines += [f"| {r.context} | {r.batch} | {arm_name(r.algorithm, r.k)} | {r.predicted_speedup:.3f} "
               f"({r.predicted_lo:.3f}–{r.predicted_hi:.3f}) | {r.measured_speedup:.3f} ({r.measured_lo:.3f}–"
               f"{r.measured_hi:.3f}) | {'yes' if r.chosen else ''} |" for r in conf.itertuples()]
-    offs = conf.groupby(["context", "batch"]).off_chosen.first()
+    offs = ~conf.groupby(["context", "batch"]).chosen.any()
     lines += [f"\nOff (target-only) chosen at (context, batch) {[tuple(int(v) for v in i) for i in offs[offs].index]}: "
               "no measured configuration exceeds 1."] if offs.any() else []
     return "\n".join(lines) + "\n"
