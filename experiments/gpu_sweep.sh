@@ -28,7 +28,7 @@ if [ "$DRY_RUN" = 1 ]; then
   echo "gpu_sweep.sh: dry run on the CPU (no GPU needed): plan, stage 3 at tiny sizes, report"
   "$PY" -m harness sweep --config harness/configs/sweep/gpu.toml --device cpu --out "$OUT" --list | tail -3
   "$PY" -m harness.speedup.roofline.measure --dry-run --out "$ROOF_OUT"
-  "$PY" -m harness report --results "$ROOF_OUT" --formats png
+  "$PY" -m harness report --results "$ROOF_OUT" --out "$ROOF_OUT/figures" --formats png
   exit 0
 fi
 
@@ -48,8 +48,8 @@ fi
 rrc=0
 timeout -s INT "$ROOF_LIMIT" "$PY" -m harness.speedup.roofline.measure --device cuda --out "$ROOF_OUT" || rrc=$?
 [ "$rrc" -eq 0 ] || echo "gpu_sweep.sh: the T(n, B, L) measurement stopped (exit $rrc)" >&2
-"$PY" -m harness report --results "$OUT"
-[ "$rrc" -ne 0 ] || "$PY" -m harness report --results "$ROOF_OUT"
+"$PY" -m harness report --results "$OUT" --out "$OUT/figures"
+[ "$rrc" -ne 0 ] || "$PY" -m harness report --results "$ROOF_OUT" --out "$ROOF_OUT/figures"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.csv" 2>/dev/null || true
 [ "$rc" -ne 0 ] && exit "$rc"
 exit "$rrc"

@@ -34,11 +34,11 @@ step "$PY" -m harness calibrate --null --scenario base --replicates 1000000 --no
 step "$PY" -m harness alpha --no-progress --out "$STAGE/hf/alpha.csv"
 step "$PY" -m harness pit --out "$STAGE/hf/pit"
 step "$PY" -m harness sweep --redo --out "$STAGE/sweep/default"
-step "$PY" -m harness report --results "$STAGE/sweep/default"
+step "$PY" -m harness report --results "$STAGE/sweep/default" --out "$STAGE/sweep/default/figures"
 step "$PY" -m harness numerics --no-progress --out "$STAGE/numerics"
 # the roofline against published GPU measurements (no randomness), its ablation and the model's picks
 step "$PY" -m harness.speedup.roofline.fidelity --out "$STAGE/roofline"
-step "$PY" -m harness report --results "$STAGE/roofline"
+step "$PY" -m harness report --results "$STAGE/roofline" --out "$STAGE/roofline/figures"
 PYTHONPATH=. step "$PY" experiments/roofline_ablation.py --out "$STAGE/roofline/ablation.md"
 step "$PY" experiments/published_picks.py --results "$STAGE/roofline"
 
@@ -53,4 +53,5 @@ cp -r "$STAGE/hf/pit" results/hf/pit
 cp "$STAGE/hf/alpha.csv" results/hf/alpha.csv
 cp -r "$STAGE/sweep/default" results/sweep/default
 find results -name '_tmp_*' -prune -exec rm -rf {} +
+find results \( -name '.lock' -o -name '.*.lock' \) -type f -delete  # the output locks the commands took
 echo "done: results of $commit copied into results/ (git status shows them); commit them"

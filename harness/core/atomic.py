@@ -9,6 +9,11 @@ with figures, when this run has ``--no-figures``) are removed.  What a report wr
 kind's known file names (``patterns``) only.  Nothing else in the destination is touched: resume state
 (``_tmp_state``, ``_tmp_seeds``, sweep cells) and the user's own files stay.  When the block raises (an
 error, an interrupt) the staging folder is removed and the destination keeps the previous report whole.
+
+A process killed outright (SIGKILL, power loss) cannot remove its staging folder: the folder's name carries the
+writer's pid (``.<name>.staging-<pid>-*``), and the next report staged for the same destination removes those
+of pids no longer running (:func:`remove_stale_staging`), and those of the unnamed older form once they are an
+hour old.  The pattern is git-ignored.
 """
 from __future__ import annotations
 
@@ -19,11 +24,14 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Iterable, Iterator
 from harness.core.provenance import atomic_write_text
 
-__all__ = ["staged_report", "Staged", "manifest_path"]
+__all__ = ["staged_report", "Staged", "manifest_path", "remove_stale_staging"]
+
+LEGACY_STALE_S = 3600  # a staging folder without a pid in its name (written before pids) is stale after this
 
 
 def manifest_path(out: Path, kind: str) -> Path:
@@ -39,11 +47,13 @@ class Staged:
         self.keep = set(keep)  # files of the previous report this one does not own: left in place, still listed
         where = self.out.resolve()
         where.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(where)
+        pid = os.getpid()
         try:  # beside the destination (same filesystem) ...
-            self.dir = Path(tempfile.mkdtemp(prefix=f".{where.name}.staging-", dir=where.parent))
+            self.dir = Path(tempfile.mkdtemp(prefix=f".{where.name}.staging-{pid}-", dir=where.parent))
         except OSError:  # ... or, where its parent is read-only, inside it
             where.mkdir(parents=True, exist_ok=True)
-            self.dir = Path(tempfile.mkdtemp(prefix=".staging-", dir=where))
+            self.dir = Path(tempfile.mkdtemp(prefix=f".staging-{pid}-", dir=where))
 
     def final(self, path) -> Path:
         """Where ``path`` (a file under the staging folder) lands in the destination."""
@@ -82,6 +92,44 @@ class Staged:
 
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def remove_stale_staging(out: Path) -> list[Path]:
+    """Remove the staging folders of ``out`` (beside it, or inside it) that no running process owns: those
+    whose pid has ended, and those without a pid (older code) over :data:`LEGACY_STALE_S` old; the removed."""
+    out = Path(out)
+    found = list(out.parent.glob(f".{out.name}.staging-*"))
+    if out.is_dir():
+        found += list(out.glob(".staging-*"))
+    removed = []
+    for d in found:
+        if d.is_dir() and _stale(d):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def _stale(folder: Path) -> bool:
+    """Whether the staging ``folder`` belongs to no running process."""
+    head = folder.name.rpartition(".staging-")[2].split("-", 1)
+    if len(head) == 2 and head[0].isdigit():
+        return not _alive(int(head[0]))
+    try:
+        return time.time() - folder.stat().st_mtime > LEGACY_STALE_S
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, but another user's
+        return True
+    return True
 
 
 def _remove(out: Path, rel: str) -> None:

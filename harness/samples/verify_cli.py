@@ -34,9 +34,9 @@ from typing import Optional
 
 import numpy as np
 
-from harness.core.config import RESULTS
 from harness.core.errors import SamplerError, UsageError
 from harness.core.options import check_option, check_out, check_seed
+from harness.core.outdir import claim_out
 from harness.samples.certificate import Certificate, judge, scored_bounds, token_tv_bounds, two_sample_bounds
 from harness.samples.exact import WINDOW, exact_bounds, exact_laws, plan_exact, prompt_table
 from harness.samples.format import SampleRecord, read_samples
@@ -77,7 +77,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                                                    "largest id in the files + 1)")
     ap.add_argument("--batch-size", type=int, default=64, help="rows per scoring forward (default 64)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the PIT's uniforms (default 0)")
-    ap.add_argument("--out", type=Path, default=RESULTS / "samples" / "verify", help="report folder")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="report folder (default: runs/verify-samples/<samples>-<hash of the options>)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -273,6 +274,7 @@ def _check(args) -> None:
 def run(args) -> int:
     """0 certified, 1 lossy or inconclusive; UsageError (2) for bad input, SamplerError (3) for a failed model."""
     _check(args)
+    claim_out(args, "verify-samples", ("samples",))  # --out, or runs/verify-samples/<name>-<hash>; locked
     res = verify_samples(args)
     write_report(args.out, res, args)
     print(res.certificate.headline(), file=sys.stderr)

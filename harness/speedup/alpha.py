@@ -29,7 +29,6 @@ import pandas as pd
 import torch
 
 from harness.stats import clopper_pearson
-from harness.core.config import RESULTS
 from specimpl.hf import load_tiny_pair as tiny_pair
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
@@ -37,6 +36,7 @@ from specimpl.hf import tiny_pair_prompts
 from specimpl.hf_drafts import tiny_pair_variants
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
+from harness.core.outdir import claim_out
 from harness.core.provenance import atomic_write_csv, metadata
 from harness.core.threads import with_threads
 
@@ -87,7 +87,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=RESULTS / "hf" / "alpha.csv")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="table to write (default: runs/alpha/<name>-<hash of the options>/alpha.csv; the committed "
+                         "one is written only by --out results/hf/alpha.csv)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -99,6 +101,7 @@ def run(args) -> int:
                         ("--k", args.k, 1)):
         check_option(v >= lo, name, v, f"an integer >= {lo}")
     check_unique(args.variant, "--variant")
+    claim_out(args, "alpha", ("variant",), filename="alpha.csv")  # --out, or runs/alpha/<name>-<hash>/alpha.csv
     try:
         df = with_threads(args.threads, lambda: measure_alpha(
             args.variant, n_sequences=args.n_sequences, max_new_tokens=args.max_new_tokens, k=args.k, seed=args.seed,

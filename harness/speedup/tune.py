@@ -29,8 +29,8 @@
    configurations ranked highest in 3. timed side by side on this machine (the same prompts, a random order
    per pass and batch, wall time), and the measured best recommended (off where none exceeds 1); the model's pick is kept beside it.
 
-Writes, all together (:func:`harness.core.atomic.staged_report`), to ``--out`` (default results/tune/<target
-name>-<hardware>): recommendation.csv / .md, acceptance.csv, alpha.csv, roofline.csv (figures: ``python
+Writes, all together (:func:`harness.core.atomic.staged_report`), to ``--out`` (default runs/tune/<target-hardware>-<hash
+of the options>; the committed results/tune/ only by an explicit --out): recommendation.csv / .md, acceptance.csv, alpha.csv, roofline.csv (figures: ``python
 -m harness report --results <out>``), costs.csv (local), confirm.csv and confirm_timings.csv (``--confirm``), meta.json.  Bad input (unknown hardware, a config
 without a needed field, a vocabulary mismatch, a context past the model's positions) exits 2 naming it.
 """
@@ -45,11 +45,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.core.config import RESULTS
 from harness.core.options import check_option
 from harness.laws.algorithms import Algorithm
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out, check_seed, check_threads
+from harness.core.outdir import claim_out
 from harness.speedup.roofline.model import ConfigError, hardware_names, load_hardware
 from harness.speedup.roofline.model import ConfigError, ModelShape
 from specimpl.hf import load_pair
@@ -449,7 +449,7 @@ def run(args) -> int:
     if hw is None:
         _check_context(args, target, draft, algos, ks, contexts)
         _sweep_target_only(args, target, batches, contexts)
-    out = args.out or RESULTS / "tune" / f"{tshape.name}-{args.hardware}"
+    out = claim_out(args, "tune", ("target", "hardware"))  # --out, or runs/tune/<target-hardware>-<hash>; locked
     prompts = _prompts(args, target)
     say = (lambda m: print(f"tune: {m}", file=sys.stderr))
     say(f"acceptance of {algos} at k = {ks} on {len(prompts)} prompts")

@@ -35,12 +35,12 @@ import pandas as pd
 
 from harness.core.atomic import staged_report
 from harness.stats import clopper_pearson
-from harness.core.config import RESULTS
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
 from harness.core.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.stats import holm
 from harness.core.options import check_option, check_unique
+from harness.core.outdir import claim_out
 from harness.core.threads import with_threads
 from harness.verify.cli import check_common, real_model_spec
 from harness.verify.pipeline import verify
@@ -63,7 +63,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--draws", type=int, default=10_000, help="sequences per scenario per seed (default 10,000)")
     ap.add_argument("--scenario", action="append", metavar="NAME", help="scenarios (default: verify's list)")
     ap.add_argument("--scenario-dir", type=Path, default=SCENARIO_DIR)
-    ap.add_argument("--out", type=Path, default=RESULTS / "calibrate")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="report folder (default: runs/calibrate/<name>-<hash of the options>; the committed "
+                         "reference is written only by --out results/calibrate)")
     ap.add_argument("--fresh", action="store_true", help="ignore seeds stored by an interrupted run")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as for verify)")
@@ -92,8 +94,10 @@ def run(args) -> int:
     settings = load_settings(args.scenario_dir)
     scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
     if args.null:
-        args.out = Path(args.out) / "null"
+        check_option(args.replicates >= 1000, "--replicates", args.replicates, "an integer >= 1000")
+        args.out = claim_out(args, "calibrate", ("scenario", "null")) / "null"  # --out or runs/calibrate/...
         return calibrate_null.run(args, settings, scenarios)
+    claim_out(args, "calibrate", ("scenario",))  # --out, or runs/calibrate/<name>-<hash>; locked
     real = real_model_spec(Path(args.scenario_dir) / "default.toml") if args.real_model_sequences else None
     if real is not None:  # the tiny pair's PIT tests per seed; the exact-pair certificate (45 k sequences per prompt
         real = dataclasses.replace(real, exact=None)  # at its default) is calibrated by its own bound's guarantee

@@ -18,10 +18,11 @@ from typing import Callable, Optional
 
 from harness.laws.algorithms import NAMES, Algorithm
 from harness.core.backends import Backend, add_backend_arguments, check_backend_options, make_backend
-from harness.core.config import RESULTS, overlay, read_toml
+from harness.core.config import overlay, read_toml
 from harness.core.errors import UsageError
 from harness.core.threads import with_threads
 from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
+from harness.core.outdir import claim_out
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import parse_epsilon_option
@@ -63,8 +64,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="sequences of the sampler under test on the tiny pair (PIT tests) in the real-model "
                          "scenario (default: default.toml [real_model] n_sequences; the exact pair's certificate "
                          "draws [real_model.exact] n_sequences per prompt)")
-    ap.add_argument("--out", type=Path, help="report folder (default results/verify, or "
-                                             "results/verify/custom/<sampler> with --sampler)")
+    ap.add_argument("--out", type=Path, help="report folder (default: runs/verify/<sampler-scenarios>-<hash of the "
+                                             "options>, a folder per set of options; the committed reference is "
+                                             "written only by --out results/verify)")
     add_backend_arguments(ap, "processes drawing the exact-law shards (default: every core; 1: in this process); "
                               "the results do not depend on it")
     add_common_arguments(ap)
@@ -182,10 +184,6 @@ def real_model_spec(path: Path, overrides: Optional[dict] = None) -> RealModelSp
         raise UsageError(f"{path}: {e}") from None
 
 
-def _slug(s: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in s)[:80]
-
-
 def run(args) -> int:
     """Exit status 0 (passed), 1 (lossy or inconclusive); UsageError (2) before any work, SamplerError (3) when the
     sampler under test failed (the report is written first)."""
@@ -195,14 +193,11 @@ def run(args) -> int:
         raise
     except ValueError as e:  # a check elsewhere (scenario settings, real-model table) that names its key
         raise UsageError(str(e)) from None
-    if args.out is not None:
-        out = args.out
-    else:
-        out = RESULTS / "verify" / "custom" / _slug(args.sampler) if args.sampler else RESULTS / "verify"
-    (Path(out) / "error.log").unlink(missing_ok=True)  # a failure log of an earlier run is not this run's
     first = args.draws or (ch.settings.full_draws if args.full else ch.settings.draws)
     check_option(args.until_certified is None or args.until_certified >= first, "--until-certified",
                  args.until_certified, f"an integer >= the first round's {first} sequences (--draws)")
+    out = claim_out(args, "verify", ("sampler", "scenario", "full"))  # --out, or runs/verify/<name>-<hash>; locked
+    (Path(out) / "error.log").unlink(missing_ok=True)  # a failure log of an earlier run is not this run's
     with backend_of(args) as backend:
         if args.until_certified is not None:
             res = until_certified(lambda s, d, seed, controls, note: _verify(

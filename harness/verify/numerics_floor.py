@@ -21,9 +21,10 @@ import pandas as pd
 import torch
 
 from harness.core.atomic import staged_report
-from harness.core.config import CONFIGS, RESULTS, derive_seed, read_toml
+from harness.core.config import CONFIGS, derive_seed, read_toml
 from harness.verify.numerics import DTYPES, STEPS, step_tvs
 from harness.core.options import check_out, check_option
+from harness.core.outdir import claim_out
 from harness.core.provenance import atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.core.schema import integer, number, one_of, text, validate
 from specimpl.sampling import SamplingConfig
@@ -208,7 +209,9 @@ def draw_figure(table: pd.DataFrame, out: Path, meta: dict) -> list[Path]:
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="experiment file (default: %(default)s)")
-    ap.add_argument("--out", type=Path, default=RESULTS / "numerics", help="output folder (default: %(default)s)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output folder (default: runs/numerics/<config>-<hash of the options>; the committed "
+                         "reference is written only by --out results/numerics)")
     ap.add_argument("--rows", type=int, default=None, help="logit rows per cell (default: the file's `rows`)")
     ap.add_argument("--no-figures", action="store_true", help="write the tables only")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -220,6 +223,7 @@ def run(args) -> int:
     cfg = load_config(args.config)
     if args.rows is not None:
         cfg["rows"] = args.rows
+    claim_out(args, "numerics", ("config",))  # --out, or runs/numerics/<name>-<hash>; locked
     torch.set_num_threads(1)  # small vectors: threads only add contention
     rows = floor_rows(cfg, progress=not args.no_progress)
     table = floor_table(rows)

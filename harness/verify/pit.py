@@ -19,7 +19,7 @@ Roles: the reference and ``--sampler`` samplers and the lossless controls must p
 ``harness.controls.hf.HF_BUGS`` must be caught, transformers' assisted generation is a *peer*: reported,
 not judged.  Exit status 0 when every run is as its role requires, 1 otherwise, 2 for bad arguments, 3
 when the reference or a ``--sampler`` failed, 130 when interrupted (:mod:`harness.core.errors`).
-The report goes to ``results/hf/pit/`` (``--out``); an interrupted run resumes from its finished draws.
+The report goes to ``--out`` (default ``runs/pit/<name>-<hash>``; the committed one is ``results/hf/pit/``); an interrupted run resumes from its finished draws.
 """
 from __future__ import annotations
 
@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.core.config import RESULTS
 from harness.verify.realmodel import RealModelSpec
 from harness.laws.scenarios import load_settings
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_unique
+from harness.core.outdir import claim_out
 from harness.core.threads import with_threads
 from harness.verify.cli import add_common_arguments, check_common, real_model_spec, with_epsilon
 from harness.verify.draw import RunState, draw_all
@@ -70,7 +70,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--temperature", type=float, help="sampling temperature (default: default.toml's)")
     ap.add_argument("--seed", type=int, help="base seed (default: default.toml's)")
     ap.add_argument("--alpha", type=float, help="family-wise false-alarm budget (default: default.toml's)")
-    ap.add_argument("--out", type=Path, default=RESULTS / "hf" / "pit", help="report folder (default results/hf/pit)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="report folder (default: runs/pit/<name>-<hash of the options>; the committed reference "
+                         "is written only by --out results/hf/pit)")
     add_common_arguments(ap)
 
 
@@ -169,6 +171,7 @@ def run(args) -> int:
     if args.exact_sequences is not None:
         check_option(args.exact_sequences >= 0, "--exact-sequences", args.exact_sequences, "an integer >= 0")
     spec = _spec(args)
+    claim_out(args, "pit", ("sampler", "only"))  # --out, or runs/pit/<name>-<hash>; locked
     (Path(args.out) / "error.log").unlink(missing_ok=True)  # a failure log of an earlier run is not this run's
     res = with_threads(args.threads, lambda: pit(entries, spec, settings, seed=args.seed, out=args.out,
                                                  fresh=args.fresh, figures=not args.no_figures,

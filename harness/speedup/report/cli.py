@@ -46,6 +46,7 @@ from harness.core.provenance import atomic_savefig, atomic_write_text, check_sch
 from harness.speedup.sweep.tables import PREDICTIONS, fidelity
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out
+from harness.core.outdir import claim_out
 
 __all__ = ["add_arguments", "run", "make_report", "SweepResults", "FIGURES", "TABLES", "SUITE_STYLES"]
 
@@ -543,7 +544,9 @@ def make_report(results: Path, out: Path = None, formats=("png", "pdf")) -> dict
 def add_arguments(parser) -> None:
     parser.add_argument("--results", type=Path, default=RESULTS / "sweep" / "default",
                         help="a sweep's results directory (default results/sweep/default)")
-    parser.add_argument("--out", type=Path, default=None, help="where figures go (default <results>/figures)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where figures go (default: runs/report/<results>-<hash of the options>; the figures "
+                             "beside committed results are redrawn only by --out <results>/figures)")
     parser.add_argument("--formats", default="png,pdf", help="comma-separated figure formats")
 
 
@@ -567,6 +570,7 @@ def check_arguments(args) -> tuple:
 
 def run(args) -> int:
     formats = check_arguments(args)
+    claim_out(args, "report", ("results",))  # --out, or runs/report/<results>-<hash>; locked
     written = make_report(args.results, args.out, formats)
     for name, paths in written.items():
         for p in ([paths] if isinstance(paths, str) else paths):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -35,6 +36,8 @@ from harness.speedup.roofline.rounds import round_calls, row_run, row_speedup, r
 from harness.speedup.roofline.speedup import PairCosts, crossover_batch, speedup_table
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.core.figures import results_line
+from harness.core.errors import UsageError
+from harness.core.outdir import claim_out
 
 __all__ = ["PUBLISHED", "load_published", "row_costs", "predict_row", "fidelity_table", "scenario_tables",
            "crossover_table", "fidelity_md", "write_fidelity", "bound_of", "fits_of", "summary"]
@@ -374,12 +377,15 @@ def write_fidelity(path=PUBLISHED, out=Path("results/roofline")) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.speedup.roofline.fidelity", description=__doc__.splitlines()[0])
     ap.add_argument("--file", type=Path, default=PUBLISHED)
-    ap.add_argument("--out", type=Path, default=Path("results/roofline"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output folder (default: runs/roofline-fidelity/<file>-<hash>; the committed table is "
+                         "written only by --out results/roofline)")
     args = ap.parse_args(argv)
     try:
+        claim_out(args, "roofline-fidelity", ("file",))
         written = write_fidelity(args.file, args.out)
-    except ConfigError as e:
-        print(f"python -m harness.speedup.roofline.fidelity: error: {e}")
+    except (ConfigError, UsageError) as e:
+        print(f"python -m harness.speedup.roofline.fidelity: error: {e}", file=sys.stderr)
         return 2
     print((args.out / "fidelity_published.md").read_text())
     for p in written.values():

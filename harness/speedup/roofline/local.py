@@ -1,7 +1,8 @@
 """This machine as a roofline: measure its bandwidth and matmul throughput, fit the rest to profiles.
 
     python -m harness.speedup.roofline.local                      # probe, fit to the committed tiny-pair profile,
-                                                          # write harness/configs/hardware/local.toml
+                                                          # write runs/roofline-local/<hash>/local.toml
+    python -m harness.speedup.roofline.local --out harness/configs/hardware/local.toml   # replace the shipped one
     python -m harness.speedup.roofline.local --profiles P.csv --out my.toml
 
 :func:`probe` measures, with the threads torch is set to (1 by default here, as the sweep runs):
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +29,8 @@ import torch
 from harness.speedup.roofline.model import HARDWARE_DIR, Calibration, Hardware, ModelShape, calibrate
 from specimpl.hf import TINY_PAIR_DIR
 from harness.core.provenance import atomic_write_text, checked_provenance
+from harness.core.errors import UsageError
+from harness.core.outdir import claim_out
 
 __all__ = ["probe", "profile_points", "calibrate_local", "local_toml"]
 
@@ -113,9 +117,16 @@ def local_toml(measured: dict, cal: Calibration, profiles_path: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.speedup.roofline.local", description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", default="results/sweep/default/profiles.csv")
-    ap.add_argument("--out", type=Path, default=HARDWARE_DIR / "local.toml")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"hardware file to write (default: runs/roofline-local/<name>-<hash>/local.toml, for "
+                         f"`--hardware <that path>`; the shipped {HARDWARE_DIR / 'local.toml'} only by an explicit --out)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    try:
+        claim_out(args, "roofline-local", filename="local.toml")
+    except UsageError as e:
+        print(f"python -m harness.speedup.roofline.local: error: {e}", file=sys.stderr)
+        return 2
     checked_provenance(args.profiles)  # before the probe: an unknown schema_version is refused at once
     measured = probe(args.threads)
     cal = calibrate_local(pd.read_csv(args.profiles, comment="#"), measured)

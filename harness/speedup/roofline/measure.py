@@ -36,6 +36,8 @@ from harness.speedup.costmodel import CostTable
 from harness.speedup.roofline.speedup import PairCosts
 from harness.speedup.roofline.model import Roofline, calibrate, load_hardware
 from harness.core.provenance import atomic_write_csv, atomic_write_json, metadata
+from harness.core.errors import UsageError
+from harness.core.outdir import claim_out
 from harness.speedup.roofline.speedup import speedup_table
 from harness.speedup.sweep.models import resolve_model
 
@@ -117,13 +119,20 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--hardware", default=None, help="hardware file to fit (default: from the device name)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, the tiny pair, 2 repeats: tests the pipeline")
-    ap.add_argument("--out", type=Path, default=Path("results/roofline/gpu"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output folder (default: runs/roofline-measure/<device>-<hash>; the committed one is "
+                         "written only by --out results/roofline/gpu)")
     args = ap.parse_args(argv)
     if args.dry_run:
         args.device, args.target, args.draft, args.dtype = "cpu", "tiny:target", "tiny:draft", "float32"
         args.n, args.batch, args.context, args.k, args.repeats = "1,2", "1,2", "16", "1", 1
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("roofline_measure: error: `--device` cuda, but torch sees no CUDA device", file=sys.stderr)
+        return 2
+    try:
+        claim_out(args, "roofline-measure", ("device", "target"))
+    except UsageError as e:
+        print(f"roofline_measure: error: {e}", file=sys.stderr)
         return 2
     hardware = args.hardware or detect_hardware(args.device)
     models = {"target": resolve_model(args.target, args.device, args.dtype, 0),

@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from harness.core.backends import SerialBackend, TaskLost, add_backend_arguments, check_backend_options, make_backend
-from harness.core.config import RESULTS, SWEEP_DIR, derive_seed, overlay, read_toml
+from harness.core.config import SWEEP_DIR, derive_seed, overlay, read_toml
 from harness.core.atomic import staged_report
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
 from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic_write_parquet, check_schema, metadata,
@@ -38,6 +38,7 @@ from harness.speedup.sweep.suites import SUITES, Cell
 from harness.speedup.sweep.tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out, check_unique
+from harness.core.outdir import claim_out, resolve_out
 from specimpl.errors import check_arg
 from harness.speedup.report.cli import make_report
 
@@ -302,7 +303,8 @@ def _write_tables(out: Path, d: Path, recs: list[StoredCell], meta: dict) -> dic
 def add_arguments(parser) -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
                         help="sweep file (TOML/JSON overlay on harness/configs/sweep/default.toml)")
-    parser.add_argument("--out", type=Path, default=None, help="results directory (default results/sweep/<name>)")
+    parser.add_argument("--out", type=Path, default=None, help="results directory (default: runs/sweep/<name>-<hash of the "
+                        "options>; the committed default sweep is written only by --out results/sweep/default)")
     parser.add_argument("--device", default=None, help="cpu or cuda (overrides the config)")
     parser.add_argument("--seed", default=None, help="the sweep's seed (overrides the config): another seed is an "
                         "independent run, other prompts and other draws")
@@ -408,7 +410,8 @@ def run(args) -> int:
         cells = plan(cfg)  # the whole plan, before the first cell
     except ValueError as e:
         raise UsageError(f"{args.config}: {e}") from None
-    out = Path(args.out) if args.out else RESULTS / "sweep" / cfg["name"]
+    # --out, or runs/sweep/<name>-<hash of the options>: locked, but by --list, which only reads it
+    out = (resolve_out if args.list else claim_out)(args, "sweep", default_name=cfg["name"])
     code = code_fingerprint()
     current = {c.id for c in cells if _is_current(out, c, cfg, code)}
     stale = [c for c in cells if c.id not in current and _cell_path(out, c).exists()]
