@@ -20,6 +20,7 @@ from typing import Optional
 
 from harness.core.errors import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, SamplerError, UsageError,
                             sigint_flag)
+from harness.core.outlock import abandon_all, held_outputs
 
 __all__ = ["main", "COMMANDS", "write_error_log"]
 
@@ -72,10 +73,11 @@ def main(argv=None) -> int:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     prog = f"python -m harness {args.command}"
     quiet_libraries(args)
-    with sigint_flag():
+    with sigint_flag(), held_outputs():
         try:
             return int(mods[args.command].run(args) or 0)
         except UsageError as e:
+            abandon_all()  # an output folder claimed before the error, still empty, is removed
             print(f"{prog}: error: {e}", file=sys.stderr)
             return EXIT_USAGE
         except KeyboardInterrupt:

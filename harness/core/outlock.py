@@ -10,15 +10,17 @@ be waiting on would let two writers in).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Optional
 
 from harness.core.errors import UsageError
 
-__all__ = ["lock_out", "lock_path", "release_all"]
+__all__ = ["lock_out", "lock_path", "release_all", "abandon_all", "held_outputs"]
 
 _HELD: dict[str, int] = {}  # resolved lock-file path -> open descriptor holding its flock
+_CREATED: dict[str, list[Path]] = {}  # resolved lock-file path -> the folders taking it created, deepest first
 
 
 def lock_path(out: Path, is_file: bool = False) -> Path:
@@ -38,6 +40,8 @@ def lock_out(out: Path, option: str = "--out", is_file: bool = False) -> Optiona
     key = str(path.resolve())
     if key in _HELD:
         return path
+    where = path.parent.resolve()
+    created = [p for p in (where, *where.parents) if not p.exists()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -54,6 +58,7 @@ def lock_out(out: Path, option: str = "--out", is_file: bool = False) -> Optiona
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _HELD[key] = fd
+    _CREATED[key] = created
     return path
 
 
@@ -68,9 +73,35 @@ def _holder(fd: int) -> str:
 
 def release_all() -> None:
     """Release every lock this process holds (the end of a command run in-process)."""
+    _CREATED.clear()
     while _HELD:
         _, fd = _HELD.popitem()
         try:
             os.close(fd)
         except OSError:
             pass
+
+
+def abandon_all() -> None:
+    """Release every lock and remove what taking them created where nothing else was written: a command that
+    stopped on bad input (exit 2) leaves no empty output folder behind."""
+    for key, created in list(_CREATED.items()):
+        lock = Path(key)
+        folder = lock.parent
+        if folder in created and {p.name for p in folder.iterdir()} == {lock.name}:
+            lock.unlink(missing_ok=True)
+            for d in created:  # deepest first; stops at the first that holds something else
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
+    release_all()
+
+
+@contextlib.contextmanager
+def held_outputs():
+    """The locks a command takes inside the block are released when it ends (a command run in-process)."""
+    try:
+        yield
+    finally:
+        release_all()

@@ -251,6 +251,7 @@ def verify_samples(args) -> SamplesVerdict:
     settings = _settings(args.alpha)
     records = read_samples(args.samples)
     _one_law(records, args.samples)
+    claim_out(args, "verify-samples", ("samples",))  # --out, or runs/verify-samples/<name>-<hash>; locked
     if args.target is not None and args.exact:
         return exact(records, args.target, args, settings)
     if args.target is not None:
@@ -274,7 +275,6 @@ def _check(args) -> None:
 def run(args) -> int:
     """0 certified, 1 lossy or inconclusive; UsageError (2) for bad input, SamplerError (3) for a failed model."""
     _check(args)
-    claim_out(args, "verify-samples", ("samples",))  # --out, or runs/verify-samples/<name>-<hash>; locked
     res = verify_samples(args)
     write_report(args.out, res, args)
     print(res.certificate.headline(), file=sys.stderr)

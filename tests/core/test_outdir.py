@@ -199,3 +199,15 @@ def test_claiming_an_out_removes_what_a_killed_run_left(tmp_path, monkeypatch):
     claim_out(_args("verify", "--out", "o"), "verify")
     assert not dead.exists()
     assert remove_stale_staging(tmp_path / "o") == []
+
+
+def test_bad_input_after_the_claim_leaves_no_empty_folder(tmp_path, monkeypatch):
+    """A command that stops on bad input (exit 2) after taking its default folder removes what it created
+    (harness.cli.main calls abandon_all on a UsageError; test_schema_version's report refusals run through it)."""
+    from harness.core.outlock import abandon_all
+    monkeypatch.chdir(tmp_path)
+    lock_out(Path("runs/x/a-1"))
+    lock_out(Path("kept"))
+    (tmp_path / "kept" / "report.md").write_text("written")
+    abandon_all()
+    assert not (tmp_path / "runs").exists() and (tmp_path / "kept" / "report.md").is_file()

@@ -48,7 +48,7 @@ from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out
 from harness.core.outdir import claim_out
 
-__all__ = ["add_arguments", "run", "make_report", "SweepResults", "FIGURES", "TABLES", "SUITE_STYLES"]
+__all__ = ["add_arguments", "run", "make_report", "draw_report", "SweepResults", "FIGURES", "TABLES", "SUITE_STYLES"]
 
 K_SHOWN = (1, 2, 4, 8)
 CLOCK_MARKERS = {"wall": "o", "hybrid": "D", "spin": "v", "virtual": "x"}
@@ -523,7 +523,11 @@ REPORT_FILES = tuple(f"{f.name}.{ext}" for f in FIGURES for ext in ("png", "pdf"
 def make_report(results: Path, out: Path = None, formats=("png", "pdf")) -> dict:
     """Draw every figure and write every table that applies to the results in ``results``; returns
     {name: path or [paths]}."""
-    res = SweepResults.load(results)
+    return draw_report(SweepResults.load(results), out, formats)
+
+
+def draw_report(res: SweepResults, out: Path = None, formats=("png", "pdf")) -> dict:
+    """:func:`make_report` of results already loaded (their schema checked before the output is claimed)."""
     out = res.path / "figures" if out is None else Path(out)
     plt = _plt()
     written = {}
@@ -570,8 +574,11 @@ def check_arguments(args) -> tuple:
 
 def run(args) -> int:
     formats = check_arguments(args)
-    claim_out(args, "report", ("results",))  # --out, or runs/report/<results>-<hash>; locked
-    written = make_report(args.results, args.out, formats)
+    res = SweepResults.load(args.results)  # read (and its schema checked) before anything is written
+    # --out, or runs/report/<results>-<hash>; locked.  Quiet: the tables are read (and a bad one refused, exit 2
+    # on one line) while drawing; every file written is named below
+    claim_out(args, "report", ("results",), quiet=True)
+    written = draw_report(res, args.out, formats)
     for name, paths in written.items():
         for p in ([paths] if isinstance(paths, str) else paths):
             print(f"wrote {p}", file=sys.stderr)
