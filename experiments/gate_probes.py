@@ -993,7 +993,7 @@ def _sample_ids(path: Path) -> list[str]:
        "Finding 1 (data loss): `sweep --suites grid` deletes the committed results/sweep/default/{measured.csv, "
        "profiles.csv, timings.csv, fidelity.json} (the manifest removes the previous report's files a partial "
        "run did not rewrite); a following `report` then deletes committed figures.  Probed on a copy of the "
-       "committed folder (grid cells left out; the algorithm cells, the data of its figures, copied): `sweep --suites grid --out sw`, then `report --results sw`.",
+       "committed folder (grid cells left out; the algorithm cells, the data of its figures, copied): `sweep --suites grid --out sw`, then `report --results sw --out sw/figures`.",
        "after both commands every committed table and figure is still there (the tables of suites not run "
        "byte-identical)", timeout=170, slow=True)
 def _partial_sweep(ctx: Ctx):
@@ -1009,7 +1009,7 @@ def _partial_sweep(ctx: Ctx):
     s = ctx.harness("sweep", "--suites", "grid", "--out", "sw", "--no-progress", timeout=80)
     lost = [t for t in before if not (sw / t).exists()]
     changed = [t for t in before if (sw / t).exists() and (sw / t).read_bytes() != before[t]]
-    r = ctx.harness("report", "--results", "sw", timeout=80)
+    r = ctx.harness("report", "--results", "sw", "--out", "sw/figures", timeout=80)
     gone = [f for f in figs if not (sw / f).exists()]
     obs = (f"sweep {describe(s, 0).split(':')[0]}: tables lost {lost or 'none'}, changed {changed or 'none'}; "
            f"report {describe(r, 0).split(':')[0]}: {len(gone)} of {len(figs)} committed figure files gone"
@@ -1625,7 +1625,7 @@ def _hub_silent(ctx: Ctx):
        "By-hand rerun of issue 26 (row 1c): after `sweep --suites grid` meta.json described only the 1-cell run, "
        "and the next `report` headed summary.md, fidelity.md and algorithms.md with that run's commit, machine and "
        "'cells stored 1 of 1' over the kept tables of the committed 159-cell run.  Probed on a copy of "
-       "results/sweep/default (grid cells left out): `sweep --suites grid --out sw`, then `report --results sw`.",
+       "results/sweep/default (grid cells left out): `sweep --suites grid --out sw`, then `report --results sw --out sw/figures`.",
        "summary.md, fidelity.md and algorithms.md name the commit and date of the committed tables' run, as "
        "before the partial run", timeout=170, slow=True)
 def _partial_provenance(ctx: Ctx):
@@ -1636,7 +1636,7 @@ def _partial_provenance(ctx: Ctx):
     heads = ("summary.md", "fidelity.md", "algorithms.md")
     before = {f: (src / "figures" / f).read_text().splitlines()[:3] for f in heads}
     s = ctx.harness("sweep", "--suites", "grid", "--out", "sw", "--no-progress", timeout=80)
-    r = ctx.harness("report", "--results", "sw", timeout=80)
+    r = ctx.harness("report", "--results", "sw", "--out", "sw/figures", timeout=80)
     after = {f: (sw / "figures" / f).read_text().splitlines()[:3] if (sw / "figures" / f).exists() else []
              for f in heads}
     same = [f for f in heads if after[f] == before[f]]

@@ -482,5 +482,5 @@ def run(args) -> int:
         atomic_write_text(st.dir / "recommendation.md", text)
         atomic_write_json(st.dir / "meta.json", meta)
     print(text)
-    print(f"wrote {out}/ (figures: python -m harness report --results {out})")
+    print(f"wrote {out}/ (figures: python -m harness report --results {out} --out {out}/figures)")
     return 0

@@ -1,8 +1,8 @@
 """The roofline against published measurements, and the speedup-vs-batch scenarios drawn in the report.
 
-    python -m harness.speedup.roofline.fidelity                       # -> results/roofline/
+    python -m harness.speedup.roofline.fidelity --out results/roofline  # the committed table (default: runs/...)
     python -m harness.speedup.roofline.fidelity --file F.toml --out DIR
-    python -m harness report --results results/roofline      # the figures (harness.speedup.report.roofline)
+    python -m harness report --results results/roofline --out results/roofline/figures   # the figures (harness.speedup.report.roofline)
 
 Reads ``harness/configs/fidelity/published.toml`` (its header explains the rows).  For each row the
 models' shapes come from their config fields, the hardware from ``harness/configs/hardware/<name>.toml``; a
