@@ -3,8 +3,9 @@
 The default scenario files (``harness/configs/verify/*.toml``) and sweep files
 (``harness/configs/sweep/*.toml``) are package data: they are found through the installed package,
 never through the location of a source checkout, so ``pip install .`` followed by ``python -m harness``
-from any directory works.  Outputs go under the current directory (``results/...``) unless ``--out``
-says otherwise.
+from any directory works.  Outputs go under the current directory, to ``runs/<command>/<name>-<hash>``
+(:mod:`harness.core.outdir`) unless ``--out`` says otherwise; ``results/`` (:data:`RESULTS`) is where the
+committed reference results are read from, and written only by an explicit ``--out``.
 
 One reader (:func:`read_toml`), one overlay rule (:func:`overlay`) and one seed derivation
 (:func:`derive_seed`) serve every subcommand.
@@ -27,7 +28,7 @@ __all__ = ["CONFIGS", "VERIFY_DIR", "SWEEP_DIR", "RESULTS", "read_toml", "overla
 CONFIGS = Path(str(resources.files("harness") / "configs"))
 VERIFY_DIR = CONFIGS / "verify"
 SWEEP_DIR = CONFIGS / "sweep"
-RESULTS = Path("results")  # relative: results land under the directory the command runs in
+RESULTS = Path("results")  # relative: the committed results of the directory the command runs in (read by default)
 
 
 def read_toml(path, what: str = "file") -> dict:
