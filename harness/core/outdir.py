@@ -9,8 +9,9 @@ under the current directory (``runs/`` is git-ignored): ``name`` a short readabl
 (the sampler, the scenarios, ``full``: ``runs/verify/base-1a2b3c4d``), ``hash`` the first 8 hex digits of a
 SHA-256 of every option that shapes the result, as parsed (defaults included).  The same options give the
 same folder, so an interrupted run resumes where it stopped; different options never share one, so a quick
-look never overwrites a certificate.  Options that change how, not what, a command computes (``--out``,
-``--workers``, ``--threads``, ``--no-progress``, ``--fresh``, ...: :data:`NOT_KEYED`) are left out of the hash.
+look never overwrites a certificate.  Options that change how, not what, a command computes, or only what it
+draws from the same tables (``--out``, ``--workers``, ``--threads``, ``--no-progress``, ``--fresh``, ``--redo``,
+``--no-figures``, ``sweep --list / --tables / --report``: :data:`NOT_KEYED`) are left out of the hash.
 
 :func:`claim_out` is what a command calls once its options are checked: it resolves the folder (``--out``
 or the default, printed on stderr: ``writing to runs/verify/base-1a2b3c4d``), checks it can be written, and
@@ -32,8 +33,8 @@ from harness.core.outlock import lock_out
 __all__ = ["RUNS", "NOT_KEYED", "run_key", "default_out", "resolve_out", "claim_out"]
 
 RUNS = Path("runs")  # relative: runs land under the directory the command runs in
-NOT_KEYED = frozenset({"out", "command", "failure_dir", "fresh", "redo", "list", "no_progress", "threads", "workers",
-                       "backend", "address", "jobs"})
+NOT_KEYED = frozenset({"out", "command", "failure_dir", "fresh", "redo", "list", "tables", "report", "no_figures",
+                       "no_progress", "threads", "workers", "backend", "address", "jobs"})
 _PLAIN = (str, int, float, bool, type(None), Path)
 
 

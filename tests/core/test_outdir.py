@@ -39,7 +39,10 @@ def test_same_options_same_folder_other_options_another():
     assert default_out("verify", _args("verify", "--scenario", "base", "--draws", "2000"), key) == a
     # how, not what: workers, threads, progress and --fresh leave the folder alone (an interrupted run resumes there)
     assert default_out("verify", _args("verify", "--scenario", "base", "--draws", "2000", "--workers", "1",
-                                       "--threads", "2", "--no-progress", "--fresh"), key) == a
+                                       "--threads", "2", "--no-progress", "--fresh", "--no-figures"), key) == a
+    sweep = default_out("sweep", _args("sweep"), default_name="default")
+    assert default_out("sweep", _args("sweep", "--report", "--redo"), default_name="default") == sweep
+    assert default_out("sweep", _args("sweep", "--suites", "grid"), default_name="default") != sweep
     others = {default_out("verify", _args("verify", *argv), key) for argv in (
         ["--scenario", "base", "--draws", "4000"], ["--scenario", "base", "--draws", "2000", "--seed", "1"],
         ["--scenario", "base", "--draws", "2000", "--full"], ["--scenario", "power", "--draws", "2000"],
