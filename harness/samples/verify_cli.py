@@ -14,7 +14,10 @@ engine's own prefixes, the PIT law's Kolmogorov distance reported beside it) or 
 would certify).  Controls the scorer cannot apply (min_p, stop strings), files whose completions were
 drawn under different controls, a baseline with other controls or prompts, and a baseline that is the
 sample set or shares its completions (:func:`check_independent_baseline`) are refused (exit 2): a
-verdict is never given for a configuration other than the one the engine applied.
+verdict is never given for a configuration other than the one the engine applied.  Completions the engine
+ended early against the requested controls (``early_stop``: an EOS applied although asked to ignore EOS) are a
+finding about the engine, judged in every mode: the row ``ending/early_stops`` rejects, the verdict is lossy
+with respect to the requested law, and the console, summary.md and meta.json (``info.early_stops``) say how many.
 
 The report goes to ``--out``: tests.csv (one row per test, the columns of ``verify``), summary.md (the
 certificate first), meta.json (provenance, the certificate, per-position bounds, timings).

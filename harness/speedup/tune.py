@@ -1,6 +1,6 @@
 """`python -m harness tune`: choose the verification algorithm and k for a (target, draft) pair, per batch size.
 
-    python -m harness tune --target specimpl/assets/tiny_pair/target --draft specimpl/assets/tiny_pair/draft \\
+    python -m harness tune --target tiny --draft tiny-draft \\
         --hardware local --batch 1,8,32 --context 64,256
     python -m harness tune --target T --draft D --hardware h100 --batch 1,8,32 --context 512,4096 --prompts p.txt
 

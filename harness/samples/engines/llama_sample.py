@@ -1,9 +1,9 @@
 """``python -m harness sample --engine llama-cpp``: llama.cpp's Python API as a sample producer.
 
-    python -m harness sample --engine llama-cpp --target specimpl/assets/exact_pair/markov_target \\
+    python -m harness sample --engine llama-cpp --target exact-markov \\
         --prompt-vocab 13 --n-prompts 1 --n-per-prompt 400000 --max-new-tokens 8 --spec ngram --k 4 \\
         --workers 2 --out llama.jsonl
-    python -m harness verify-samples --samples llama.jsonl --target specimpl/assets/exact_pair/markov_target --exact
+    python -m harness verify-samples --samples llama.jsonl --target exact-markov --exact
 
 The Hugging Face ``--target`` is exported to a float32 GGUF (:mod:`harness.samples.engines.gguf_export`; or
 give ``--gguf``), loaded by ``--workers`` processes (one ``llama_cpp.Llama`` each, one thread), and every
