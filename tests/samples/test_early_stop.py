@@ -89,3 +89,18 @@ def test_the_format_reads_an_early_stop_back_and_refuses_a_wrong_one():
                        (dict(output_ids=(1,) * 8, finish_reason="stop", early_stop={"token_id": 1}), "early_stop")):
         with pytest.raises(ValueError, match=match):
             parse_record(json.loads(_record(**bad).line()))
+
+
+def test_a_server_that_stops_although_ignore_eos_was_sent_is_recorded_as_an_early_stop():
+    from harness.samples.openai import EndpointSpec, parse_choice
+    from harness.samples.producers import Request
+    req = Request("p0-s0", "p0", (13, 2))
+    resp = {"choices": [{"token_ids": [4, EOS], "finish_reason": "stop"}]}
+    spec = EndpointSpec(url="http://x/v1", model="m", controls=Controls(1.0, 0, 1.0, 8), eos_token_id=EOS,
+                        ignore_eos=True)
+    rec = parse_choice(spec, req, resp, None)
+    assert rec.finish_reason == "stop" and rec.output_ids == (4, EOS) and rec.early_stop["token_id"] == EOS
+    assert parse_record(json.loads(rec.line())) == rec
+    plain = parse_choice(EndpointSpec(url="http://x/v1", model="m", controls=Controls(1.0, 0, 1.0, 8),
+                                      eos_token_id=EOS), req, resp, None)
+    assert plain.finish_reason == "eos" and plain.early_stop is None  # EOS allowed: an ordinary end
