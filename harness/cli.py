@@ -1,5 +1,5 @@
 """`python -m harness <command>`: verify, pit, alpha, calibrate, sweep, report, numerics, tune, sample, verify-samples,
-samples-dedupe.
+samples-dedupe, models.
 
 Each command lives in its own module, which provides ``add_arguments(parser)`` and ``run(args) -> int``
 (0 ok, 1 lossy).  :func:`main` is the one place where exceptions become exit statuses
@@ -41,6 +41,8 @@ COMMANDS = {
                                                      "against a baseline file; certified / lossy / inconclusive"),
     "samples-dedupe": ("harness.samples.dedupe_cli", "repair a sample file holding a request id twice (keeps the "
                                                      "first of each)"),
+    "models": ("harness.core.models", "the shipped models' short names (tiny, exact, exact-markov, ...): paths and "
+                                      "what each is"),
 }
 
 EPILOG = "exit status (every command):\n" + "\n".join(f"  {code:<4d} {what}" for code, what in EXIT_CODES.items())

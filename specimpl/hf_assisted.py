@@ -17,10 +17,17 @@ was; the same ``generator`` seed gives the same output).
 Sampling controls map one to one (temperature, top_k, top_p; greedy -> ``do_sample=False``), with
 transformers' implicit defaults switched off (its default ``top_k=50`` would otherwise apply).
 EOS: ``eos_token_id=None`` means no stop token, also when the checkpoint's generation config names
-one.  Output follows :class:`specimpl.speculative.GenerationResult` (PAD = -1 after the end).
+one.  transformers fills every generation-config field left unset (None) from ``model.generation_config``
+(``GenerationMixin._prepare_generation_config``), so passing ``eos_token_id=None`` alone still stops at the
+checkpoint's EOS — the assistant's own ``generate`` likewise stops drafting at the assistant's.  The adapters
+therefore clear ``generation_config.eos_token_id`` of the target and of the assistant for the call
+(:func:`_eos_cleared`; restored after).  Output follows :class:`specimpl.speculative.GenerationResult`
+(PAD = -1 after the end); a row that transformers still ends early is returned as it is (shorter, not
+padded out), for the caller to record as an early stop.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Optional
 
@@ -63,6 +70,24 @@ def _assistant_generation_config(draft_model, k: int) -> dict:
     return old
 
 
+@contextlib.contextmanager
+def _eos_cleared(models, eos_token_id: Optional[int]):
+    """With ``eos_token_id`` None: set ``generation_config.eos_token_id`` of each model (target, assistant) to None
+    inside, restored after (transformers would otherwise take the checkpoint's EOS as the stop token)."""
+    saved = []
+    try:
+        if eos_token_id is None:
+            for m in models:
+                gc = getattr(m, "generation_config", None)
+                if gc is not None and getattr(gc, "eos_token_id", None) is not None:
+                    saved.append((gc, gc.eos_token_id))
+                    gc.eos_token_id = None
+        yield
+    finally:
+        for gc, v in saved:
+            gc.eos_token_id = v
+
+
 class _CallCounter:
     """Counts forward calls of a module (target calls of a transformers decoder)."""
 
@@ -102,7 +127,8 @@ def _run(target, prompts, max_new_tokens, config, eos_token_id, generator, draft
     try:
         for b, p in enumerate(plist):
             ids = torch.tensor([p], dtype=torch.long, device=dev)  # (1, P)
-            with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), \
+                    _eos_cleared([m for m in (tm, dm) if m is not None], eos_token_id):
                 torch.manual_seed(seeds[b])
                 seq = tm.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)  # (1, P + m)
             new = seq[0, len(p):].cpu()

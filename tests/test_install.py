@@ -63,3 +63,19 @@ def test_non_editable_install_runs_from_another_directory(tmp_path):
     # without --out the report goes to a run folder of its own (runs/verify/<name>-<hash>), never results/
     assert len(list(work.glob("runs/verify/base-*/summary.md"))) == 1, sorted(p.name for p in work.rglob("*"))
     assert not (work / "results").exists()
+    _check_short_model_names(py, venv, work)
+
+
+def _check_short_model_names(py: str, venv: Path, work: Path) -> None:
+    """Issue 40 item 5: the shipped models by short name from outside the tree (their folders inside the install)."""
+    folder = Path(_run([py, "-m", "harness", "models", "--path", "exact-markov"], cwd=work).stdout.strip())
+    assert folder.is_dir() and venv.resolve() in folder.resolve().parents, folder
+    c = '"controls":{"temperature":1.0,"top_k":0,"top_p":1.0,"max_new_tokens":4},"engine":{"name":"hand"}'
+    (work / "s.jsonl").write_text("".join(
+        f'{{"format":"specverify.samples/1","request_id":"p0-s{j}","prompt_id":"p0","prompt_ids":[13,2,5],'
+        f'"output_ids":[{j},3,4,5],"finish_reason":"length",{c}}}\n' for j in range(4)))
+    r = subprocess.run([py, "-m", "harness", "verify-samples", "--samples", "s.jsonl", "--target", "exact-markov",
+                        "--exact", "--no-progress", "--out", "rep"], cwd=work, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode in (0, 1, 4), f"verify-samples exited {r.returncode}\n{r.stderr[-3000:]}"  # a verdict
+    assert (work / "rep" / "meta.json").is_file()

@@ -7,6 +7,7 @@
     atomic       whole reports or none (staged folders)   fingerprint  content keys of saved state
     backends     where tasks run (this process, a pool, Ray) and thread limits   forkmap  forked in-memory maps
     threads      with_threads                             figures      one matplotlib set-up and figure writer
+    models       the shipped models' short names (tiny, exact, exact-markov, ...) -> their folders in the install
 
 May import: nothing else of ``harness`` (``specimpl.errors`` for argument checks).
 """

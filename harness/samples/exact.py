@@ -1,6 +1,6 @@
 """Exact-law mode of ``verify-samples``: an engine's completions against the law the harness enumerates.
 
-    python -m harness verify-samples --samples vllm.jsonl --target specimpl/assets/exact_pair/markov_target --exact
+    python -m harness verify-samples --samples vllm.jsonl --target exact-markov --exact
 
 Notation: p the target's law (float64), Q the engine's; V the vocabulary, T = ``max_new_tokens``.
 
@@ -24,7 +24,9 @@ prompt and every position t", at simultaneous confidence ``tv_confidence`` (the 
 model's own float32 law sits from it (the part of ε that float32 arithmetic alone accounts for).
 
 Completions must have all T tokens (``finish_reason`` "length": the engine run with EOS ignored): a
-completion cut at EOS changes the law of the positions after it, which is not the law enumerated here.
+completion cut at EOS changes the law of the positions after it, which is not the law enumerated here.  The
+exception is a completion the engine ended early *against* the requested controls (``early_stop``):
+``verify-samples`` tests the whole ones and adds the deterministic row ``ending/early_stops`` (lossy).
 """
 from __future__ import annotations
 

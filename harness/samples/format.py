@@ -25,6 +25,12 @@ logprobs       optional (null or absent): the engine's log p(output_ids[t] | pro
                law it sampled from, one finite number <= 0 per output token
 engine         an object with at least "name" (string); free-form otherwise (version, speculative
                method and k, dtype, url, ...)
+early_stop     optional (null or absent): the engine ended this completion before max_new_tokens although the
+               requested controls did not allow it (an EOS it applied when asked to ignore EOS, e.g.
+               transformers' generation-config EOS): {"token_id": the last token (null when output_ids is
+               empty), "reason": free text}.  Only with finish_reason "stop" and fewer than max_new_tokens
+               tokens.  A finding about the engine, recorded as drawn (never redone on resume), and judged by
+               ``verify-samples``: a violation of the requested controls (lossy w.r.t. the requested law)
 
 :func:`read_samples` is strict: the first malformed line raises :class:`SampleFormatError` (a
 :class:`~harness.core.errors.UsageError`, exit 2) reading ``FILE:LINE: field 'X': what is wrong``.
@@ -55,8 +61,8 @@ __all__ = ["FORMAT", "FINISH_REASONS", "Controls", "SampleRecord", "SampleFormat
 FORMAT = "specverify.samples/1"
 FINISH_REASONS = ("length", "eos", "stop")
 _TOP = ("format", "request_id", "prompt_id", "prompt_ids", "output_ids", "finish_reason", "controls", "logprobs",
-        "engine")
-_OPTIONAL_TOP = ("logprobs",)
+        "engine", "early_stop")
+_OPTIONAL_TOP = ("logprobs", "early_stop")
 
 
 class SampleFormatError(UsageError):
@@ -143,12 +149,15 @@ class SampleRecord:
     engine: dict
     logprobs: Optional[tuple] = None
     extra: dict = field(default_factory=dict, compare=False)
+    early_stop: Optional[dict] = None  # {"token_id", "reason"}: the engine stopped early against the controls
 
     def to_json(self) -> dict:
         d = {"format": FORMAT, "request_id": self.request_id, "prompt_id": self.prompt_id,
              "prompt_ids": list(self.prompt_ids), "output_ids": list(self.output_ids),
              "finish_reason": self.finish_reason, "controls": self.controls.to_json(),
              "logprobs": None if self.logprobs is None else list(self.logprobs), "engine": self.engine}
+        if self.early_stop is not None:
+            d["early_stop"] = dict(self.early_stop)
         d.update(self.extra)
         return d
 
@@ -184,6 +193,24 @@ def _logprobs(obj: dict, n: int) -> Optional[tuple]:
         if not (_is_num(x) and x <= 1e-6):
             raise _FieldError("logprobs", f"entry {i} must be a finite log-probability <= 0; got {x!r}")
     return tuple(float(x) for x in v)
+
+
+def _early_stop(obj: dict, out: tuple, fr: str, max_new_tokens: int) -> Optional[dict]:
+    v = obj.get("early_stop")
+    if v is None:
+        return None
+    if not isinstance(v, dict) or "token_id" not in v or sorted(set(v) - {"token_id", "reason"}):
+        raise _FieldError("early_stop", f"must be null or an object {{\"token_id\", \"reason\"}}; got {_short(v)}")
+    tok, reason = v["token_id"], v.get("reason", "")
+    if tok != (out[-1] if out else None):
+        raise _FieldError("early_stop.token_id", f"must be the last output token ({out[-1] if out else None}); "
+                                                 f"got {tok!r}")
+    if not isinstance(reason, str):
+        raise _FieldError("early_stop.reason", f"must be a string; got {_short(reason)}")
+    if fr != "stop" or len(out) >= max_new_tokens:
+        raise _FieldError("early_stop", f"is set but finish_reason is {fr!r} with {len(out)} of {max_new_tokens} "
+                                        "tokens (an early stop has finish_reason 'stop' and fewer tokens)")
+    return dict(v)
 
 
 def _string(obj: dict, name: str) -> str:
@@ -225,7 +252,8 @@ def parse_record(obj) -> SampleRecord:
         raise _FieldError("engine", f"must be an object with a non-empty string \"name\"; got {_short(eng)}")
     return SampleRecord(_string(obj, "request_id"), _string(obj, "prompt_id"), _ids(obj, "prompt_ids", True), out,
                         fr, controls, eng, _logprobs(obj, len(out)),
-                        {k: v for k, v in obj.items() if str(k).startswith("x_")})
+                        {k: v for k, v in obj.items() if str(k).startswith("x_")},
+                        _early_stop(obj, out, fr, controls.max_new_tokens))
 
 
 def _parse_line(path: Path, lineno: int, text: str) -> SampleRecord:

@@ -16,7 +16,9 @@ only text — by re-encoding the text with ``tokenizer`` (recorded as ``engine.t
 The recorded controls are the ones *requested* (``engine.controls_source = "requested"``): an endpoint
 does not report what it applied.  finish_reason: the server's "length" -> "length"; its "stop" ->
 "eos" when ``controls.stop`` is empty (EOS appended when the server left it out; that row's logprobs are
-then dropped), else "stop".
+then dropped), else "stop"; with ``ignore_eos`` sent, a "stop" before max_new_tokens is recorded as drawn,
+finish_reason "stop" with ``early_stop`` (the server did not apply the requested controls: a finding that
+``verify-samples`` reports, never a crash).
 
 Requests run on ``concurrency`` threads; a connection error (refused, reset, dropped mid-response: an
 ``IncompleteRead``, ``RemoteDisconnected`` or a body cut short of valid JSON), a timeout, HTTP 429 or 5xx is
@@ -130,8 +132,13 @@ def parse_choice(spec: EndpointSpec, req: Request, resp: dict, seed: Optional[in
     ids, logprobs, source = _output_ids(spec, ch)
     c = replace(spec.controls, seed=seed)
     fr = ch.get("finish_reason")
+    early = None
     if fr == "length":
         reason = "length"
+    elif fr == "stop" and spec.ignore_eos and not c.stop and len(ids) < c.max_new_tokens:  # stopped anyway: a finding
+        reason, early = "stop", {"token_id": ids[-1] if ids else None,
+                                 "reason": f"the server ended the completion after {len(ids)} of {c.max_new_tokens} "
+                                           "tokens (finish_reason 'stop') although ignore_eos was sent"}
     elif fr == "stop":
         reason = "stop" if c.stop else "eos"
         if reason == "eos" and (not ids or ids[-1] != spec.eos_token_id):
@@ -145,7 +152,7 @@ def parse_choice(spec: EndpointSpec, req: Request, resp: dict, seed: Optional[in
     eng = {"name": "openai-compatible", "url": spec.url, "model": spec.model, "token_source": source,
            "controls_source": "requested", **spec.engine}
     return SampleRecord(req.request_id, req.prompt_id, req.prompt_ids, tuple(ids), reason, c, eng,
-                        None if logprobs is None else tuple(float(x) for x in logprobs))
+                        None if logprobs is None else tuple(float(x) for x in logprobs), early_stop=early)
 
 
 class TruncatedBody(ValueError):

@@ -12,7 +12,9 @@ Scored mode (the target's scores, :mod:`harness.samples.scoring`):
                    (:func:`harness.verify.battery.plan_pit_value_tests`, reused as ``pit``/``verify`` run them)
     support        tokens the warped target law gives probability 0 (impossible under H0: p = 0)
     ending         completions that end before max_new_tokens without the EOS token while the recorded
-                   controls apply no stop string (truncation the controls do not explain: p = 0)
+                   controls apply no stop string (truncation the controls do not explain: p = 0); completions
+                   the engine ended early against the requested controls (``early_stop``: e.g. an EOS it
+                   applied when asked to ignore EOS) form their own row, ``early_stops`` (every mode: p = 0)
     numerics       engine-reported logprobs against the scorer's (not a loss test: |Δ| > tol means the
                    scorer is not scoring the engine's law; blocks a certificate)
     loglik         the log-likelihood martingale (harness/stats/loglik.py: M, V, Q per completion from the scores)
@@ -42,7 +44,7 @@ from harness.stats import collisions
 from harness.verify.battery import TestRow, TestSpec, plan_pit_value_tests
 from harness.samples.format import SampleRecord
 
-__all__ = ["plan_scored", "plan_two_sample", "prompt_groups", "completion_pairs", "position_cells", "check_row",
+__all__ = ["plan_scored", "plan_two_sample", "early_stopped", "early_stop_spec", "early_stop_finding", "prompt_groups", "completion_pairs", "position_cells", "check_row",
            "loglik_terms"]
 
 NAN = float("nan")
@@ -137,6 +139,35 @@ def loglik_terms(scores) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.nansum(inc, axis=1), np.nansum(scores.var_logp, axis=1), sq.sum(axis=1)
 
 
+def early_stopped(records: list[SampleRecord]) -> list[int]:
+    """Rows the engine ended before max_new_tokens against the requested controls: the records with ``early_stop``
+    (the producer saw the engine stop although the request let no token end it).  Other short completions
+    (finish_reason 'stop' without it) stay ``unexplained_ends``."""
+    return [i for i, r in enumerate(records) if r.early_stop is not None]
+
+
+def early_stop_finding(records: list[SampleRecord]) -> Optional[str]:
+    """One sentence stating the early stops of ``records`` as a violation of the requested controls (None: none)."""
+    rows = early_stopped(records)
+    if not rows:
+        return None
+    toks = sorted({records[i].output_ids[-1] for i in rows if records[i].output_ids})
+    T = records[rows[0]].controls.max_new_tokens
+    return (f"{len(rows)} of {len(records)} completions stopped early (fewer than max_new_tokens = {T} tokens; last "
+            f"token(s) {toks}) although the requested controls let no token end a completion (EOS ignored, no stop "
+            "string): the engine did not apply the requested controls, so its output is not the requested law "
+            "(lossy with respect to it)")
+
+
+def early_stop_spec(records: list[SampleRecord]) -> Optional[TestSpec]:
+    """The ``ending/early_stops`` row (a deterministic rejection) when any completion stopped early against the
+    requested controls; None otherwise (the family is unchanged for a file without early stops)."""
+    finding = early_stop_finding(records)
+    if finding is None:
+        return None
+    return TestSpec("ending", "early_stops", None, True, check_row(float(len(early_stopped(records))), finding))
+
+
 def plan_scored(records: list[SampleRecord], scores, eos_token_id: Optional[int],
                 logprob_tol: float) -> tuple[list[TestSpec], list[str], Optional[dict]]:
     """(tests, notes, engine-logprob agreement summary) of scored mode, independence included."""
@@ -145,11 +176,14 @@ def plan_scored(records: list[SampleRecord], scores, eos_token_id: Optional[int]
     specs.append(TestSpec("support", "impossible_tokens", None, True,
                           check_row(float(scores.impossible.sum()), "tokens of probability 0 under the warped "
                                     "target law (float64 warp of the scorer's logits)")))
-    bad_end = sum(1 for r in records if r.finish_reason == "stop" or
-                  (r.finish_reason == "eos" and eos_token_id is not None and r.output_ids[-1] != eos_token_id))
+    early = set(early_stopped(records))
+    bad_end = sum(1 for i, r in enumerate(records) if i not in early and (r.finish_reason == "stop" or
+                  (r.finish_reason == "eos" and eos_token_id is not None and r.output_ids[-1] != eos_token_id)))
     specs.append(TestSpec("ending", "unexplained_ends", None, True,
                           check_row(float(bad_end), f"completions ending early with neither EOS ({eos_token_id}) "
                                     "nor a recorded stop string")))
+    if early:
+        specs.append(early_stop_spec(records))
     agree, summary = _logprob_agreement(records, scores, logprob_tol)
     if agree is not None:
         specs.append(TestSpec("numerics", "engine_logprobs", None, False, agree))
@@ -260,6 +294,10 @@ def plan_two_sample(a: list[SampleRecord], b: list[SampleRecord], T: int, vocab_
     ca, cb = position_cells(a, T, vocab_size), position_cells(b, T, vocab_size)
     specs = [TestSpec("tokens", "position", t, True, _homog(ca[:, t], cb[:, t], "TV of the position's token law"))
              for t in range(T)]
+    if early_stop_spec(a) is not None:
+        specs.append(early_stop_spec(a))
+    if early_stopped(b):
+        notes.append(f"the baseline: {early_stop_finding(b)}")
     specs.append(TestSpec("lengths", "length", None, True, _homog([len(r.output_ids) for r in a],
                                                                   [len(r.output_ids) for r in b], "TV of lengths")))
     if T >= 2:

@@ -33,8 +33,8 @@ from specimpl.speculative import speculative_generate
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.hf_assisted import hf_assisted_generate, hf_generate
 
-__all__ = ["Request", "make_requests", "random_prompts", "controls_of", "config_of", "finish_reason", "records_from_result",
-           "produce", "speculative_sampler", "autoregressive_sampler", "hf_sampler", "hf_prompt_lookup_generate",
+__all__ = ["Request", "make_requests", "random_prompts", "controls_of", "config_of", "finish_reason", "early_stop",
+           "records_from_result", "produce", "speculative_sampler", "autoregressive_sampler", "hf_sampler", "hf_prompt_lookup_generate",
            "ScorerRefusal"]
 
 
@@ -91,21 +91,38 @@ def config_of(c: Controls) -> SamplingConfig:
 
 
 def finish_reason(out: list[int], max_new_tokens: int, eos_token_id: Optional[int]) -> str:
-    """'eos' when the last token is EOS, else 'length' (a full-length completion)."""
+    """How a completion ended, as drawn: 'eos' when the last token is the requested EOS, 'length' when it has
+    all ``max_new_tokens`` tokens, else 'stop' — the engine ended it early on its own (an EOS it applied
+    although ``eos_token_id`` asked for another or none: see :func:`early_stop`)."""
     if out and eos_token_id is not None and out[-1] == eos_token_id:
         return "eos"
-    return "length"
+    return "length" if len(out) >= max_new_tokens else "stop"
+
+
+def early_stop(out: list[int], max_new_tokens: int, eos_token_id: Optional[int]) -> Optional[dict]:
+    """The sample file's ``early_stop`` of a completion that ended before ``max_new_tokens`` without the
+    requested EOS (None otherwise): the token it stopped at and why that is a finding, not a crash."""
+    if finish_reason(out, max_new_tokens, eos_token_id) != "stop":
+        return None
+    asked = "no EOS stop" if eos_token_id is None else f"EOS {eos_token_id} only"
+    tok = out[-1] if out else None
+    return {"token_id": tok, "reason": f"the engine ended the completion after {len(out)} of {max_new_tokens} tokens "
+                                       f"at token {tok} although the request asked for {asked} (an EOS the engine "
+                                       "applied on its own, e.g. the checkpoint's generation config)"}
 
 
 def records_from_result(requests: list[Request], result: GenerationResult, controls: Controls, engine: dict,
                         eos_token_id: Optional[int]) -> list[SampleRecord]:
-    """One record per request from a generate call's tokens (PAD after each row's end)."""
+    """One record per request from a generate call's tokens (PAD after each row's end); a row the engine ended
+    early against the request is recorded as drawn, with finish_reason 'stop' and ``early_stop``."""
     toks = result.tokens.detach().cpu()
     out = []
     for b, req in enumerate(requests):
         row = [int(x) for x in toks[b].tolist() if x != PAD]
+        T = controls.max_new_tokens
         out.append(SampleRecord(req.request_id, req.prompt_id, req.prompt_ids, tuple(row),
-                                finish_reason(row, controls.max_new_tokens, eos_token_id), controls, dict(engine)))
+                                finish_reason(row, T, eos_token_id), controls, dict(engine),
+                                early_stop=early_stop(row, T, eos_token_id)))
     return out
 
 

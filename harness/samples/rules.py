@@ -1,7 +1,6 @@
 """Which acceptance rule did the engine run?  Inferred from its own per-step counters on a Markov pair.
 
-    python -m harness.samples.rules vllm.jsonl specimpl/assets/exact_pair/markov_target \\
-        specimpl/assets/exact_pair/markov_draft
+    python -m harness.samples.rules vllm.jsonl exact-markov exact-markov-draft
 
 Notation: p(· | c), q(· | c) the target's and the draft's warped next-token laws in state c (a Markov pair:
 the state is the current token, :func:`harness.laws.transformer.transition_matrix`).  A speculative step
@@ -30,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from harness.core.errors import UsageError
+from harness.core.models import resolve_model
 from harness.laws.transformer import check_markov, load_model, transition_matrix
 from harness.samples.format import SampleRecord, read_samples
 from harness.samples.producers import config_of
@@ -121,6 +122,11 @@ def main(argv=None) -> int:
     ap.add_argument("target")
     ap.add_argument("draft")
     args = ap.parse_args(argv)
+    try:
+        args.target, args.draft = resolve_model(args.target, "target"), resolve_model(args.draft, "draft")
+    except UsageError as e:
+        print(f"python -m harness.samples.rules: error: {e}", file=sys.stderr)
+        return 2
     records = read_samples(args.samples)
     spec = (records[0].engine or {}).get("speculative") or {}
     x0 = next((r.extra["x_spec"] for r in records if r.extra.get("x_spec")), None)

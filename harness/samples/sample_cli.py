@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core.errors import SamplerError, UsageError
+from harness.core.models import model_path, resolve_model
 from harness.core.options import check_option, check_out, check_seed
 from harness.samples.format import SampleWriter
 from harness.samples.format import Controls
@@ -64,13 +65,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--hf-mode", choices=("plain", "assistant", "prompt_lookup"), default="assistant", help="hf")
     ap.add_argument("--k", type=int, default=4, help="draft tokens a round (ours, hf assistant, prompt lookup)")
     ap.add_argument("--control", help="ours/hf: an engine-level control of harness.samples.controls")
-    ap.add_argument("--target", help="ours/hf: target checkpoint (default: the shipped tiny pair)")
-    ap.add_argument("--draft", help="ours/hf: draft checkpoint (default: the shipped tiny pair)")
+    ap.add_argument("--target", help="ours/hf/vllm/llama-cpp: target checkpoint, a folder or a shipped name (tiny, exact, "
+                                     "exact-markov, ...: `python -m harness models`; default: the shipped tiny pair)")
+    ap.add_argument("--draft", help="ours/hf/vllm: draft checkpoint, a folder or a shipped name (default: the shipped tiny "
+                                    "pair)")
     ap.add_argument("--batch-size", type=int, default=64, help="ours/hf: requests per generate call")
     ap.add_argument("--url", help="openai: base URL, e.g. http://127.0.0.1:8000/v1")
     ap.add_argument("--model", help="openai: the model name the server expects")
     ap.add_argument("--prompt-format", choices=("ids", "text"), default="ids", help="openai")
-    ap.add_argument("--tokenizer", help="openai: tokenizer path for text prompts / text-only responses")
+    ap.add_argument("--tokenizer", help="openai: tokenizer (a model folder or a shipped name) for text prompts / text-only "
+                                        "responses")
     ap.add_argument("--eos-token-id", type=int, help="openai: the EOS id (default: the tokenizer's)")
     ap.add_argument("--request-seeds", action="store_true", help="openai: send a seed with every request")
     ap.add_argument("--ignore-eos", action="store_true", help="openai: send ignore_eos (vLLM, SGLang): whole "
@@ -122,6 +126,9 @@ def _check(args) -> None:
     check_option(args.n >= 1 and args.max_num_seqs >= 1, "--n / --max-num-seqs", [args.n, args.max_num_seqs],
                  "integers >= 1")
     check_out(args.out, is_file=True)
+    for opt in ("target", "draft", "tokenizer"):  # local models: a shipped short name or a folder (not --model: a server's name)
+        if getattr(args, opt) is not None:
+            setattr(args, opt, resolve_model(getattr(args, opt), "--" + opt))
     if args.engine != "openai":
         check_option(args.min_p == 0, "--min-p", args.min_p, "0 for --engine ours/hf (their warp has no min_p)")
         check_option(not args.stop, "--stop", args.stop, "absent for --engine ours/hf (no stop strings)")
@@ -217,8 +224,8 @@ def _in_process(args, reqs, w: SampleWriter) -> int:
 
 
 def _vllm(args, reqs, w: SampleWriter) -> int:
-    target = args.target or "specimpl/assets/tiny_pair/target"
-    draft = args.draft or ("specimpl/assets/tiny_pair/draft" if not args.target else None)
+    target = args.target or str(model_path("tiny"))
+    draft = args.draft or (str(model_path("tiny-draft")) if not args.target else None)
     engine_args = {"max_num_seqs": args.max_num_seqs, "enable_prefix_caching": args.prefix_caching == "on",
                    "max_num_batched_tokens": args.max_num_batched_tokens}
     return produce_vllm(reqs, w, python=args.vllm_python or default_python(), shim=args.vllm_shim,

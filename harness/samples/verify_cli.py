@@ -1,6 +1,6 @@
 """`python -m harness verify-samples`: is an engine's output the target's law?  From its samples alone.
 
-    python -m harness verify-samples --samples spec.jsonl --target specimpl/assets/tiny_pair/target
+    python -m harness verify-samples --samples spec.jsonl --target tiny
     python -m harness verify-samples --samples spec.jsonl --baseline plain.jsonl --epsilon 0.05
 
 Scored mode (``--target``): the target scores every output token under the recorded controls
@@ -14,7 +14,10 @@ engine's own prefixes, the PIT law's Kolmogorov distance reported beside it) or 
 would certify).  Controls the scorer cannot apply (min_p, stop strings), files whose completions were
 drawn under different controls, a baseline with other controls or prompts, and a baseline that is the
 sample set or shares its completions (:func:`check_independent_baseline`) are refused (exit 2): a
-verdict is never given for a configuration other than the one the engine applied.
+verdict is never given for a configuration other than the one the engine applied.  Completions the engine
+ended early against the requested controls (``early_stop``: an EOS applied although asked to ignore EOS) are a
+finding about the engine, judged in every mode: the row ``ending/early_stops`` rejects, the verdict is lossy
+with respect to the requested law, and the console, summary.md and meta.json (``info.early_stops``) say how many.
 
 The report goes to ``--out``: tests.csv (one row per test, the columns of ``verify``), summary.md (the
 certificate first), meta.json (provenance, the certificate, per-position bounds, timings).
@@ -35,6 +38,7 @@ from typing import Optional
 import numpy as np
 
 from harness.core.errors import SamplerError, UsageError
+from harness.core.models import resolve_model
 from harness.core.options import check_option, check_out, check_seed
 from harness.core.outdir import claim_out
 from harness.samples.certificate import Certificate, judge, scored_bounds, token_tv_bounds, two_sample_bounds
@@ -44,7 +48,7 @@ from harness.samples.producers import ScorerRefusal, config_of
 from harness.laws.scenarios import load_settings
 from harness.verify.family import PlannedTest, evaluate_family
 from specimpl.hf import HFModel
-from harness.samples.plan import plan_scored
+from harness.samples.plan import early_stop_finding, early_stop_spec, early_stopped, plan_scored
 from harness.samples.scoring import padded_outputs, score_records
 from harness.samples.plan import plan_two_sample, position_cells
 from harness.samples.report import write_report
@@ -58,12 +62,13 @@ PLANNED_EPSILONS = (0.05, 0.01)  # scored mode also plans these (meta.json bound
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--samples", type=Path, required=True, help="sample file under test (specverify.samples/1)")
     mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--target", help="scored mode: the target model (local path or name; safetensors)")
+    mode.add_argument("--target", help="scored mode: the target model, a folder or a shipped name (tiny, exact-markov, ...: "
+                                       "`python -m harness models`; safetensors)")
     mode.add_argument("--baseline", type=Path, help="two-sample mode: a sample file of the same prompts and "
                                                     "controls with speculation off")
     ap.add_argument("--exact", action="store_true",
                     help="with --target: test against the target's exact law, enumerated in float64 (a small-vocabulary "
-                         "model such as specimpl/assets/exact_pair/*; token-TV certificate per position)")
+                         "model such as exact-markov; token-TV certificate per position)")
     ap.add_argument("--window", type=int, default=WINDOW, help=f"exact mode: J of the window tests (default {WINDOW})")
     ap.add_argument("--epsilon", type=float, default=0.05, help="tolerance of the certificate, per position "
                                                                 "(default 0.05)")
@@ -152,6 +157,7 @@ def scored(records, target_name: str, args, settings) -> SamplesVerdict:
         raise SamplerError(f"the target failed while scoring: {type(e).__name__}: {e}") from e
     wall = time.perf_counter() - tic
     specs, notes, agreement = plan_scored(records, scores, _eos(target, args.eos_token_id), args.logprob_tol)
+    notes += [f for f in (early_stop_finding(records),) if f]
     table, levels = _family(specs, settings, "samples")
     bounds = token_tv_bounds(padded_outputs(records).numpy(), scores.present, scores.law_sum, args.epsilon,
                              settings.tv_confidence, settings.power, also=PLANNED_EPSILONS)
@@ -204,7 +210,7 @@ def two_sample(records, baseline_path: Path, args, settings) -> SamplesVerdict:
     table, levels = _family(specs, settings, "samples")
     bounds = two_sample_bounds(position_cells(records, T, V), position_cells(base, T, V), V + 1, args.epsilon,
                                settings.tv_confidence, settings.power)
-    notes = list(notes)
+    notes = list(notes) + [f for f in (early_stop_finding(records),) if f]
     if args.vocab_size is None:
         notes.append(f"vocabulary size taken as the largest id in the files + 1 = {V} (pass --vocab-size)")
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, min(len(records), len(base)))
@@ -220,7 +226,11 @@ def exact(records, target_name: str, args, settings) -> SamplesVerdict:
         config = config_of(records[0].controls)
     except ScorerRefusal as e:
         raise UsageError(f"{args.samples}: cannot certify: {e}") from None
-    prompts, rows, toks = prompt_table(records, args.samples)
+    early = set(early_stopped(records))
+    whole = [r for i, r in enumerate(records) if i not in early]  # the early stops: one finding, not a table row
+    if not whole:
+        raise UsageError(f"{args.samples}: {early_stop_finding(records)}; no whole completion is left to test")
+    prompts, rows, toks = prompt_table(whole, args.samples)
     tic = time.perf_counter()
     try:
         laws = exact_laws(target_name, prompts, toks.shape[1], config, args.window)
@@ -228,13 +238,18 @@ def exact(records, target_name: str, args, settings) -> SamplesVerdict:
         raise UsageError(f"`--target` with --exact must be a small local causal LM whose law can be enumerated; "
                          f"{' '.join(str(e).split())[:300]}") from None
     wall = time.perf_counter() - tic
-    table, levels = _family(plan_exact(records, laws, rows, toks), settings, "samples")
+    specs = plan_exact(whole, laws, rows, toks)
+    if early:
+        specs.append(early_stop_spec(records))
+    table, levels = _family(specs, settings, "samples")
     bounds = exact_bounds(table, laws, rows, args.epsilon, levels.delta_each)
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, len(records))
     notes = [f"exact law: {laws.kind} ({'every position' if laws.kind == 'markov' else f'the first {laws.n_positions} positions'}); "
              f"float32 numerics floor {laws.floor:.2g} (TV of the model's float32 law from its float64 law)"]
     if laws.n_positions < toks.shape[1]:
         notes.append(f"positions {laws.n_positions}..{toks.shape[1] - 1} have no enumerated law and are not tested")
+    if early:
+        notes.append(f"{early_stop_finding(records)}; the law tests use the {len(whole)} whole completions")
     info = {"exact_law": laws.kind, "prompts": len(prompts), "completions_per_prompt": np.bincount(rows).tolist(),
             "numerics_floor": laws.floor, "window": laws.window, "wall_law_s": wall, "scorer_config": config.describe(),
             "levels": vars(levels), "family_alpha": settings.family_alpha, "power": settings.power,
@@ -253,10 +268,15 @@ def verify_samples(args) -> SamplesVerdict:
     _one_law(records, args.samples)
     claim_out(args, "verify-samples", ("samples",))  # --out, or runs/verify-samples/<name>-<hash>; locked
     if args.target is not None and args.exact:
-        return exact(records, args.target, args, settings)
-    if args.target is not None:
-        return scored(records, args.target, args, settings)
-    return two_sample(records, args.baseline, args, settings)
+        res = exact(records, args.target, args, settings)
+    elif args.target is not None:
+        res = scored(records, args.target, args, settings)
+    else:
+        res = two_sample(records, args.baseline, args, settings)
+    finding = early_stop_finding(records)
+    if finding:  # meta.json's info and the console line of run()
+        res.info["early_stops"] = {"completions": len(early_stopped(records)), "finding": finding}
+    return res
 
 
 def _check(args) -> None:
@@ -270,6 +290,8 @@ def _check(args) -> None:
     check_option(args.vocab_size is None or args.vocab_size >= 1, "--vocab-size", args.vocab_size, "an integer >= 1")
     check_seed(args.seed)
     check_out(args.out)
+    if args.target is not None:
+        args.target = resolve_model(args.target, "--target")
 
 
 def run(args) -> int:
@@ -278,6 +300,8 @@ def run(args) -> int:
     res = verify_samples(args)
     write_report(args.out, res, args)
     print(res.certificate.headline(), file=sys.stderr)
+    if "early_stops" in res.info:  # the engine did not apply the requested controls: said in words
+        print(f"engine finding (tests.csv: ending/early_stops): {res.info['early_stops']['finding']}", file=sys.stderr)
     print(f"report: {args.out}", file=sys.stderr)
     return res.exit_code
 

@@ -1,6 +1,6 @@
 """`python -m harness tune`: choose the verification algorithm and k for a (target, draft) pair, per batch size.
 
-    python -m harness tune --target specimpl/assets/tiny_pair/target --draft specimpl/assets/tiny_pair/draft \\
+    python -m harness tune --target tiny --draft tiny-draft \\
         --hardware local --batch 1,8,32 --context 64,256
     python -m harness tune --target T --draft D --hardware h100 --batch 1,8,32 --context 512,4096 --prompts p.txt
 
@@ -48,6 +48,7 @@ import torch
 from harness.core.options import check_option
 from harness.laws.algorithms import Algorithm
 from harness.core.errors import UsageError
+from harness.core.models import resolve_model
 from harness.core.options import check_option, check_out, check_seed, check_threads
 from harness.core.outdir import claim_out
 from harness.speedup.roofline.model import ConfigError, hardware_names, load_hardware
@@ -78,8 +79,9 @@ ROOFLINE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--target", required=True, help="target model: a local HF folder (config.json + safetensors)")
-    ap.add_argument("--draft", required=True, help="draft model: a local HF folder")
+    ap.add_argument("--target", required=True, help="target model: a local HF folder (config.json + safetensors) or a "
+                                                    "shipped name (tiny, exact, ...: `python -m harness models`)")
+    ap.add_argument("--draft", required=True, help="draft model: a local HF folder or a shipped name (tiny-draft, ...)")
     ap.add_argument("--hardware", default="local", help="local (profile this machine) or a file of harness/configs/hardware")
     ap.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     ap.add_argument("--context", default="512,4096", help="comma-separated context lengths (tokens)")
@@ -125,6 +127,7 @@ def _ints(option: str, text: str) -> list[int]:
 
 def _check(args):
     """Every option, before any work: (hardware or None for local, algorithms, ks, batches, contexts)."""
+    args.target, args.draft = resolve_model(args.target, "--target"), resolve_model(args.draft, "--draft")
     check_seed(args.seed)
     check_threads(args.threads)
     for name, v in (("--n-sequences", args.n_sequences), ("--max-new-tokens", args.max_new_tokens),

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 import specimpl
+from harness.core.models import SHIPPED
 from harness.laws.transformer import enumerate_law, numerics_floor_per_prompt
 from harness.verify.battery import TestSpec, gof_evaluator
 from harness.verify.sampler import check_output
@@ -58,7 +59,7 @@ EXACT_FAMILY = "exact_pair"  # tests.csv family of prompt i: f"{EXACT_FAMILY}.p{
 class ExactModelSpec:
     """The ``[real_model.exact]`` table of harness/configs/verify/default.toml.
 
-    target, draft     model folders (relative: under specimpl/assets/exact_pair)
+    target, draft     model folders (relative: under specimpl/assets/exact_pair) or shipped names (exact, exact-markov, ...)
     prompts           token-id prompts (ragged: every batch alternates them); the certificate is per prompt
     n_tokens          J: generated tokens per sequence, all of them enumerated (V**J cells)
     window            W: the windows certified are every W consecutive tokens inside the first J
@@ -83,7 +84,12 @@ class ExactModelSpec:
     raw: dict = field(default_factory=dict, compare=False)
 
     def path(self, which: str) -> Path:
-        p = Path(getattr(self, which))
+        """The folder of ``target`` or ``draft``: a shipped short name (harness.core.models: exact, exact-markov,
+        ...), an absolute folder, or a folder relative to specimpl/assets/exact_pair."""
+        v = getattr(self, which)
+        if v in SHIPPED:
+            return SHIPPED[v].path
+        p = Path(v)
         return p if p.is_absolute() else EXACT_PAIR_DIR / p
 
     def controls_of(self) -> dict:
@@ -117,7 +123,10 @@ def load_exact_model_spec(table: Optional[dict]) -> ExactModelSpec:
     names = {"target": t.get("target", d.target), "draft": t.get("draft", d.draft)}
     for key, v in names.items():
         check_arg(isinstance(v, str) and v, f"real_model.exact.{key}", v, "a model folder (relative: under "
-                  f"{EXACT_PAIR_DIR})")
+                  f"{EXACT_PAIR_DIR}) or a shipped model name ({', '.join(SHIPPED)})")
+        where = SHIPPED[v].path if v in SHIPPED else (Path(v) if Path(v).is_absolute() else EXACT_PAIR_DIR / v)
+        check_arg(where.is_dir(), f"real_model.exact.{key}", v, "a model folder (relative: under "
+                  f"{EXACT_PAIR_DIR}) or a shipped model name ({', '.join(SHIPPED)}); no such folder")
     ctrl = t.get("controls", {})
     check_arg(isinstance(ctrl, dict), "real_model.exact.controls", ctrl, "a table name = sequences per prompt")
     for name, n in ctrl.items():

@@ -1,6 +1,6 @@
 """A transformers Llama checkpoint (safetensors) as a float32 GGUF file that llama.cpp runs.
 
-    python -m harness.samples.engines.gguf_export specimpl/assets/tiny_pair/target tiny_target.gguf
+    python -m harness.samples.engines.gguf_export tiny tiny_target.gguf
 
     from harness.samples.engines.gguf_export import export_gguf
     export_gguf("specimpl/assets/tiny_pair/target", "tiny_target.gguf")
@@ -36,6 +36,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from harness.core.models import resolve_model
 from specimpl.errors import check_arg
 
 __all__ = ["GGUFVocabulary", "gguf_vocabulary", "permute_rotary", "llama_tensors", "export_gguf",
@@ -234,13 +235,14 @@ def export_gguf(model_dir, out, *, add_bos: bool = True, name: Optional[str] = N
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.samples.engines.gguf_export", description=__doc__.split("\n")[0])
-    ap.add_argument("model_dir", help="a Llama checkpoint folder (config.json, tokenizer.json, model.safetensors)")
+    ap.add_argument("model_dir", help="a Llama checkpoint folder (config.json, tokenizer.json, model.safetensors) or a "
+                                      "shipped name (tiny, exact-markov, ...)")
     ap.add_argument("out", help="the GGUF file to write")
     ap.add_argument("--no-add-bos", action="store_true", help="llama.cpp does not prepend BOS to text prompts")
     args = ap.parse_args(argv)
     try:
-        path = export_gguf(args.model_dir, args.out, add_bos=not args.no_add_bos)
-    except (ValueError, KeyError) as e:
+        path = export_gguf(resolve_model(args.model_dir, "model_dir"), args.out, add_bos=not args.no_add_bos)
+    except (ValueError, KeyError) as e:  # UsageError (an unknown model name) is a ValueError
         print(f"gguf_export: {e}", file=sys.stderr)
         return 2
     print(path)

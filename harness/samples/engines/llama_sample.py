@@ -1,9 +1,9 @@
 """``python -m harness sample --engine llama-cpp``: llama.cpp's Python API as a sample producer.
 
-    python -m harness sample --engine llama-cpp --target specimpl/assets/exact_pair/markov_target \\
+    python -m harness sample --engine llama-cpp --target exact-markov \\
         --prompt-vocab 13 --n-prompts 1 --n-per-prompt 400000 --max-new-tokens 8 --spec ngram --k 4 \\
         --workers 2 --out llama.jsonl
-    python -m harness verify-samples --samples llama.jsonl --target specimpl/assets/exact_pair/markov_target --exact
+    python -m harness verify-samples --samples llama.jsonl --target exact-markov --exact
 
 The Hugging Face ``--target`` is exported to a float32 GGUF (:mod:`harness.samples.engines.gguf_export`; or
 give ``--gguf``), loaded by ``--workers`` processes (one ``llama_cpp.Llama`` each, one thread), and every
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core.errors import UsageError
+from harness.core.models import model_path
 from harness.samples.engines.gguf_export import export_gguf
 from harness.samples.engines.llama_cpp import PLAIN, api_record, load_llama, request_seed, spec_steps
 from harness.samples.format import SampleWriter, parse_record
@@ -77,7 +78,7 @@ def _gguf(target: Optional[str], gguf: Optional[str], tmp: str) -> str:
         if not Path(gguf).is_file():
             raise UsageError(f"`--gguf` must be a GGUF file; got {gguf!r}, which does not exist")
         return gguf
-    src = target or "specimpl/assets/tiny_pair/target"
+    src = target or str(model_path("tiny"))
     try:
         return str(export_gguf(src, Path(tmp) / (Path(src).name + ".gguf")))
     except (ValueError, OSError) as e:

@@ -2,7 +2,7 @@
 not vllm: the worker runs from this folder, where a vllm.py would hide the real package).
 
     python -m harness sample --engine vllm --vllm-python .venv-vllm/bin/python --spec draft --k 4 \\
-        --target specimpl/assets/exact_pair/markov_target --draft specimpl/assets/exact_pair/markov_draft \\
+        --target exact-markov --draft exact-markov-draft \\
         --prompt-vocab 13 --n-prompts 2 --n-per-prompt 250000 --max-new-tokens 8 --no-eos --out vllm.jsonl
 
 The harness writes a job (the requests still missing from ``--out``, the controls, vLLM's speculative config
