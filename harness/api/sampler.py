@@ -61,10 +61,13 @@ def verify_sampler(fn: Callable, *, scenarios: Sequence[str] = ("base",), epsilo
                        planner sizes it: ValueError naming ``budget_s`` and the estimate when it cannot fit
     draws              sequences per scenario (x the scenario's weight); None: sized by the planner
                        (ignores ``budget_s`` when given: the run may then end inconclusive)
-    controls           also run the harness's bug controls (the battery then shows it catches known bugs;
-                       ~1,300 tests more, their verdicts in ``runs``); off by default
+    controls           also run the harness's bug controls at default.toml's ``control_draws`` (the battery then
+                       shows it catches known bugs; ~1,300 tests more, their verdicts in ``runs``; the budget check
+                       does not cover them); off by default
     seed               base seed (default: default.toml's); the pilot uses a seed derived from it
-    workers            processes drawing the shards (1: in this process); the result does not depend on it
+    workers            processes drawing the shards (1: in this process); the result does not depend on it.  More
+                       than 1 spawns processes: ``fn`` must be picklable (a module-level function) and a script
+                       needs the ``if __name__ == "__main__":`` guard
     out                report folder (``tests.csv``, ``runs.csv``, summary.md, figures); None: nothing written
     confidence         simultaneous confidence 1 - δ of the TV bounds (default: default.toml's 0.999)
     inconclusive_rate  the planner sizes the run so that a lossless sampler ends inconclusive with at most this
@@ -84,12 +87,13 @@ def verify_sampler(fn: Callable, *, scenarios: Sequence[str] = ("base",), epsilo
     seed = settings.seed if seed is None else int(seed)
     algorithm = getattr(inspect.unwrap(fn), "algorithm", None)
 
-    def run(n: int, run_seed: int, where: Optional[Path]) -> VerifyResult:
+    def run(n: int, run_seed: int, where: Optional[Path], with_controls: bool) -> VerifyResult:
+        """One verification at ``n`` draws per scenario; the controls (if any) at default.toml's control size."""
         with make_backend("local", workers) as backend:
             res = with_threads(1, lambda: verify(
                 sampler=sampler, sampler_label=name, scenarios=chosen, settings=settings, draws=n, seed=run_seed,
-                controls=controls, out=where, figures=where is not None, progress=progress, algorithm=algorithm,
-                backend=backend))
+                control_draws=settings.control_draws if with_controls else None, controls=with_controls, out=where,
+                figures=where is not None, progress=progress, algorithm=algorithm, backend=backend))
         failure = sampler_failure(res.verdicts, sampler)
         if failure is not None:
             raise failure
@@ -97,11 +101,11 @@ def verify_sampler(fn: Callable, *, scenarios: Sequence[str] = ("base",), epsilo
 
     plan = None
     if draws is None:
-        pilot = run(PILOT_DRAWS, derive_seed(seed, "api-pilot"), None)
+        pilot = run(PILOT_DRAWS, derive_seed(seed, "api-pilot"), None, False)
         plan = plan_draws(pilot, settings, inconclusive_rate)
-        _check_budget(plan, pilot, budget_s, time.perf_counter() - t0, scenarios, settings)
-        draws = plan.draws
-    res = run(int(draws), seed, None if out is None else Path(out))
+        _check_budget(plan, pilot, budget_s, time.perf_counter() - t0, scenarios)
+        draws = max(2, plan.draws)
+    res = run(int(draws), seed, None if out is None else Path(out), controls)
     return _verification(res, settings, name, tuple(scenarios), int(draws), plan is not None, seed,
                          time.perf_counter() - t0, inconclusive_rate)
 
@@ -162,8 +166,7 @@ def _is_eps(v) -> bool:
     return isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and 0 < float(v) <= 1
 
 
-def _check_budget(plan: DrawPlan, pilot: VerifyResult, budget_s: Optional[float], spent: float, scenarios,
-                  settings) -> None:
+def _check_budget(plan: DrawPlan, pilot: VerifyResult, budget_s: Optional[float], spent: float, scenarios) -> None:
     """ValueError naming ``budget_s`` when the planned run's estimated time does not fit what is left of it."""
     if budget_s is None:
         return
