@@ -30,7 +30,7 @@ from harness.verify.epsilon import epsilons_for
 from harness.verify.runs import UNDER_TEST
 from harness.verify.verdicts import _gof_law, certifier_for
 
-__all__ = ["DrawPlan", "plan_draws", "estimate_seconds", "GROWTH", "MAX_GROWTH"]
+__all__ = ["DrawPlan", "plan_draws", "inconclusive_rate", "estimate_seconds", "GROWTH", "MAX_GROWTH"]
 
 GROWTH = 1.15  # step of the search above the half-certify size
 MAX_GROWTH = 64.0  # the search stops at this multiple of the half-certify size (the plan then says its rate)
@@ -67,19 +67,37 @@ def _bounds_of(result, r, settings) -> list[tuple]:
             for test, pos in zip(gof.test, gof.position)]
 
 
+def _rate(cert, r, bounds: list, n: int) -> float:
+    """Rigorous upper bound on P(inconclusive | lossless) of run ``r`` at ``n`` sequences: summed over its bounds."""
+    name = r.scenario.name
+    return min(1.0, float(np.sum([cert.inconclusive_for(name, t, p, e, n, probs)[0] for t, p, e, probs in bounds])))
+
+
 def _run_plan(cert, r, bounds: list, rate: float) -> tuple[int, int, float]:
     """(half-certify sequences, planned sequences, rigorous P(inconclusive) there) of one run."""
-    name = r.scenario.name
-    half = max(cert.draws_for(name, t, p, e, probs) for t, p, e, probs in bounds)
-
-    def rate_at(n: int) -> float:
-        return min(1.0, float(np.sum([cert.inconclusive_for(name, t, p, e, n, probs)[0] for t, p, e, probs in bounds])))
-
-    n, r_n = half, rate_at(half)
+    half = max(cert.draws_for(r.scenario.name, t, p, e, probs) for t, p, e, probs in bounds)
+    n, r_n = half, _rate(cert, r, bounds, half)
     while r_n > rate and n < MAX_GROWTH * half:
         n = int(math.ceil(n * GROWTH))
-        r_n = rate_at(n)
+        r_n = _rate(cert, r, bounds, n)
     return half, n, r_n
+
+
+def _under_test(result, settings):
+    """(run, its bounds, its weight) of every run under test of ``result`` that has TV bounds."""
+    for r in result.runs:
+        if r.role not in UNDER_TEST or r.acc is None or r.error is not None:
+            continue
+        bounds = _bounds_of(result, r, settings)
+        if bounds:
+            yield r, bounds, float(r.draws) / float(result.meta["config"]["draws"])  # the scenario's share
+
+
+def inconclusive_rate(result, settings, draws: int) -> float:
+    """The largest, over the runs under test of ``result``, rigorous bound on P(inconclusive | lossless sampler)
+    at ``draws`` per scenario (x each scenario's weight)."""
+    cert = certifier_for(SimpleNamespace(runs=result.runs), settings, float(result.meta["config"]["tv_delta_each"]))
+    return max((_rate(cert, r, b, max(2, round(draws * w))) for r, b, w in _under_test(result, settings)), default=0.0)
 
 
 def plan_draws(result, settings, rate: float = 1e-3) -> DrawPlan:
@@ -90,14 +108,8 @@ def plan_draws(result, settings, rate: float = 1e-3) -> DrawPlan:
     delta = float(result.meta["config"]["tv_delta_each"])
     cert = certifier_for(SimpleNamespace(runs=result.runs), settings, delta)
     per, draws, half_draws, worst = {}, 0, 0, 0.0
-    for r in result.runs:
-        if r.role not in UNDER_TEST or r.acc is None or r.error is not None:
-            continue
-        bounds = _bounds_of(result, r, settings)
-        if not bounds:
-            continue
+    for r, bounds, weight in _under_test(result, settings):
         half, n, r_n = _run_plan(cert, r, bounds, rate)
-        weight = float(r.draws) / float(result.meta["config"]["draws"])  # the scenario's share of `draws`
         per[r.scenario.name] = (n, r_n)
         draws = max(draws, int(math.ceil(n / weight)))
         half_draws = max(half_draws, int(math.ceil(half / weight)))
