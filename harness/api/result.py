@@ -63,7 +63,8 @@ class Verification:
                       ``inconclusive_rate`` asked for (None when certified or lossy)
     ``draws``         the draws per scenario of this run (x each scenario's weight); ``planned``: whether the
                       planner chose them
-    ``scenarios``, ``seed``, ``wall_s``, ``out`` (report folder, None: none written), ``meta`` (provenance)
+    ``scenarios``, ``seed``, ``wall_s`` (the whole call), ``estimate_s`` (the planner's estimate of the run,
+                      None when ``draws`` was given), ``out`` (report folder, None: none written), ``meta`` (provenance)
     ``caught_by``     the rejected loss tests of the lossy run, most significant first ("" otherwise)
     """
 
@@ -83,6 +84,7 @@ class Verification:
     meta: dict = field(default_factory=dict, repr=False)
     caught_by: str = ""
     sampler: str = ""
+    estimate_s: Optional[float] = None  # the planner's time estimate of the run (pilot and plan excluded)
 
     @property
     def passed(self) -> bool:
@@ -116,5 +118,8 @@ class Verification:
             lines.append(f"  {r.scenario}: {r.certificate or 'no certificate'} at {r.sequences:,} sequences; "
                          f"largest bound / epsilon: {r.cert_worst}; largest position TV estimate "
                          f"{r.tv_position_max:.3g} at {r.tv_position_max_at}")
-        lines.append(f"  wall {self.wall_s:.1f} s" + (f"; report {self.out}" if self.out else ""))
+        run_s = self.meta.get("timing", {}).get("wall_total_s")
+        run = f"; the run {run_s:.1f} s" if run_s is not None else ""
+        est = f" (estimated {self.estimate_s:.0f} s before it)" if self.estimate_s is not None else ""
+        lines.append(f"  wall {self.wall_s:.1f} s{run}{est}" + (f"; report {self.out}" if self.out else ""))
         return "\n".join(lines)

@@ -4,7 +4,7 @@ It runs :func:`harness.verify.pipeline.verify` on the sampler (the signature of
 :func:`specimpl.speculative_generate`), on exact-law scenarios only (``harness/configs/verify/*.toml``; the
 real-model scenario is the command's: ``python -m harness verify --sampler ... --scenario real_model``), with
 no bug controls unless asked, and returns a :class:`harness.api.result.Verification`.  Without ``draws`` it
-sizes the run itself (:mod:`harness.verify.sizing`): a pilot of a few thousand draws, the planner's draws at
+sizes the run itself (:mod:`harness.verify.sizing`): two pilots of a few thousand draws, the planner's draws at
 which a lossless sampler certifies with probability ≥ 1 - ``inconclusive_rate``, and a time estimate checked
 against ``budget_s`` *before* the run (ValueError naming ``budget_s`` when it cannot fit).
 """
@@ -34,7 +34,8 @@ from harness.verify.where import top_cells
 
 __all__ = ["verify_sampler", "PILOT_DRAWS", "DEFAULT_BUDGET_S", "DEFAULT_INCONCLUSIVE_RATE"]
 
-PILOT_DRAWS = 4000  # draws per scenario of the sizing pilot (its verdict is not used)
+PILOT_DRAWS = (2000, 32000)  # draws per scenario of the two sizing pilots (their verdicts are not used): 4 calls
+                             # of 500 and 32 of 1000, so the time per call and per sequence can be told apart
 DEFAULT_BUDGET_S = 300.0
 DEFAULT_INCONCLUSIVE_RATE = 1e-3  # P(inconclusive | lossless sampler) the planner sizes for (rigorous bound)
 EPSILON_KEYS = ("position", "pair", "joint")
@@ -58,13 +59,14 @@ def verify_sampler(fn: Callable, *, scenarios: Sequence[str] = ("base",), epsilo
                        joint 0.02, so 0.02 -> 0.02, 0.04, 0.08); a mapping sets {"position", "pair",
                        "joint"} (those left out keep the scenario's); None: the scenario files'
     budget_s           wall seconds the call may take (None: no limit); checked before the run when the
-                       planner sizes it: ValueError naming ``budget_s`` and the estimate when it cannot fit
+                       planner sizes it: ValueError naming ``budget_s`` and the estimate when it cannot fit (the
+                       run itself is not interrupted)
     draws              sequences per scenario (x the scenario's weight); None: sized by the planner
                        (ignores ``budget_s`` when given: the run may then end inconclusive)
     controls           also run the harness's bug controls at default.toml's ``control_draws`` (the battery then
                        shows it catches known bugs; ~1,300 tests more, their verdicts in ``runs``; the budget check
                        does not cover them); off by default
-    seed               base seed (default: default.toml's); the pilot uses a seed derived from it
+    seed               base seed (default: default.toml's); the pilots use seeds derived from it
     workers            processes drawing the shards (1: in this process); the result does not depend on it.  More
                        than 1 spawns processes: ``fn`` must be picklable (a module-level function) and a script
                        needs the ``if __name__ == "__main__":`` guard
@@ -99,15 +101,18 @@ def verify_sampler(fn: Callable, *, scenarios: Sequence[str] = ("base",), epsilo
             raise failure
         return res
 
-    plan = None
+    plan = estimate = None
     if draws is None:
-        pilot = run(PILOT_DRAWS, derive_seed(seed, "api-pilot"), None, False)
+        pilot = run(PILOT_DRAWS[1], derive_seed(seed, "api-pilot", 1), None, False)  # first: it pays the warm-up,
+        small = run(PILOT_DRAWS[0], derive_seed(seed, "api-pilot", 0), None, False)  # so the slope errs long
         plan = plan_draws(pilot, settings, inconclusive_rate)
-        _check_budget(plan, pilot, budget_s, time.perf_counter() - t0, scenarios)
+        estimate = estimate_seconds(small, pilot, settings, plan.draws)
+        _check_budget(plan, pilot, budget_s, time.perf_counter() - t0, estimate, scenarios)
         draws = max(2, plan.draws)
     res = run(int(draws), seed, None if out is None else Path(out), controls)
-    return _verification(res, settings, name, tuple(scenarios), int(draws), plan is not None, seed,
+    result = _verification(res, settings, name, tuple(scenarios), int(draws), plan is not None, seed,
                          time.perf_counter() - t0, inconclusive_rate)
+    return replace(result, estimate_s=estimate)
 
 
 def _check_args(fn, scenarios, budget_s, draws, seed, workers, rate, confidence, out) -> None:
@@ -166,11 +171,11 @@ def _is_eps(v) -> bool:
     return isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and 0 < float(v) <= 1
 
 
-def _check_budget(plan: DrawPlan, pilot: VerifyResult, budget_s: Optional[float], spent: float, scenarios) -> None:
-    """ValueError naming ``budget_s`` when the planned run's estimated time does not fit what is left of it."""
+def _check_budget(plan: DrawPlan, pilot: VerifyResult, budget_s: Optional[float], spent: float, est: float,
+                  scenarios) -> None:
+    """ValueError naming ``budget_s`` when the planned run's estimated time ``est`` does not fit what is left of it."""
     if budget_s is None:
         return
-    est = estimate_seconds(pilot.meta["timing"], PILOT_DRAWS, plan.draws)
     if spent + est > budget_s:
         eps = {k: pilot.verdicts[f"epsilon_{k}"].max() for k in EPSILON_KEYS}
         raise ValueError(

@@ -2,9 +2,9 @@
 
 The Python API (:func:`harness.api.verify_sampler`) sizes a run it was given no ``draws`` for in two steps:
 
-1. a *pilot*, a small verification of the same sampler on the same scenarios, gives what the plan needs and
+1. two *pilots*, small verifications of the same sampler on the same scenarios, give what the plan needs and
    nothing else: the family of tests (so the miss probability ``delta_each`` of each TV bound), each run's exact
-   laws, and the wall time per sequence on this machine.  Its verdicts are thrown away: the plan below depends
+   laws, and the wall time of the drawing at two sizes on this machine.  Their verdicts are thrown away: the plan below depends
    on the laws, ε and δ only, never on the pilot's counts, so the real run that follows keeps its own error
    budgets untouched;
 2. :func:`plan_draws`: for every run under test and every TV bound of it (per position, per pair, per
@@ -14,9 +14,8 @@ The Python API (:func:`harness.api.verify_sampler`) sizes a run it was given no 
    summed over the run's bounds (:func:`harness.verify.battery.tv_interval_inconclusive`, as in ``runs.csv``'s
    ``cert_inconclusive_rate``), is at most the requested ``rate``.
 
-:func:`estimate_seconds` extrapolates the pilot's timing: its fixed part (loading, planning) as measured,
-its drawing and testing in proportion to the draws (the tests grow more slowly than that, so the estimate
-errs long).
+:func:`estimate_seconds` extrapolates the pilots' timing: the drawing fitted as a cost per sampler call plus a
+cost per sequence, the larger pilot's fixed part and tests as measured, with a safety margin.
 """
 from __future__ import annotations
 
@@ -26,14 +25,16 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from harness.verify.battery import plan_chunks
 from harness.verify.epsilon import epsilons_for
 from harness.verify.runs import UNDER_TEST
 from harness.verify.verdicts import _gof_law, certifier_for
 
-__all__ = ["DrawPlan", "plan_draws", "inconclusive_rate", "estimate_seconds", "GROWTH", "MAX_GROWTH"]
+__all__ = ["DrawPlan", "plan_draws", "inconclusive_rate", "estimate_seconds", "GROWTH", "MAX_GROWTH", "MARGIN"]
 
 GROWTH = 1.15  # step of the search above the half-certify size
 MAX_GROWTH = 64.0  # the search stops at this multiple of the half-certify size (the plan then says its rate)
+MARGIN = 1.25  # the time estimate's safety factor
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,32 @@ def plan_draws(result, settings, rate: float = 1e-3) -> DrawPlan:
                     delta_each=delta, per_scenario=per)
 
 
-def estimate_seconds(timing: dict, pilot_draws: int, draws: int) -> float:
-    """Wall seconds of a run of ``draws`` per scenario from a pilot's ``timing`` (``meta['timing']`` of a
-    :class:`harness.verify.pipeline.VerifyResult` drawn at ``pilot_draws``): the fixed part as measured, the
-    drawing and the tests scaled by ``draws / pilot_draws``."""
-    scaled = float(timing["wall_draw_s"]) + float(timing["wall_tests_s"])
-    fixed = max(0.0, float(timing["wall_total_s"]) - scaled)
-    return fixed + scaled * float(draws) / float(pilot_draws)
+def _work(result, settings, draws: int) -> tuple[int, int]:
+    """(sampler calls, sequences) of the runs under test of ``result`` at ``draws`` per scenario (x each
+    scenario's weight), the calls as :func:`harness.verify.draw` makes them (:func:`battery.plan_chunks`)."""
+    calls = seqs = 0
+    for r in result.runs:
+        if r.role in UNDER_TEST:
+            n = max(2, round(draws * float(r.draws) / float(result.meta["config"]["draws"])))
+            calls += len(plan_chunks(n, settings.min_chunks, settings.max_chunk))
+            seqs += n
+    return calls, seqs
+
+
+def estimate_seconds(small, large, settings, draws: int) -> float:
+    """Wall seconds of a run of ``draws`` per scenario from two pilots (:class:`harness.verify.pipeline.VerifyResult`,
+    ``small`` and ``large``, drawn at sizes whose calls hold different numbers of sequences): the drawing is
+    fitted as c x (sampler calls) + b x (sequences) (a call has its own overhead: at small sizes the calls grow
+    with the draws, at large sizes they stop at ``min_chunks``), the larger pilot's fixed part and tests are
+    taken as measured (the tests work on counts, whose size does not grow with the draws), all x
+    :data:`MARGIN`.  Where the fit gives a negative term (timing noise), the drawing is taken proportional to
+    the sequences at the larger pilot's rate, which errs long."""
+    (k1, n1), (k2, n2) = (_work(p, settings, int(p.meta["config"]["draws"])) for p in (small, large))
+    d1, d2 = float(small.meta["timing"]["wall_draw_s"]), float(large.meta["timing"]["wall_draw_s"])
+    det = k1 * n2 - k2 * n1
+    c, b = ((d1 * n2 - d2 * n1) / det, (k1 * d2 - k2 * d1) / det) if det else (-1.0, 0.0)
+    if c < 0 or b < 0:
+        c, b = 0.0, d2 / float(n2)
+    calls, seqs = _work(large, settings, draws)
+    fixed = max(0.0, float(large.meta["timing"]["wall_total_s"]) - d2)  # loading, planning, the tests
+    return MARGIN * (fixed + c * calls + b * seqs)

@@ -1,10 +1,11 @@
 """The Python API's planner (harness/verify/sizing.py): the draws at which a lossless sampler certifies."""
 from dataclasses import replace
+from types import SimpleNamespace
 import pytest
 
 from harness.laws.scenarios import load_scenario, load_settings
 from harness.verify.pipeline import verify
-from harness.verify.sizing import GROWTH, estimate_seconds, inconclusive_rate, plan_draws
+from harness.verify.sizing import GROWTH, MARGIN, estimate_seconds, inconclusive_rate, plan_draws
 from specimpl import speculative_generate
 
 
@@ -31,7 +32,17 @@ def test_plan_reaches_its_rate_and_no_earlier(pilot):
     assert inconclusive_rate(res, s, plan.half_certify // 4) > 1e-3  # far fewer draws: a lossless run rarely certifies
 
 
-def test_estimate_scales_draws_and_tests_only():
-    timing = {"wall_total_s": 10.0, "wall_draw_s": 4.0, "wall_tests_s": 2.0}
-    assert estimate_seconds(timing, 1000, 1000) == pytest.approx(10.0)
-    assert estimate_seconds(timing, 1000, 10_000) == pytest.approx(4.0 + 60.0)
+def _pilot(draws: int, draw_s: float, total_s: float):
+    run = SimpleNamespace(role="sampler", draws=draws)
+    return SimpleNamespace(runs=[run], meta={"config": {"draws": draws},
+                                             "timing": {"wall_draw_s": draw_s, "wall_total_s": total_s}})
+
+
+def test_estimate_fits_a_cost_per_call_and_per_sequence():
+    s = load_settings()  # min_chunks 32, calls of >= 500: 2,000 -> 4 calls, 32,000 -> 32, 208,479 -> 32
+    c, b = 0.1, 1e-5  # seconds per sampler call, per sequence
+    small, large = _pilot(2000, 4 * c + 2000 * b, 9.0), _pilot(32_000, 32 * c + 32_000 * b, 32 * c + 32_000 * b + 2.0)
+    assert estimate_seconds(small, large, s, 208_479) == pytest.approx(MARGIN * (2.0 + 32 * c + 208_479 * b))
+    noisy = _pilot(2000, 5.0, 9.0)  # a small pilot slower than the large one: proportional at the large one's rate
+    rate = (32 * c + 32_000 * b) / 32_000
+    assert estimate_seconds(noisy, large, s, 208_479) == pytest.approx(MARGIN * (2.0 + 208_479 * rate))
