@@ -8,6 +8,7 @@ The rules (each package's opening docstring states its own):
     controls   laws, stats, core                     verify    controls, laws, stats, core
     speedup    laws, stats, core                     samples   verify's plan and row types (battery, family), and
                                                                controls, laws, stats, core
+    api        verify, samples, laws, stats, core    (the Python API; harness/__init__ loads it lazily)
 
 A function-local import of a project module hides a cycle or an upward import; the only ones allowed load
 an optional or heavy dependency lazily (ALLOWED_LOCAL).  The test fails on any forbidden edge
@@ -31,13 +32,16 @@ MAY_IMPORT = {
     "harness.speedup": {"harness.speedup", "harness.laws", "harness.stats", "harness.core"},
     "harness.samples": {"harness.samples", "harness.verify.battery", "harness.verify.family", "harness.controls",
                         "harness.laws", "harness.stats", "harness.core"},
+    "harness.api": {"harness.api", "harness.verify", "harness.samples", "harness.laws", "harness.stats",
+                    "harness.core"},
     "specimpl": {"specimpl"},
 }
 for _layer in MAY_IMPORT:  # specimpl (the samplers and their models) is the floor every harness package stands on
     if _layer.startswith("harness."):
         MAY_IMPORT[_layer] = MAY_IMPORT[_layer] | {"specimpl"}
 # module -> project module it may import inside a function (an optional/heavy dependency behind it)
-ALLOWED_LOCAL = {("specimpl.hf", "specimpl.hf_cache")}  # hf_cache imports transformers; specimpl.hf must not
+ALLOWED_LOCAL = {("specimpl.hf", "specimpl.hf_cache"),  # hf_cache imports transformers; specimpl.hf must not
+                 ("harness", "harness.api")}  # `import harness` stays cheap: the API (torch, pandas) loads on first use
 
 
 def module_name(path: Path) -> str:

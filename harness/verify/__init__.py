@@ -51,6 +51,8 @@ and what the steps rest on:
     epsilon, sequential, until, shards   tolerances, sequential stopping, --until-certified, draw shards
     calibrate, calibrate_null            ``python -m harness calibrate``: the battery's false-alarm rate
     numerics, numerics_floor             ``python -m harness numerics``: the numerics floor
+    sizing     the draws that certify a lossless sampler, and their time (the Python API's planner)
+    where      the cells (tokens) that carry a loss
 
 May import: :mod:`harness.controls`, :mod:`harness.laws`, :mod:`harness.stats`, :mod:`harness.core`; never
 :mod:`harness.speedup` or :mod:`harness.samples`.
