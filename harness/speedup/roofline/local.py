@@ -26,7 +26,7 @@ import torch
 
 from harness.speedup.roofline.model import HARDWARE_DIR, Calibration, Hardware, ModelShape, calibrate
 from specimpl.hf import TINY_PAIR_DIR
-from harness.core.provenance import atomic_write_text, checked_provenance
+from harness.core.provenance import atomic_write_text, checked_provenance, read_table_csv
 
 __all__ = ["probe", "profile_points", "calibrate_local", "local_toml"]
 
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     checked_provenance(args.profiles)  # before the probe: an unknown schema_version is refused at once
     measured = probe(args.threads)
-    cal = calibrate_local(pd.read_csv(args.profiles, comment="#"), measured)
+    cal = calibrate_local(read_table_csv(args.profiles), measured)
     text = local_toml(measured, cal, args.profiles)
     atomic_write_text(args.out, text)
     print(text)
