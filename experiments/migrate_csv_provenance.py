@@ -38,17 +38,21 @@ from harness.core.provenance import LEGACY_CSV_PREFIX, atomic_write_bytes, atomi
 # What the machine's directories look like: the roots of absolute paths found in results/.
 PATH_RE = re.compile(r"(?<![\w.~<>/\\-])/(?:home|work|tmp|root|opt|mnt|srv|scratch|data|Users|nfs)"
                      r"(?![\w-])[^\s\"'`,;:()\[\]{}|\\<>*]*")
-# Names at the top of a checkout of this repository: a path through one of them is read relative to it.
-CHECKOUT_ENTRIES = {"results", "specimpl", "harness", "experiments", "benchmarks", "docs", "tests", "build", "runs",
-                    "Makefile", "README.md", "pyproject.toml"}
+# Names at the top of a checkout of this repository that identify one (a path through one of them is read
+# relative to it), and names that do only under a checkout already identified (``/work/main/.venv/bin/python``).
+CHECKOUT_ENTRIES = {"results", "specimpl", "harness", "experiments", "benchmarks"}
+CHECKOUT_ONLY_ENTRIES = {"build", "runs", "docs", "tests", "Makefile", "README.md", "pyproject.toml"}
 TEXT_SUFFIXES = {".json", ".csv", ".md", ".log", ".tex", ".txt"}
 
 
-def _checkout_index(parts: list[str]) -> int | None:
-    """Index of the first part that is a top-level entry of a checkout (a ``.venv*`` folder included), at
-    depth two or more (``/work/main/results/x`` -> 3), else None."""
+def _checkout_index(parts: list[str], checkouts: frozenset = frozenset()) -> int | None:
+    """Index of the first part, at depth two or more, that is a top-level entry of a checkout of this
+    repository (``/work/main/results/x`` -> 3; ``build/membound_pair``, the exact pair's build folder, too);
+    a generic entry (``.venv*``, ``build``, ``tests``, ...) only under one of ``checkouts``; else None."""
     for i, part in enumerate(parts[2:], start=2):
-        if part in CHECKOUT_ENTRIES or part.startswith(".venv"):
+        if part in CHECKOUT_ENTRIES or parts[i:i + 2] == ["build", "membound_pair"]:
+            return i
+        if (part in CHECKOUT_ONLY_ENTRIES or part.startswith(".venv")) and "/".join(parts[:i]) in checkouts:
             return i
     return None
 
@@ -63,7 +67,7 @@ def neutral_path(path: str, checkouts: frozenset = frozenset()) -> str:
     parts = path.split("/")  # ['', 'work', 'main', ...]
     if path.rstrip("/") in checkouts:
         return "." + tail
-    i = _checkout_index(parts)
+    i = _checkout_index(parts, checkouts)
     if i is not None:
         return "/".join(parts[i:]) + tail
     for j, part in enumerate(parts[:-1]):

@@ -10,8 +10,6 @@ import json
 
 from pathlib import Path
 
-import pandas as pd
-
 from harness.core.atomic import staged_report
 from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic_write_text, metadata, portable,
                                      read_table_csv)
