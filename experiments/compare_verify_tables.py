@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness.core.provenance import atomic_write_text  # noqa: E402
+from harness.core.provenance import atomic_write_text, read_table_csv  # noqa: E402
 
 RTOL = 1e-9
 ATOL = 1e-15  # a floor for values at zero: an acceptance difference of 0.0 vs -1.1e-16 is one float64 rounding
@@ -42,7 +42,7 @@ def _load(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
         if not (folder / name).is_file():
             print(f"compare_verify_tables: {str(folder)!r} has no {name} (a verify results folder is needed)", file=sys.stderr)
             raise SystemExit(2)
-    tests = pd.read_csv(folder / "tests.csv", comment="#", dtype=str, keep_default_na=False)
+    tests = read_table_csv(folder / "tests.csv", dtype=str, keep_default_na=False)
     return tests, pd.read_parquet(folder / "distributions.parquet"), json.loads((folder / "meta.json").read_text())
 
 

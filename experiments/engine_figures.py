@@ -41,7 +41,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata  # noqa: E402
+from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic_write_text, metadata,  # noqa: E402
+                                     read_table_csv)
 
 DEFAULTS = dict(
     big_prompts=256, big_per_prompt=32,   # ours speculative and its baselines: 8,192 completions (certifies 0.05 scored)
@@ -105,7 +106,7 @@ def verify(a, work: Path, name: str, samples: Path, mode: str, reference: str) -
     wall = _harness("verify-samples", "--samples", str(samples), *opt, "--epsilon", str(a.epsilon),
                     "--seed", str(a.seed), "--out", str(out), "--no-progress")
     meta = json.loads((out / "meta.json").read_text())
-    tests = pd.read_csv(out / "tests.csv", comment="#")
+    tests = read_table_csv(out / "tests.csv")
     rej = tests[tests["reject"]].sort_values("p_adjusted")
     b, info = meta["bounds"], meta["info"]
     return dict(mode=mode, verdict=meta["verdict"], completions=meta["completions"],

@@ -286,7 +286,7 @@ LOSSY_SAMPLER = """
 
 def tests_csv(out: Path):
     import pandas as pd
-    return pd.read_csv(out / "tests.csv", comment="#")
+    return pd.read_csv(out / "tests.csv")
 
 
 def not_lossy(r, out: Path) -> bool:
@@ -296,7 +296,7 @@ def not_lossy(r, out: Path) -> bool:
         return True
     import pandas as pd
     try:
-        runs = pd.read_csv(out / "runs.csv", comment="#")
+        runs = pd.read_csv(out / "runs.csv")
     except (OSError, ValueError):
         return False
     return r.rc == 1 and bool(runs.verdict.str.match(r"(inconclusive|certified|lossless)$").all()) and \
@@ -624,7 +624,7 @@ def _scen_dup(ctx: Ctx):
     runs_note = ""
     try:
         import pandas as pd
-        runs = pd.read_csv(ctx.path("out", "runs.csv"), comment="#")
+        runs = pd.read_csv(ctx.path("out", "runs.csv"))
         runs_note = f"; runs.csv rows for base: {int((runs.scenario == 'base').sum())}"
     except (OSError, ValueError, AttributeError):
         pass
@@ -909,7 +909,7 @@ def _lib_typo(ctx: Ctx):
 # ============================================================================== 36: provenance
 @probe("provenance_dirty",
        "Committed result files claim a dirty tree or a commit that is not in this branch's history: every "
-       "results/**/meta.json, the '# provenance:' line of every CSV and the provenance of every parquet file.",
+       "results/**/meta.json, the sidecar <name>.csv.meta.json of every CSV and the provenance of every parquet file.",
        "every committed result names a commit that is an ancestor of HEAD, with dirty = false", timeout=60)
 def _provenance(ctx: Ctx):
     ls = subprocess.run(["git", "-C", str(REPO), "ls-files", "results"], capture_output=True, text=True, timeout=20)
@@ -923,10 +923,13 @@ def _provenance(ctx: Ctx):
         try:
             if rel.endswith(".json"):
                 meta = json.loads(path.read_text())
-            elif rel.endswith(".csv"):
+            elif rel.endswith(".csv"):  # its sidecar <name>.csv.meta.json (or a '# provenance:' first line, older)
+                side = path.with_name(path.name + ".meta.json")
                 with open(path) as f:
                     first = f.readline()
-                if first.startswith("# provenance:"):
+                if side.is_file():
+                    meta = json.loads(side.read_text())
+                elif first.startswith("# provenance:"):
                     meta = json.loads(first.split(":", 1)[1])
             else:
                 import pyarrow.parquet as pq
@@ -1086,7 +1089,7 @@ def _baseline_one(ctx: Ctx):
     dup = ""
     try:
         import pandas as pd
-        t = pd.read_csv(ctx.path("v", "tests.csv"), comment="#")
+        t = pd.read_csv(ctx.path("v", "tests.csv"))
         row = t[t["test"].astype(str).str.contains("duplicates")]
         dup = f"; duplicates row: p = {float(row['pvalue'].iloc[0]):.3g} ({str(row['method'].iloc[0])[:70]})" \
             if len(row) else ""
@@ -1683,14 +1686,27 @@ def _md_cell(s) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
+def _neutral(text):
+    """``text`` with this machine's directories named neutrally (the checkout dropped, the temporary directory
+    as ``<tmp>``, the home directory as ``~``): the table is committed, the machine's layout is not."""
+    if not isinstance(text, str):
+        return text
+    for root, repl in ((str(REPO) + "/", ""), (tempfile.gettempdir().rstrip("/") + "/", "<tmp>/"),
+                       ("/tmp/", "<tmp>/"), (str(Path.home()) + "/", "~/")):
+        text = text.replace(root, repl)
+    return text
+
+
 def write_outputs(rows: list[dict], out: Path, stem: str, wall: float) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
+    rows = [{k: _neutral(v) for k, v in r.items()} for r in rows]
     info = _commit()
     n_ok = sum(r["ok"] for r in rows)
     csv_path, md_path = out / f"{stem}.csv", out / f"{stem}.md"
     cols = ["n", "probe", "ok", "observed", "expected", "problem", "seconds", "probe_error"]
+    side = csv_path.with_name(csv_path.name + ".meta.json")  # the CSV's provenance, beside it (a plain CSV)
+    side.write_text(json.dumps({**info, "command": "python experiments/gate_probes.py"}, indent=2) + "\n")
     with open(csv_path, "w", newline="") as f:
-        f.write(f"# provenance: {json.dumps({**info, 'command': 'python experiments/gate_probes.py'})}\n")
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for i, r in enumerate(rows, 1):

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 import pandas as pd  # noqa: E402
 
 from harness.core.figures import md_table  # noqa: E402
-from harness.core.provenance import atomic_write_text, git_commit  # noqa: E402
+from harness.core.provenance import atomic_write_text, git_commit, read_table_csv  # noqa: E402
 
 GAP = 0.05  # tune_check's rule: the pick's measured S within 5 % of the best measured
 
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, default=Path("results/roofline"))
     ap.add_argument("--group", default="a40-goodput")
     a = ap.parse_args(argv)
-    t = pd.read_csv(a.results / "fidelity_published.csv", comment="#")
+    t = read_table_csv(a.results / "fidelity_published.csv")
     p = picks(t, a.group)
     meta = json.loads((a.results / "meta.json").read_text())
     off_all = p[p["best S"] <= 1.0]

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
+from harness.core.provenance import atomic_write_csv, atomic_write_text, command_line, metadata  # noqa: E402
 from harness.speedup.membound.widen import apply_prepack  # noqa: E402
 from specimpl.hf import HFModel  # noqa: E402
 
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         apply_prepack(model, args.prepack)
     df = pd.concat([probe(model, int(B), args.context, args.passes, args.seed) for B in args.batch.split(",")])
     meta = metadata({**vars(args), "name": "ragged-verify-probe"}, args.seed)
-    meta["command"] = "python experiments/ragged_verify_probe.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta["command"] = command_line([__file__, *(argv if argv is not None else sys.argv[1:])])  # paths portable
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_csv(args.out / "ragged.csv", df, meta)
     text = "\n".join([f"Verification from a ragged vs a uniform state (process CPU time, ratios within a pass). "

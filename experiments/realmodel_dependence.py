@@ -195,7 +195,7 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - tic
     meta = metadata({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, SEED)
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_csv(args.out / "realmodel_dependence.csv", table, meta)  # '# provenance: {json}' line first
+    atomic_write_csv(args.out / "realmodel_dependence.csv", table, meta)  # provenance in realmodel_dependence.csv.meta.json
     atomic_write_text(args.out / "realmodel_dependence.md", markdown(table, meta, args, wall))
     print(table.to_string(index=False))
     return 0

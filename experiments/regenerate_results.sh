@@ -50,7 +50,7 @@ mkdir -p results/hf results/sweep results/calibrate
 cp -r "$STAGE/verify" "$STAGE/numerics" "$STAGE/roofline" results/
 cp -r "$STAGE/calibrate/." results/calibrate/
 cp -r "$STAGE/hf/pit" results/hf/pit
-cp "$STAGE/hf/alpha.csv" results/hf/alpha.csv
+cp "$STAGE/hf/alpha.csv" "$STAGE/hf/alpha.csv.meta.json" results/hf/  # the table and its provenance sidecar
 cp -r "$STAGE/sweep/default" results/sweep/default
 find results -name '_tmp_*' -prune -exec rm -rf {} +
 find results \( -name '.lock' -o -name '.*.lock' \) -type f -delete  # the output locks the commands took

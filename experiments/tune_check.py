@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.core.figures import md_table  # noqa: E402
-from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
+from harness.core.provenance import atomic_write_csv, atomic_write_text, command_line, metadata, read_table_csv  # noqa: E402
 
 TOLERANCE = 0.05
 BOOT = 2000  # bootstrap resamples of the gap interval
@@ -65,7 +65,7 @@ def _measured(folder: Path) -> pd.DataFrame:
     path = folder / "measured.csv"
     if not path.is_file():
         raise _bad(f"`--measured` {str(folder)!r} has no measured.csv (a sweep results folder is needed)")
-    m = pd.read_csv(path, comment="#")
+    m = read_table_csv(path)
     if "prompts_shared" not in m:  # a sweep of before shared prompts: each cell its own batch of prompts
         m = m.assign(prompts_shared=False, prompts=m["batch"])
     return m[m.suite.isin(["real", "membound"]) & (m.draft == "draft")].assign(algorithm="chain")
@@ -122,7 +122,7 @@ def _row(pair: str, r, folder: Path, cell: pd.DataFrame, meas: dict, key: tuple)
     shared, n_prompts = _protocol(cell)
     lo = hi = up = float("nan")
     if (folder / "timings.csv").is_file():
-        timings = pd.read_csv(folder / "timings.csv", comment="#")
+        timings = read_table_csv(folder / "timings.csv")
         cells = {(c.algorithm, int(c.k)): c.cell for c in cell.itertuples()}
         if shared:
             lo, hi = gap_interval(timings, cells, key)
@@ -153,7 +153,7 @@ def _model_pick(r, meas: dict, best: tuple) -> dict:
 
 
 def check_pair(pair: str, tune: Path, sweeps: list[Path]) -> list[dict]:
-    rec = pd.read_csv(tune / "recommendation.csv", comment="#")
+    rec = read_table_csv(tune / "recommendation.csv")
     cfg = json.loads((tune / "meta.json").read_text())["config"]
     rows = []
     for folder in sweeps:
@@ -174,6 +174,10 @@ def check_pair(pair: str, tune: Path, sweeps: list[Path]) -> list[dict]:
                            f"did not measure (measured: {sorted(meas)})")
             rows.append(_row(pair, r, folder, cell, meas, key))
     return _supersede(rows)
+
+
+SPREAD_COLUMNS = ["pair", "batch", "context", "prompts", "prompts_shared", "configuration", "sweeps", "measured_S",
+                  "spread"]
 
 
 def spread_table(pair: str, sweeps: list[Path]) -> list[dict]:
@@ -206,12 +210,12 @@ def main(argv=None) -> int:
     for pair, tune, sweeps in zip(args.pair, args.tune, args.measured):
         rows += check_pair(pair, tune, sweeps)
         spread += spread_table(pair, sweeps)
-    table, spread = pd.DataFrame(rows), pd.DataFrame(spread)
+    table, spread = pd.DataFrame(rows), pd.DataFrame(spread, columns=SPREAD_COLUMNS)  # header even with no rows
     sources = {str(p): json.loads((p / "meta.json").read_text()).get("commit") for p in
                args.tune + [s for ss in args.measured for s in ss]}
     meta = metadata({"pairs": args.pair, "tune": args.tune, "measured": args.measured, "tolerance": TOLERANCE,
                      "sources": sources, "name": "tune-check"}, None)
-    meta["command"] = "python experiments/tune_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta["command"] = command_line([__file__, *(argv if argv is not None else sys.argv[1:])])  # paths portable
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_csv(args.out / "check.csv", table, meta)
     atomic_write_csv(args.out / "spread.csv", spread, meta)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 import pandas as pd  # noqa: E402
 
 from harness.core.figures import md_table  # noqa: E402
-from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
+from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata, read_table_csv  # noqa: E402
 
 VARIANTS = ["vllm_generate", "vllm_greedy_q_generate", "vllm_ragged_generate", "vllm_seeded_generate"]
 COLUMNS = ["variant", "shim", "verdict", "certificate", "largest_bound", "first_rejecting", "sequences", "tokens",
@@ -44,9 +44,9 @@ COLUMNS = ["variant", "shim", "verdict", "certificate", "largest_bound", "first_
 
 def _reference_row(out: Path) -> dict:
     """The sampler-under-test row of one verify run's runs.csv, and its first rejecting tests."""
-    runs = pd.read_csv(out / "runs.csv", comment="#")
+    runs = read_table_csv(out / "runs.csv")
     r = runs[runs.role.isin(("reference", "sampler"))].iloc[0]  # the sampler under test
-    tests = pd.read_csv(out / "tests.csv", comment="#")
+    tests = read_table_csv(out / "tests.csv")
     rej = tests[(tests.run == r.run) & tests.reject.astype(bool)].sort_values("p_adjusted")
     first = ", ".join(f"{t.family}/{t.test} p_adj {t.p_adjusted:.2g}" for t in rej.head(3).itertuples())
     return {"verdict": r.verdict, "certificate": r.cert_strongest if r.certificate == "certified" else "",

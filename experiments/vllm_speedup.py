@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.core.figures import md_table  # noqa: E402
-from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata  # noqa: E402
+from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, command_line, metadata  # noqa: E402
 from harness.core.threads import with_threads  # noqa: E402
 from harness.samples.engines.server import stop_group  # noqa: E402
 from harness.samples.engines.vllm_engine import _worker_env  # noqa: E402
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     table["harness_acceptance_rate"] = table.k.map(
         {r.k: (r.tokens_per_round - 1) / r.k for r in acc.itertuples()})
     meta = metadata({**vars(args), "name": "vllm-speedup", "engine": engine}, args.seed)
-    meta["command"] = "python experiments/vllm_speedup.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta["command"] = command_line([__file__, *(argv if argv is not None else sys.argv[1:])])  # paths portable
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_csv(args.out / "runs.csv", runs, meta)
     atomic_write_csv(args.out / "steps.csv", step, meta)

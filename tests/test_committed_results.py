@@ -2,8 +2,9 @@
 
 A result regenerated from a modified working tree (``dirty``), or from a commit on another branch, cannot be
 reproduced from a checkout of this repository; the gate's reference figures must be.  Provenance is read
-where the writers put it (:mod:`harness.core.provenance`): ``meta.json``, the ``# provenance:`` first line of a
-CSV, the ``provenance`` key of a parquet file's schema metadata.
+where the writers put it (:mod:`harness.core.provenance`): ``meta.json``, a CSV's sidecar ``<name>.csv.meta.json``
+(a CSV without one: its ``# provenance:`` first line, the layout before sidecars), the ``provenance`` key of a
+parquet file's schema metadata.
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def provenance_of(path: Path) -> dict | None:
     if path.name.endswith(".json"):
         return json.loads(path.read_text())
     if path.suffix == ".csv":
+        side = path.with_name(path.name + ".meta.json")
+        if side.is_file():
+            return json.loads(side.read_text())
         with open(path) as f:
             first = f.readline()
         return json.loads(first.split(":", 1)[1]) if first.startswith("# provenance:") else None
@@ -58,8 +62,14 @@ def test_committed_result_is_from_a_clean_ancestor_commit(rel):
 
 
 def test_the_check_sees_a_dirty_result(tmp_path):
-    """The reader finds the provenance a writer puts in a CSV (a test that could not fail would be a defect)."""
-    f = tmp_path / "t.csv"
+    """The reader finds the provenance a writer puts beside a CSV (a test that could not fail would be a defect),
+    and the first line of a CSV written before sidecars."""
+    import pandas as pd
+
+    from harness.core.provenance import atomic_write_csv
+    atomic_write_csv(tmp_path / "t.csv", pd.DataFrame({"a": [1], "b": [2]}), {"commit": "0", "dirty": True})
+    assert provenance_of(tmp_path / "t.csv") == {"commit": "0", "dirty": True}
+    f = tmp_path / "old.csv"
     f.write_text('# provenance: {"commit": "0" , "dirty": true}\na,b\n1,2\n')
     assert provenance_of(f) == {"commit": "0", "dirty": True}
     assert not _is_ancestor("0" * 40)

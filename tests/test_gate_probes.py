@@ -3,6 +3,7 @@
 The probes measure the harness; these tests only check the instrument (never whether a probe passes:
 that is what the table reports, before and after fixes).
 """
+import json
 import importlib.util
 import re
 import sys
@@ -97,8 +98,8 @@ def test_cli_writes_table(gp, tmp_path, capsys):
     assert "of 2 probes behave correctly" in md
     assert "| 1 | `lib_float_prompt` |" in md and "| 2 | `provenance_dirty` |" in md
     lines = (tmp_path / "t.csv").read_text().splitlines()
-    assert lines[0].startswith("# provenance: {") and lines[1].startswith("n,probe,ok,")
-    assert len(lines) == 4
+    assert lines[0].startswith("n,probe,ok,") and len(lines) == 3  # a plain CSV: header and two rows
+    assert json.loads((tmp_path / "t.csv.meta.json").read_text())["command"] == "python experiments/gate_probes.py"
     assert "of 2 probes behave correctly" in capsys.readouterr().out
 
 

@@ -4,9 +4,17 @@ Every result file the harness writes carries :func:`metadata`: the format's ``sc
 experiment's config, the seed, the git commit (and whether the tree was dirty), library versions, a
 description of the machine (CPU, core count, load average, GPU if any) and the command that made it.
 
-Provenance is portable: a path is recorded relative to the repository or the working directory (the
-home directory as ``~``), never as the absolute path of the machine that made it (:func:`portable`), and
-the command as it is typed (``python -m harness verify ...``, :func:`command_line`).
+Where it goes: a JSON result carries it as its object (``meta.json``), a parquet file in its schema metadata
+(key ``provenance``), a PNG in a text chunk, and a CSV in a sidecar beside it, ``<name>.csv.meta.json``
+(:func:`sidecar_path`), so that ``pandas.read_csv(path)`` and ``csv.DictReader`` read the CSV's real columns.
+CSVs written before the sidecar (a first line ``# provenance: {json}``) are still read
+(:func:`read_provenance`, :func:`read_table_csv`); ``experiments/migrate_csv_provenance.py`` converts them.
+
+Provenance is portable (:func:`portable`): a path is recorded relative to the repository or the working
+directory, the home directory as ``~``, a Python environment as ``<venv>``, the temporary directory as
+``<tmp>``, and any other absolute path as ``<abs>/`` and its last two components (system paths such as
+``/dev/null`` or ``/usr/bin/time`` stay as they are) -- never as the absolute path of the machine that made
+it; the command is recorded as it is typed (``python -m harness verify ...``, :func:`command_line`).
 
 Writes go to a temporary file in the target directory and are moved into place with ``os.replace``, so
 a reader never sees half a file and an interrupted run leaves the previous result intact.  Figures are
@@ -33,9 +41,9 @@ from typing import Any, Optional
 
 from harness.core.errors import UsageError
 
-__all__ = ["SCHEMA_VERSION", "SCHEMA_VERSIONS_READ", "check_schema", "read_provenance", "checked_provenance", "metadata", "git_commit", "versions", "machine", "portable", "command_line",
+__all__ = ["SCHEMA_VERSION", "SCHEMA_VERSIONS_READ", "check_schema", "read_provenance", "checked_provenance", "metadata", "git_commit", "versions", "machine", "portable", "portable_tree", "command_line",
            "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_parquet",
-           "atomic_write_csv", "atomic_savefig", "metadata_text"]
+           "atomic_write_csv", "sidecar_path", "read_table_csv", "atomic_savefig", "metadata_text"]
 
 # Version of the layout of result files and their metadata; raise it when a reader would misread old files.
 # 1: schema_version added; paths relative; `command` as typed (python -m ...).
@@ -188,7 +196,8 @@ def _jsonable(x):
 
 # -- portable paths ---------------------------------------------------------------------------
 def _roots() -> list[tuple[str, str]]:
-    """(absolute prefix, what replaces it): the repository, the working directory, the home directory."""
+    """(absolute prefix, what replaces it), first match wins: the repository, the working directory, the home
+    directory, the running Python environment (a venv), the temporary directory."""
     out = []
     if (_REPO / ".git").exists() or (_REPO / "pyproject.toml").exists():
         out.append((_REPO, ""))
@@ -200,6 +209,10 @@ def _roots() -> list[tuple[str, str]]:
         out.append((Path.home(), "~"))
     except (KeyError, RuntimeError):
         pass
+    if sys.prefix != sys.base_prefix:
+        out.append((Path(sys.prefix), "<venv>"))
+    out.append((Path(tempfile.gettempdir()), "<tmp>"))
+    out.append((Path("/tmp"), "<tmp>"))
     roots = []
     for path, repl in out:
         for form in dict.fromkeys((str(path), os.path.realpath(path))):
@@ -208,10 +221,30 @@ def _roots() -> list[tuple[str, str]]:
     return roots
 
 
+# Absolute paths that name the same thing on every machine (devices, the system's own programs): kept as given.
+SYSTEM_PREFIXES = ("/dev/", "/proc/", "/sys/", "/usr/", "/bin/", "/sbin/", "/etc/", "/lib/")
+
+
+def _outside(value: str) -> str:
+    """A path outside every root of :func:`_roots`: ``<venv>/...`` inside another Python environment (a folder
+    with ``pyvenv.cfg``), a system path as it is, else ``<abs>/`` and its last two components."""
+    if value.startswith(SYSTEM_PREFIXES) or value in {p.rstrip("/") for p in SYSTEM_PREFIXES}:
+        return value
+    path = Path(value)
+    for parent in path.parents:
+        try:
+            if parent != Path(os.sep) and (parent / "pyvenv.cfg").is_file():
+                return "<venv>/" + path.relative_to(parent).as_posix()
+        except OSError:
+            break
+    return "<abs>/" + "/".join(path.parts[1:][-2:])
+
+
 def portable(value):
     """``value`` with a leading absolute path made portable: relative to the repository (first) or the
-    working directory, the home directory as ``~``; other values unchanged.  ``--opt=/abs/path`` and
-    ``/abs/path[suffix]`` work too.  Paths outside those (``/tmp/x``) stay absolute."""
+    working directory, the home directory as ``~``, the running venv as ``<venv>``, the temporary directory
+    as ``<tmp>``, any other path as ``<abs>/`` and its last two components (:func:`_outside`); other values
+    unchanged.  ``--opt=/abs/path`` and ``/abs/path[suffix]`` work too."""
     if isinstance(value, Path):
         value = str(value)
     if not isinstance(value, str):
@@ -227,14 +260,15 @@ def portable(value):
         if value.startswith(root + os.sep):
             rest = value[len(root) + 1:]
             return f"{repl}/{rest}" if repl else rest
-    return value
+    return _outside(value)
 
 
-def _portable_tree(x):
+def portable_tree(x):
+    """:func:`portable` applied to every string of a JSON-like tree (dicts, lists)."""
     if isinstance(x, dict):
-        return {k: _portable_tree(v) for k, v in x.items()}
+        return {k: portable_tree(v) for k, v in x.items()}
     if isinstance(x, list):
-        return [_portable_tree(v) for v in x]
+        return [portable_tree(v) for v in x]
     return portable(x)
 
 
@@ -260,7 +294,16 @@ def command_line(argv=None) -> str:
     """The command that made a result, as typed: ``python -m harness verify --out results/x`` (paths
     portable, arguments shell-quoted)."""
     argv = list(sys.argv if argv is None else argv) or [""]
-    return " ".join([_program(argv[0])] + [shlex.quote(portable(a)) for a in argv[1:]])
+    return " ".join([_program(argv[0])] + [_quote(portable(a)) for a in argv[1:]])
+
+
+def _quote(arg: str) -> str:
+    """``shlex.quote``, but a placeholder prefix (``<tmp>/x``, ``--out=<abs>/a/b``) is left readable."""
+    for mark in ("<tmp>/", "<venv>/", "<abs>/"):
+        head, sep, rest = arg.partition(mark)
+        if sep and (not head or (head.startswith("-") and head.endswith("="))) and shlex.quote(rest) == rest:
+            return arg
+    return shlex.quote(arg)
 
 
 def metadata(config: dict, seed) -> dict:
@@ -268,7 +311,7 @@ def metadata(config: dict, seed) -> dict:
     timestamp, command.  Paths in ``config`` are recorded portably (:func:`portable`)."""
     return {
         "schema_version": SCHEMA_VERSION,
-        "config": _portable_tree(_jsonable(config)),
+        "config": portable_tree(_jsonable(config)),
         "seed": _jsonable(seed),
         **git_commit(),
         "versions": versions(),
@@ -292,14 +335,33 @@ def check_schema(meta, path, regenerate: Optional[str] = None) -> None:
     if isinstance(found, int) and not isinstance(found, bool) and found in SCHEMA_VERSIONS_READ:
         return
     how = regenerate or meta.get("command") or "the harness command that made it"
-    raise UsageError(f"{portable(str(path))}: schema_version {found!r} is not one this harness reads "
+    shown = portable(str(path))
+    shown = str(path) if shown.startswith("<") else shown  # an error names a path the user can open
+    raise UsageError(f"{shown}: schema_version {found!r} is not one this harness reads "
                      f"({', '.join(map(str, SCHEMA_VERSIONS_READ))}); regenerate it with `{how}`")
 
 
+def sidecar_path(path) -> Path:
+    """Where the provenance of the CSV ``path`` is kept: ``<name>.csv.meta.json`` beside it."""
+    path = Path(path)
+    return path.with_name(path.name + ".meta.json")
+
+
+LEGACY_CSV_PREFIX = "# provenance:"
+
+
+def _legacy_csv_provenance(path: Path):
+    """The ``# provenance: {json}`` first line of a CSV written before sidecars (None when it has none)."""
+    with open(path, encoding="utf-8") as f:
+        first = f.readline()
+    return json.loads(first[len(LEGACY_CSV_PREFIX):]) if first.startswith(LEGACY_CSV_PREFIX) else None
+
+
 def read_provenance(path) -> Optional[dict]:
-    """The provenance stored in result file ``path``, or None when it carries none: a JSON file's object
-    (``meta.json``), a CSV's leading ``# provenance: {json}`` line, a parquet file's ``provenance`` schema
-    metadata.  A provenance that does not parse is treated as none (the table itself is read as before)."""
+    """The provenance stored for result file ``path``, or None when it carries none: a JSON file's object
+    (``meta.json``), a CSV's sidecar ``<name>.csv.meta.json`` (or, for a CSV written before sidecars, its
+    leading ``# provenance: {json}`` line), a parquet file's ``provenance`` schema metadata.  A provenance
+    that does not parse is treated as none (the table itself is read as before)."""
     path = Path(path)
     try:
         if path.suffix == ".json":
@@ -308,14 +370,22 @@ def read_provenance(path) -> Optional[dict]:
             import pyarrow.parquet as pq
             raw = (pq.read_schema(path).metadata or {}).get(b"provenance")
             meta = json.loads(raw) if raw is not None else None
+        elif sidecar_path(path).is_file():
+            meta = json.loads(sidecar_path(path).read_text())
         else:
-            with open(path, encoding="utf-8") as f:
-                first = f.readline()
-            prefix = "# provenance:"
-            meta = json.loads(first[len(prefix):]) if first.startswith(prefix) else None
+            meta = _legacy_csv_provenance(path)
     except ValueError:
         return None
     return meta if isinstance(meta, dict) else None
+
+
+def read_table_csv(path, **kwargs):
+    """``pandas.read_csv(path, **kwargs)``, skipping the ``# provenance:`` first line of a CSV written before
+    sidecars (a field holding ``#`` is read as it is, unlike with ``comment='#'``)."""
+    import pandas as pd
+    with open(path, encoding="utf-8") as f:
+        legacy = f.readline().startswith(LEGACY_CSV_PREFIX)
+    return pd.read_csv(path, skiprows=1 if legacy else None, **kwargs)
 
 
 def checked_provenance(path, regenerate: Optional[str] = None) -> Optional[dict]:
@@ -386,12 +456,15 @@ def atomic_write_parquet(path, df, meta: Optional[dict] = None) -> Path:
 
 
 def atomic_write_csv(path, df, meta: Optional[dict] = None) -> Path:
-    """DataFrame -> CSV; ``meta`` is written as leading '# provenance: {json}' comment line.
-
-    Read back with ``pandas.read_csv(path, comment='#')``.
-    """
-    head = f"# provenance: {json.dumps(_jsonable(meta))}\n" if meta is not None else ""
-    return atomic_write_text(path, head + df.to_csv(index=False))
+    """DataFrame -> CSV holding only the table (``pandas.read_csv(path)`` reads its real columns); ``meta``
+    goes to the sidecar :func:`sidecar_path` (``<name>.csv.meta.json``), written first.  Without ``meta`` a
+    sidecar left beside ``path`` by an earlier write is removed (it would describe another table)."""
+    side = sidecar_path(path)
+    if meta is not None:
+        atomic_write_json(side, meta)
+    elif side.is_file():
+        side.unlink()
+    return atomic_write_text(path, df.to_csv(index=False))
 
 
 # Formats whose writers stamp the time of writing, and the metadata key that stops it.

@@ -10,10 +10,9 @@ import json
 
 from pathlib import Path
 
-import pandas as pd
-
 from harness.core.atomic import staged_report
-from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata, portable
+from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic_write_text, metadata, portable,
+                                     read_table_csv)
 
 __all__ = ["report_row", "write_report", "summary_text"]
 
@@ -97,7 +96,7 @@ def report_row(out) -> dict:
     per-position bound and estimate, and the rejecting tests in order of their adjusted p-value (tests.csv)."""
     out = Path(out)
     meta = json.loads((out / "meta.json").read_text())
-    t = pd.read_csv(out / "tests.csv", comment="#")
+    t = read_table_csv(out / "tests.csv")
     rej = t[t["reject"]].sort_values("p_adjusted", kind="stable")
     b = meta.get("bounds") or {}
     return {"verdict": meta["verdict"], "detail": meta["headline"][:240],

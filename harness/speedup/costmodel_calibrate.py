@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.core.provenance import read_table_csv
 from harness.speedup.profiler import CallRecorder, Timer
 from specimpl.autoregressive import autoregressive_generate
 from specimpl.model import LanguageModel
@@ -188,8 +189,8 @@ def sweep_target_only(folder: Path, target_name: str, max_new_tokens: int) -> pd
         if not (folder / name).is_file():
             raise TargetOnlyError(f"`--target-only` {str(folder)!r} has no {name} (a sweep results folder with its "
                                   f"in-situ profiles is needed)")
-    meas = pd.read_csv(folder / "measured.csv", comment="#")
-    prof = pd.read_csv(folder / "profiles.csv", comment="#")
+    meas = read_table_csv(folder / "measured.csv")
+    prof = read_table_csv(folder / "profiles.csv")
     names = prof.model.astype(str).str.removeprefix("in situ: ").str.split(" / ").str[0]
     same = names.map(lambda x: x == target_name or target_name.endswith("/" + x) or x.endswith("/" + target_name))
     prof = prof[prof.model.astype(str).str.startswith("in situ: ") & same]

@@ -39,7 +39,8 @@ from harness.controls.chain import CATALOGUE
 __all__ = ["build", "draw_figures", "REPORT_FILES"]
 
 # The files a report writes (a folder's earlier report without a manifest is cleaned of these only).
-REPORT_FILES = ("tests.parquet", "tests.csv", "runs.csv", "distributions.parquet", "pit_hist.parquet", "meta.json",
+REPORT_FILES = ("tests.parquet", "tests.csv", "runs.csv", "tests.csv.meta.json", "runs.csv.meta.json",
+                "distributions.parquet", "pit_hist.parquet", "meta.json",
                 "summary.md", "figures/*.png")
 
 PIT_COARSE = 64

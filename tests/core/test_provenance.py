@@ -39,11 +39,32 @@ def test_command_is_recorded_as_typed(argv0, typed):
     assert pv.command_line(["/usr/local/bin/pytest", "-q"]) == "pytest -q"
 
 
-def test_paths_outside_the_repository_and_working_directory_stay_as_they_are(tmp_path, monkeypatch):
+def test_paths_outside_the_repository_get_a_neutral_form(tmp_path, monkeypatch):
+    """No path of the machine that made a result is recorded (issue 45): the temporary directory as
+    ``<tmp>``, another Python environment as ``<venv>``, any other absolute path as ``<abs>/`` and its last two
+    components; system paths, which name the same thing everywhere, stay."""
+    import tempfile
     monkeypatch.chdir(REPO)
-    assert pv.portable("/nonexistent-root/x") == "/nonexistent-root/x"
+    assert pv.portable("/nonexistent-root/a/b/x") == "<abs>/b/x"
+    assert pv.portable("/nonexistent-root") == "<abs>/nonexistent-root"
+    assert pv.portable(os.path.join(tempfile.gettempdir(), "run", "out")) == "<tmp>/run/out"
+    assert pv.portable("/tmp/run/out") == "<tmp>/run/out"
+    env = tmp_path / "envs" / "vllm-env"
+    (env / "bin").mkdir(parents=True)
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert pv._outside(str(env / "bin" / "python")) == "<venv>/bin/python"
+    assert pv.portable("/usr/bin/time") == "/usr/bin/time" and pv.portable("/dev/null") == "/dev/null"
     assert pv.portable("relative/x") == "relative/x" and pv.portable(3) == 3
     assert pv.portable(str(REPO)) == "."
+    assert pv.portable("--out=/tmp/x") == "--out=<tmp>/x"
+    assert pv.command_line(["/usr/local/bin/pytest", "--out", "/tmp/a b", "--dir", "/tmp/x", "--vllm=/no/such/env/py"]) \
+        == "pytest --out '<tmp>/a b' --dir <tmp>/x --vllm=<abs>/env/py"
+
+
+def test_a_running_venv_outside_the_repository_is_named_venv(monkeypatch, tmp_path):
+    monkeypatch.setattr(pv.sys, "prefix", str(tmp_path / "some-venv"))
+    monkeypatch.chdir(REPO)
+    assert pv.portable(str(tmp_path / "some-venv" / "bin" / "python")) == "<venv>/bin/python"
 
 
 @pytest.mark.parametrize("fmt", ["png", "pdf", "svg"])

@@ -58,12 +58,28 @@ def test_read_provenance_of_each_format(tmp_path):
     for name, write in (("t.csv", atomic_write_csv), ("t.parquet", atomic_write_parquet)):
         write(tmp_path / name, df, meta)
         assert read_provenance(tmp_path / name)["schema_version"] == 1
+    assert json.loads((tmp_path / "t.csv.meta.json").read_text()) == meta  # the CSV's sidecar
+    assert list(pd.read_csv(tmp_path / "t.csv").columns) == ["a"]  # the CSV holds the table only
     atomic_write_json(tmp_path / "meta.json", meta)
     assert read_provenance(tmp_path / "meta.json")["command"] == "python -m harness x"
     atomic_write_csv(tmp_path / "bare.csv", df)
     assert read_provenance(tmp_path / "bare.csv") is None
+    atomic_write_csv(tmp_path / "t.csv", df)  # rewritten without provenance: the old sidecar goes
+    assert read_provenance(tmp_path / "t.csv") is None and not (tmp_path / "t.csv.meta.json").exists()
     (tmp_path / "odd.csv").write_text("# provenance: {not json\na\n1\n")
     assert read_provenance(tmp_path / "odd.csv") is None
+
+
+def test_a_csv_written_before_sidecars_is_still_read(tmp_path):
+    """Backward reading: a first line ``# provenance: {json}`` (files before the sidecar) is the provenance,
+    and read_table_csv skips it; a field holding '#' is kept whole (``comment='#'`` would cut it)."""
+    from harness.core.provenance import read_table_csv
+    (tmp_path / "old.csv").write_text('# provenance: {"schema_version": 1, "seed": 3}\na,b\n1,x#y\n')
+    assert read_provenance(tmp_path / "old.csv") == {"schema_version": 1, "seed": 3}
+    t = read_table_csv(tmp_path / "old.csv")
+    assert list(t.columns) == ["a", "b"] and t.b.tolist() == ["x#y"]
+    atomic_write_csv(tmp_path / "new.csv", pd.DataFrame({"a": [1], "b": ["x#y"]}), {"seed": 3})
+    assert read_table_csv(tmp_path / "new.csv").equals(t)
 
 
 def test_report_refuses_a_sweep_of_an_unknown_version(tmp_path, capsys):

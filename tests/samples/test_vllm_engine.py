@@ -128,5 +128,5 @@ def test_kernel_variants_are_not_lossy(tmp_path, fn):
     # so the verdict is read from runs.csv
     import pandas as pd
     assert _kernel(tmp_path, fn, 20_000) in (0, 1)
-    verdicts = pd.read_csv(tmp_path / f"k-{fn}" / "runs.csv", comment="#")["verdict"]
+    verdicts = pd.read_csv(tmp_path / f"k-{fn}" / "runs.csv")["verdict"]
     assert len(verdicts) and (verdicts != "lossy").all(), verdicts.tolist()

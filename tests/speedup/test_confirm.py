@@ -134,13 +134,13 @@ def test_tune_confirm_on_the_tiny_pair_writes_the_measured_pick(tmp_path):
                  "--repeats", "1", "--n-sequences", "4", "--max-new-tokens", "8", "--k", "1,2", "--algorithms",
                  "chain", "--confirm", "2", "--confirm-repeats", "1", "--confirm-prompts", "2",
                  "--out", str(out)]) == 0
-    conf = pd.read_csv(out / "confirm.csv", comment="#")
-    rec = pd.read_csv(out / "recommendation.csv", comment="#").iloc[0]
+    conf = pd.read_csv(out / "confirm.csv")
+    rec = pd.read_csv(out / "recommendation.csv").iloc[0]
     assert len(conf) == 2 and set(conf.k) == {1, 2}
     best = conf.sort_values("measured_speedup").iloc[-1]
     want = f"chain, k = {best.k}" if best.measured_speedup > 1 else OFF
     assert rec.recommendation == want and "model_recommendation" in rec
-    t = pd.read_csv(out / "confirm_timings.csv", comment="#")
+    t = pd.read_csv(out / "confirm_timings.csv")
     assert set(t.arm) == {"ar", "chain, k = 1", "chain, k = 2"} and len(t) == 3 * 2
 
 

@@ -317,7 +317,7 @@ def test_local_roofline_fits_the_committed_tiny_pair_profile():
     numbers so nothing is timed: the roofline with per-layer overhead explains the profile to ~10 %."""
     import pandas as pd
     from harness.speedup.roofline.local import calibrate_local, profile_points, tiny_shape, TINY_SHAPES
-    prof = pd.read_csv(REPO / "results" / "sweep" / "default" / "profiles.csv", comment="#")
+    prof = pd.read_csv(REPO / "results" / "sweep" / "default" / "profiles.csv")
     pts = profile_points(prof, {m: tiny_shape(r) for m, r in TINY_SHAPES.items()})
     assert len(pts) == 72 and {p[0].name for p in pts} == {"tiny:target", "tiny:draft"}
     cal = calibrate_local(prof, {"bandwidth_gbps": 5.0, "peak_tflops_float32": 0.02})

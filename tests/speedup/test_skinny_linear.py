@@ -86,7 +86,8 @@ def test_bench_script_writes_its_table(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--out", str(tmp_path), "--repeats", "1", "--n-out", "24", "--n-in", "16"]) == 0
-    df = pd.read_csv(tmp_path / "bench.csv", comment="#")
+    df = pd.read_csv(tmp_path / "bench.csv")
     assert list(df.rows) == list(mod.ROWS) and (df[["torch_ms", "skinny_ms"]] > 0).all().all()
-    assert (tmp_path / "bench.csv").read_text().startswith("# provenance:")
+    assert (tmp_path / "bench.csv").read_text().startswith("rows,")  # a plain CSV; provenance in the sidecar
+    assert (tmp_path / "bench.csv.meta.json").is_file()
     assert (tmp_path / "bench.md").read_text().count("\n") == len(mod.ROWS) + 2

@@ -108,7 +108,7 @@ def test_cell_ids_are_stable_and_follow_every_setting(tmp_path):
 
 def test_virtual_clock_accounting_is_exact_and_negative_regime_measured(tiny):
     _, out = tiny
-    m = pd.read_csv(out / "measured.csv", comment="#")
+    m = pd.read_csv(out / "measured.csv")
     assert len(m) == 2
     # on the virtual clock every call costs exactly its set time and the sampler's logic nothing:
     # the realised rounds times the profiled costs reproduce the measured times
@@ -263,12 +263,11 @@ def test_a_partial_sweep_keeps_the_provenance_of_the_tables_it_keeps(tiny, tmp_p
     out = tmp_path / "out"
     shutil.copytree(full, out, ignore=shutil.ignore_patterns("cells", "figures"))
     shutil.copytree(full / "cells" / "grid", out / "cells" / "grid")
-    path = out / "measured.csv"  # the earlier run: another commit, machine and date
-    first, rest = path.read_text().split("\n", 1)
-    old = json.loads(first[len("# provenance:"):])
+    path = out / "measured.csv.meta.json"  # measured.csv's sidecar: the earlier run, another commit, machine, date
+    old = json.loads(path.read_text())
     old.update(commit="0123456789" * 4, created_utc="2001-02-03T04:05:06+00:00")
     old["machine"] = dict(old["machine"], cpu="An Older CPU")
-    path.write_text("# provenance: " + json.dumps(old) + "\n" + rest)
+    path.write_text(json.dumps(old))
     assert sweep.run(_args(full.parent / "tiny.toml", out, suites="grid")) == 0
     meta = json.loads((out / "meta.json").read_text())
     assert meta["kept_tables"]["measured.csv"]["created_utc"] == "2001-02-03T04:05:06+00:00"

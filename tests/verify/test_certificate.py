@@ -122,7 +122,7 @@ def test_inconclusive_exits_1_and_the_planned_draws_certify(scen_dir, tmp_path, 
     assert _verify(scen_dir, tmp_path / "a", 1500, *eps) == 1
     err = capsys.readouterr().err
     assert "inconclusive" in err and "certifies at" in err
-    runs = pd.read_csv(tmp_path / "a" / "runs.csv", comment="#")
+    runs = pd.read_csv(tmp_path / "a" / "runs.csv")
     ref = runs[runs.run == "reference"].iloc[0]
     assert ref.verdict.startswith("inconclusive") and not ref.passed and ref.certificate == "inconclusive"
     need = int(ref.certify_draws)
@@ -131,7 +131,7 @@ def test_inconclusive_exits_1_and_the_planned_draws_certify(scen_dir, tmp_path, 
     assert summary.index("## Certificates") < summary.index("## Error budget") and "inconclusive (confidence" in summary
     assert "not all of TV ≤ 0.05 for the marginal at each position" in summary
     assert _verify(scen_dir, tmp_path / "b", 2 * need, *eps) == 0
-    runs = pd.read_csv(tmp_path / "b" / "runs.csv", comment="#")
+    runs = pd.read_csv(tmp_path / "b" / "runs.csv")
     ref = runs[runs.run == "reference"].iloc[0]
     assert ref.certificate == "certified" and ref.passed and ref.cert_worst_ratio < 1
     assert ref.tv_position_upper_max < 0.05 and ref.tv_pair_upper_max < 0.1 and ref.tv_joint_upper < 0.1

@@ -58,11 +58,11 @@ def test_pit_runs_one_holm_family(tmp_path, small_dir):
     out = tmp_path / "pit"
     assert _pit(out, "--only", "reference", "--only", "draft_kv_not_rolled_back", "--n-sequences", "16",
                 "--control-sequences", "16", "--max-new-tokens", "16", "--epsilon", EPS, scen=small_dir) == 0
-    runs = pd.read_csv(out / "runs.csv", comment="#")
+    runs = pd.read_csv(out / "runs.csv")
     assert list(runs.run) == ["reference", "draft_kv_not_rolled_back"]
     assert list(runs.role) == ["reference", "lossless"] and runs.passed.all()
     assert list(runs.tokens) == [16 * 16, 16 * 16]
-    t = pd.read_csv(out / "tests.csv", comment="#")
+    t = pd.read_csv(out / "tests.csv")
     ex = t[t.family.str.startswith("exact_pair")]  # the certificate: 2 prompts x (3 positions, 2 pairs, 2 windows)
     assert len(ex) == 2 * 2 * (3 + 2 + 2) and (ex.n == 512).all()
     assert list(runs.certificate) == ["certified", "certified"]
@@ -74,7 +74,7 @@ def test_pit_runs_one_holm_family(tmp_path, small_dir):
         f"pairs_lag{L}_{ph}" for L in range(2, 6) for ph in ("even", "odd")]
     ll = t[t.family == "loglik"]
     assert list(ll.test) == ["martingale", "martingale"] and (ll.n == 16).all() and not ll.reject.any()
-    t = pd.read_csv(out / "tests.csv", comment="#")  # one family: Holm over PIT and exact-pair tests together
+    t = pd.read_csv(out / "tests.csv")  # one family: Holm over PIT and exact-pair tests together
     assert np.allclose(holm(t.pvalue.to_numpy()), t.p_adjusted.to_numpy())
     assert np.allclose(t.alpha_bonferroni, 1e-4 / len(t))
     meta = json.loads((out / "meta.json").read_text())
@@ -92,8 +92,8 @@ def test_pit_and_verify_run_the_same_tests(tmp_path, small_dir):
     assert main(["verify", "--scenario-dir", str(small_dir), "--scenario", "real_model", "--no-controls",
                  "--real-model-sequences", "8", "--out", str(tmp_path / "v"), "--no-progress", "--no-figures",
                  "--epsilon", EPS]) == 0
-    p = pd.read_csv(tmp_path / "p" / "tests.csv", comment="#")
-    v = pd.read_csv(tmp_path / "v" / "tests.csv", comment="#")
+    p = pd.read_csv(tmp_path / "p" / "tests.csv")
+    v = pd.read_csv(tmp_path / "v" / "tests.csv")
     v = v[v.scenario == "real_model"].reset_index(drop=True)
     assert len(p) == len(v) == 1 + 64 + 2 * 5 + 1 + 2 * (3 + 2 + 2)  # pooled, positions, pairs at lags 1..5,
     # martingale; on the exact pair per prompt 3 positions, 2 pairs, 2 windows
@@ -106,7 +106,7 @@ def test_pit_reports_a_broken_sampler_and_bad_arguments(tmp_path, capsys, small_
     assert _pit(out, "--sampler", f"{__file__}:floating_tokens_generate", "--n-sequences", "4",
                 "--max-new-tokens", "8", scen=small_dir) == 3  # the sampler failed (harness.core.errors): not "lossy"
     assert "SamplerOutputError" in capsys.readouterr().err and (out / "error.log").is_file()
-    runs = pd.read_csv(out / "runs.csv", comment="#")
+    runs = pd.read_csv(out / "runs.csv")
     assert runs.verdict.iloc[0].startswith("error: SamplerOutputError") and "integer tensor" in runs.verdict.iloc[0]
     assert _pit(out, "--only", "no_such_run") == 2
     assert "`--only`" in capsys.readouterr().err
@@ -120,7 +120,7 @@ def test_alpha_measures_acceptance(tmp_path):
     out = tmp_path / "alpha.csv"
     assert main(["alpha", "--variant", "draft", "--variant", "uniform", "--n-sequences", "8", "--max-new-tokens", "16",
                  "--out", str(out), "--no-progress"]) == 0
-    df = pd.read_csv(out, comment="#")
+    df = pd.read_csv(out)
     assert len(df) == 4  # two variants x (temperature 1, greedy)
     assert ((df.alpha_ci99_low <= df.alpha_judged) & (df.alpha_judged <= df.alpha_ci99_high)).all()
     assert np.allclose(df.mean_acceptance_length, 1 + df.accepted / df.rounds)
@@ -135,7 +135,7 @@ def test_pit_catches_the_kv_cache_bug(tmp_path):
     out = tmp_path / "kv"
     assert _pit(out, "--only", "reference", "--only", "kv_not_rolled_back", "--n-sequences", "128",
                 "--bug-sequences", "128", "--epsilon", "real=0.1") == 0
-    runs = pd.read_csv(out / "runs.csv", comment="#").set_index("run")
+    runs = pd.read_csv(out / "runs.csv").set_index("run")
     assert runs.loc["reference", "verdict"] == "certified"
     assert runs.loc["kv_not_rolled_back", "verdict"] == "lossy" and runs.loc["kv_not_rolled_back", "passed"]
 
@@ -150,11 +150,11 @@ def test_martingale_catches_the_residual_softmax_bug(tmp_path):
     run is as its role requires, else 1 (never 2 or 3)."""
     out = tmp_path / "ll"
     rc = _pit(out, "--only", "reference", "--only", "residual_softmax", "--n-sequences", "64", "--bug-sequences", "64")
-    runs = pd.read_csv(out / "runs.csv", comment="#").set_index("run")
+    runs = pd.read_csv(out / "runs.csv").set_index("run")
     assert runs.loc["reference", "verdict"] in ("certified", "inconclusive")
     assert runs.loc["residual_softmax", "verdict"] == "lossy" and runs.loc["residual_softmax", "passed"]
     assert rc == (0 if runs.passed.all() else 1)
-    t = pd.read_csv(out / "tests.csv", comment="#")
+    t = pd.read_csv(out / "tests.csv")
     ll = t[t.family == "loglik"].set_index("run")
     assert not ll.loc["reference", "reject"]
     assert ll.loc["residual_softmax", "reject"] and ll.loc["residual_softmax", "observed"] < 0

@@ -143,6 +143,6 @@ def test_no_sequential_gives_holm_the_whole_budget(tmp_path):
                "--no-figures", "--no-progress", "--workers", "1", "--out", str(out)])
     assert rc in (0, 1)
     import pandas as pd
-    t = pd.read_csv(out / "tests.csv", comment="#")
+    t = pd.read_csv(out / "tests.csv")
     assert FAMILY not in set(t.family)
     assert t.alpha_bonferroni.iloc[0] == pytest.approx(SETTINGS.family_alpha / len(t))

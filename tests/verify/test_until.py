@@ -47,7 +47,7 @@ def test_an_inconclusive_start_ends_certified_in_a_later_round(scen_dir, tmp_pat
     stated = 1 - 1e-3 * (1 - 0.5 ** (note["round"] + 1))  # the union over rounds 0..i, not the round's own 1 - δ_i
     assert meta["config"]["tv_confidence"] == pytest.approx(stated) and stated > 0.999
     import pandas as pd
-    runs = pd.read_csv(tmp_path / "u" / "runs.csv", comment="#")
+    runs = pd.read_csv(tmp_path / "u" / "runs.csv")
     assert runs.cert_confidence.iloc[0] == pytest.approx(stated)
 
 

@@ -62,7 +62,7 @@ def test_reference_passes_and_writes_report(scen_dir, tmp_path):
         assert col in t.columns
     assert (t.verdict == "pass").all()
     assert set(t.family) >= {"gof", "two_sample", "pit", "acceptance"}
-    csv = pd.read_csv(out / "tests.csv", comment="#")
+    csv = pd.read_csv(out / "tests.csv")
     assert len(csv) == len(t)
     assert list(csv.columns) == list(t.columns) == list(TEST_COLUMNS) == TESTS_CSV_COLUMNS
     meta = json.loads((out / "meta.json").read_text())
@@ -83,20 +83,20 @@ TESTS_CSV_COLUMNS = ["scenario", "run", "role", "family", "test", "position", "l
 def test_buggy_sampler_fails_with_exit_1(scen_dir, tmp_path):
     rc = _verify(scen_dir, tmp_path / "b", "--sampler", f"{HERE}:accept_everything_generate")
     assert rc == 1
-    runs = pd.read_csv(tmp_path / "b" / "runs.csv", comment="#")
+    runs = pd.read_csv(tmp_path / "b" / "runs.csv")
     assert runs.verdict.iloc[0].startswith("lossy") and not runs.passed.iloc[0]
     assert runs.caught_by.iloc[0] in ("sequential.eprocess",) or "gof" in runs.caught_by.iloc[0]  # stopped early, or not
 
 
 def test_uninstrumented_lossless_sampler_passes(scen_dir, tmp_path):
     assert _verify(scen_dir, tmp_path / "p", "--sampler", f"{HERE}:plain_function_generate", *LOOSE) == 0
-    runs = pd.read_csv(tmp_path / "p" / "runs.csv", comment="#")
+    runs = pd.read_csv(tmp_path / "p" / "runs.csv")
     assert "not instrumented" in runs.verdict.iloc[0]
 
 
 def test_sampler_with_wrong_output_fails_with_reason(scen_dir, tmp_path):
     assert _verify(scen_dir, tmp_path / "w", "--sampler", f"{HERE}:wrong_shape_generate") == 3  # failed, not lossy
-    runs = pd.read_csv(tmp_path / "w" / "runs.csv", comment="#")
+    runs = pd.read_csv(tmp_path / "w" / "runs.csv")
     assert "shape (B, max_new_tokens)" in runs.verdict.iloc[0]
 
 
@@ -300,9 +300,9 @@ def test_calibrate_runs_and_reports(scen_dir, tmp_path):
     out = tmp_path / "cal"
     assert main(["calibrate", "--seeds", "2", "--draws", "1000", "--scenario-dir", str(scen_dir), "--scenario",
                  "tiny", "--out", str(out), "--no-progress"]) == 0
-    fam = pd.read_csv(out / "family_wise.csv", comment="#")
+    fam = pd.read_csv(out / "family_wise.csv")
     assert list(fam.family_level) == [1e-4, 0.01, 0.05, 0.2] and (fam.seeds == 2).all()
-    per = pd.read_csv(out / "per_test.csv", comment="#")
+    per = pd.read_csv(out / "per_test.csv")
     assert {"gof.position", "pit.position", "acceptance.position"} <= set(per.kind)
     assert (out / "summary.md").is_file() and not (out / "_tmp_seeds").exists()
     assert main(["calibrate", "--seeds", "0", "--out", str(out)]) == 2
@@ -389,7 +389,7 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
                  settings=settings, draws=3000, controls=False, real_model=spec, real_model_controls=True, out=out,
                  figures=False, progress=False, scenario_dir=real_scen_dir)
     assert res.passed
-    runs = pd.read_csv(out / "runs.csv", comment="#")
+    runs = pd.read_csv(out / "runs.csv")
     rm = runs[runs.scenario == "real_model"].set_index("run")
     assert set(rm.index) == {"reference", "kv_not_rolled_back", "draft_kv_not_rolled_back"}
     assert rm.loc["kv_not_rolled_back", "verdict"] == "lossy" and rm.loc["kv_not_rolled_back", "passed"]
@@ -402,7 +402,7 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     assert rm.loc["reference", "cert_inconclusive_normal"] >= 0 and rm.loc["reference", "certify_draws"] > 0
     assert rm.loc["draft_kv_not_rolled_back", "certificate"] == "certified"  # at the control scale (6 x ε)
     assert rm.loc["reference", "tokens"] == 32 * 64
-    t = pd.read_csv(out / "tests.csv", comment="#")
+    t = pd.read_csv(out / "tests.csv")
     rt = t[(t.scenario == "real_model") & ~t.family.str.startswith("exact_pair")]
     assert len(rt) == 3 * (1 + 64 + 2 * 5 + 1)  # pooled, per position, PIT pairs at lags 1..k+1, martingale
     kv_pit = rt[(rt.run == "kv_not_rolled_back") & rt.family.isin(["pit", "loglik"])]
@@ -438,14 +438,14 @@ def test_real_model_from_the_command_line(real_scen_dir, tmp_path, capsys):
     out = tmp_path / "cli"
     assert main(["verify", "--scenario-dir", str(real_scen_dir), "--scenario", "real_model", "--no-controls",
                  "--real-model-sequences", "8", "--out", str(out), "--no-progress", "--no-figures"]) == 0
-    runs = pd.read_csv(out / "runs.csv", comment="#")
+    runs = pd.read_csv(out / "runs.csv")
     assert list(runs[runs.scenario == "real_model"].run) == ["reference"]
     assert int(runs[runs.scenario == "real_model"].tokens.iloc[0]) == 8 * 64
     assert main(["verify", "--scenario-dir", str(real_scen_dir), "--scenario", "real_model", "--no-real-model",
                  "--no-progress"]) == 2
     assert "`--no-real-model`" in capsys.readouterr().err
     assert _verify(real_scen_dir, tmp_path / "t", "--no-controls") == 0  # --scenario tiny: no real model
-    assert (pd.read_csv(tmp_path / "t" / "tests.csv", comment="#").scenario != "real_model").all()
+    assert (pd.read_csv(tmp_path / "t" / "tests.csv").scenario != "real_model").all()
 
 
 def test_real_model_spec_errors_name_the_key():

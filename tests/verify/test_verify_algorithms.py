@@ -124,7 +124,7 @@ QUIET = ["--no-real-model", "--no-figures", "--no-progress"]
 
 def _acceptance_expected(out):
     import pandas as pd
-    t = pd.read_csv(out / "tests.csv", comment="#")
+    t = pd.read_csv(out / "tests.csv")
     return t[(t.family == "acceptance") & (t.test == "position")].sort_values("position").expected.to_numpy()
 
 

@@ -34,6 +34,7 @@ from typing import Optional
 
 from harness.core.errors import UsageError
 from harness.core.models import model_path
+from harness.core.provenance import portable_tree
 from harness.samples.engines.gguf_export import export_gguf
 from harness.samples.engines.llama_cpp import PLAIN, api_record, load_llama, request_seed, spec_steps
 from harness.samples.format import SampleWriter, parse_record
@@ -115,7 +116,7 @@ def produce_llama(reqs, writer: SampleWriter, *, controls, seed: int, spec: str 
     wall = time.perf_counter() - tic
     summary = {"engine": job["engine"], "completions": n, "tokens": n * controls.max_new_tokens,
                "generate_s": wall, "tokens_per_s": n * controls.max_new_tokens / max(wall, 1e-9)}
-    Path(str(writer.path) + ".engine.json").write_text(json.dumps(summary, indent=1))
+    Path(str(writer.path) + ".engine.json").write_text(json.dumps(portable_tree(summary), indent=1))  # no machine paths
     if progress:
         print(f"llama.cpp {job['engine']['version']}: {n * controls.max_new_tokens} tokens in {wall:.1f} s "
               f"({n * controls.max_new_tokens / wall:.0f} tokens/s, {workers} worker(s))", file=sys.stderr)

@@ -39,6 +39,7 @@ from typing import Optional
 import numpy as np
 
 from harness.core.errors import SamplerError, UsageError
+from harness.core.provenance import portable_tree
 from harness.samples.engines.server import free_port, local_server, stop_group
 from harness.samples.format import SampleWriter, parse_record
 
@@ -156,7 +157,7 @@ def produce_vllm(reqs, writer: SampleWriter, *, python: str, shim: str, progress
         print(f"vllm {summary['engine']['version']}: {summary['tokens']} tokens in {summary['generate_s']:.1f} s "
               f"({summary['tokens_per_s']:.0f} tokens/s; engine start {summary['startup_s']:.1f} s); "
               f"{speculation_summary(records)}", file=sys.stderr)
-    Path(str(writer.path) + ".engine.json").write_text(json.dumps(summary, indent=1))
+    Path(str(writer.path) + ".engine.json").write_text(json.dumps(portable_tree(summary), indent=1))  # no machine paths
     return n
 
 

@@ -42,7 +42,7 @@ from harness.speedup import costmodel as cm
 from harness.core.config import RESULTS
 from harness.core.atomic import staged_report
 from harness.core.figures import pyplot as _plt, results_line, save_figure as _save
-from harness.core.provenance import atomic_savefig, atomic_write_text, check_schema, checked_provenance
+from harness.core.provenance import atomic_savefig, atomic_write_text, check_schema, checked_provenance, read_table_csv
 from harness.speedup.sweep.tables import PREDICTIONS, fidelity
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out
@@ -144,7 +144,7 @@ def _read_table(path: Path) -> tuple:
     if not path.exists():
         return None, None
     meta = checked_provenance(path)
-    return (pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, comment="#")), meta
+    return (pd.read_parquet(path) if path.suffix == ".parquet" else read_table_csv(path)), meta
 
 
 def _k_colors(plt):

@@ -25,7 +25,7 @@ import pandas as pd
 
 from harness.speedup.roofline.speedup import crossover_batch
 from harness.core.figures import save_figure as _save
-from harness.core.provenance import checked_provenance
+from harness.core.provenance import checked_provenance, read_table_csv
 
 __all__ = ["FIGURES", "load_grid", "load_fidelity", "best_by_batch", "marker"]
 
@@ -36,7 +36,7 @@ def _stored(res, name: str) -> pd.DataFrame:
     if not p.exists():
         return pd.DataFrame()
     checked_provenance(p)
-    return pd.read_csv(p, comment="#")
+    return read_table_csv(p)
 
 
 def load_grid(res) -> pd.DataFrame:

@@ -28,7 +28,7 @@ import torch
 
 from harness.speedup.roofline.model import HARDWARE_DIR, Calibration, Hardware, ModelShape, calibrate
 from specimpl.hf import TINY_PAIR_DIR
-from harness.core.provenance import atomic_write_text, checked_provenance
+from harness.core.provenance import atomic_write_text, checked_provenance, read_table_csv
 from harness.core.errors import UsageError
 from harness.core.outdir import claim_out
 
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
         return 2
     checked_provenance(args.profiles)  # before the probe: an unknown schema_version is refused at once
     measured = probe(args.threads)
-    cal = calibrate_local(pd.read_csv(args.profiles, comment="#"), measured)
+    cal = calibrate_local(read_table_csv(args.profiles), measured)
     text = local_toml(measured, cal, args.profiles)
     atomic_write_text(args.out, text)
     print(text)

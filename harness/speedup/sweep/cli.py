@@ -33,7 +33,7 @@ from harness.core.config import SWEEP_DIR, derive_seed, overlay, read_toml
 from harness.core.atomic import staged_report
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
 from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic_write_parquet, check_schema, metadata,
-                                     read_provenance)
+                                     read_provenance, sidecar_path)
 from harness.speedup.sweep.suites import SUITES, Cell
 from harness.speedup.sweep.tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
 from harness.core.errors import UsageError
@@ -189,7 +189,8 @@ def _stored(out: Path, cells: list[Cell], current: Optional[set] = None) -> tupl
 
 
 # -- tables from stored cells ---------------------------------------------------------------------
-TABLE_FILES = ("grid.parquet", "measured.csv", "timings.csv", "fidelity.json", "profiles.csv", "meta.json")
+TABLE_FILES = ("grid.parquet", "measured.csv", "timings.csv", "fidelity.json", "profiles.csv", "meta.json",
+               "measured.csv.meta.json", "timings.csv.meta.json", "profiles.csv.meta.json")
 
 
 def _cells_provenance(recs: list[StoredCell], keys: dict) -> list[dict]:
@@ -241,11 +242,13 @@ def finalize(out: Path, cfg: dict, cells: list[Cell], current_only: bool = True,
     previous = read_provenance(out / "meta.json") if skipped and (out / "meta.json").is_file() else None
     if previous:  # the run that stored the cells of the suites this one skipped (report: SweepResults.meta_for_suite)
         meta["previous_run"] = previous
-    with staged_report(out, "sweep", TABLE_FILES, keep=keep) as staged:
+    kept_files = keep | {sidecar_path(n).name for n in keep if n.endswith(".csv")}  # a kept CSV keeps its sidecar
+    with staged_report(out, "sweep", TABLE_FILES, keep=kept_files) as staged:
         written = _write_tables(out, staged.dir, recs, meta)
         for name, path in list(written.items()):
             if Path(path).name in keep:  # the previous table stays as it is
                 Path(path).unlink()
+                sidecar_path(path).unlink(missing_ok=True)
                 del written[name]
     for name in sorted(keep):
         print(f"sweep: kept {out / name} (also fed by suite(s) this run did not run; a sweep of every suite "
