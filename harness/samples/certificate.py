@@ -158,16 +158,31 @@ class Certificate:
     completions: int
     reasons: tuple = field(default_factory=tuple)
 
+    def where(self) -> str:
+        """Where the engine's law departs most (:func:`_where`)."""
+        return _where(self.bounds)
+
     def headline(self) -> str:
         b = self.bounds
         if self.verdict == "certified":
             return (f"certified: {b.what.split(' (')[0]} <= {self.epsilon:g} at every position (largest bound "
                     f"{b.max_upper:.3g}; simultaneous confidence {self.confidence:g})")
         if self.verdict == "lossy":
-            return "lossy: " + "; ".join(self.reasons)
+            return "lossy: " + "; ".join(self.reasons) + self.where()
         return (f"inconclusive: {'; '.join(self.reasons)}; about {b.needed if b else '?'} completions "
                 f"{'per file ' if b and b.what.startswith('TV between') else ''}would certify epsilon = "
                 f"{self.epsilon:g} (have {self.completions})")
+
+
+def _where(b: Optional[PositionBounds]) -> str:
+    """'; largest estimated <distance> 0.12 at position 3 (upper bound 0.15)': where a lossy engine's law departs
+    most, by the per-position point estimates ('' without estimates)."""
+    hat = np.array(b.hat if b is not None else (), dtype=np.float64)
+    if not hat.size or not np.isfinite(hat).any():
+        return ""
+    t = int(np.nanargmax(hat))
+    return (f"; largest estimated {b.what.split(' (')[0].split(';')[0]} {hat[t]:.3g} at position {t} (upper bound "
+            f"{b.upper[t]:.3g}, n = {b.n[t]})")
 
 
 def judge(table, bounds: Optional[PositionBounds], epsilon: float, tv_confidence: float, completions: int,
