@@ -285,7 +285,8 @@ def _more(path: Path, per_prompt: int) -> Path:
 
 def advice(res: SamplesVerdict, args) -> list[str]:
     """What an inconclusive verdict asks of the user: the completions that would certify (the planner, under H0), per
-    prompt, and the commands that draw them into new files and verify those (none for another verdict)."""
+    prompt, and the commands that draw them into new files (another seed: independent of the completions that were
+    inconclusive) and verify those (none for another verdict)."""
     c = res.certificate
     if c.verdict != "inconclusive" or c.bounds is None or not c.bounds.needed:
         return []
@@ -301,8 +302,8 @@ def advice(res: SamplesVerdict, args) -> list[str]:
              f"them into new files with the `python -m harness sample` options that wrote "
              + " and ".join(f"{Path(getattr(args, k)).name}" for k in ("samples", "baseline") if getattr(args, k)) +
              ", then verify those:"]
-    lines += [f"  python -m harness sample <the options that wrote {getattr(args, o[2:])}> --n-per-prompt "
-              f"{per_prompt} --out {p}" for o, p in new.items()]
+    lines += [f"  python -m harness sample <the options that wrote {getattr(args, o[2:])}, another --seed> "
+              f"--n-per-prompt {per_prompt} --out {p}" for o, p in new.items()]
     lines.append("  " + rerun_command("verify-samples", getattr(args, "argv", None), new))
     return lines
 

@@ -33,7 +33,7 @@ from harness.verify.sampler import load_sampler, sampler_failure
 from harness.verify.until import until_certified
 
 __all__ = ["add_arguments", "run", "fail_args", "with_epsilon", "check_common", "real_model_spec",
-           "backend_of"]
+           "backend_of", "rerun"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -221,13 +221,17 @@ def run(args) -> int:
     return exit_status(res.verdict)
 
 
-def _rerun(args) -> Callable[[dict], str]:
-    """options -> this command line with them set (an --until-certified budget kept at >= 4 x the new --draws)."""
-    def rerun(options: dict) -> str:
-        if args.until_certified is not None and "--draws" in options:
-            options = {**options, "--until-certified": max(args.until_certified, 4 * options["--draws"])}
-        return rerun_command("verify", getattr(args, "argv", None), options)
-    return rerun
+def rerun(command: str, args, seed: int) -> Callable[[dict], str]:
+    """options -> this command line with them set and the next seed, ``seed + 1``: the rerun an inconclusive
+    verdict suggests is drawn independently of the run that prompted it (with the same seed it would redraw most
+    of the same sequences, and the size planned to certify 95 % of lossless runs would certify far fewer of the
+    runs that were inconclusive); an ``--until-certified`` budget is kept at >= 4 x the new ``--draws``."""
+    def line(options: dict) -> str:
+        options = {**options, "--seed": (int(seed) + 1) % 2 ** 63}
+        if getattr(args, "until_certified", None) is not None and "--draws" in options:
+            options["--until-certified"] = max(args.until_certified, 4 * options["--draws"])
+        return rerun_command(command, getattr(args, "argv", None), options)
+    return line
 
 
 def _verify(args, ch: _Choice, out: Path, backend: Backend, *, draws: Optional[int] = None,
@@ -239,4 +243,5 @@ def _verify(args, ch: _Choice, out: Path, backend: Backend, *, draws: Optional[i
         controls=controls and not args.sampler and not args.no_controls, out=out, fresh=args.fresh,
         figures=not args.no_figures,
         progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
-        real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm, backend=backend, rerun=_rerun(args)))
+        real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm, backend=backend,
+        rerun=rerun("verify", args, ch.settings.seed if args.seed is None else args.seed)))

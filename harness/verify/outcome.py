@@ -138,9 +138,9 @@ def _loss_lines(rs: RunSet, verdicts: pd.DataFrame) -> tuple:
         if v.role in MUST_BE_CAUGHT or v.role == "peer" or not str(v.verdict).startswith("lossy"):
             continue
         r = runs.get((v.run, v.scenario))
-        where = carriers(r, v.tv_best_test) if r is not None and isinstance(v.tv_best_test, str) and v.tv_best_test else ""
-        lines.append(f"{v.run} on {v.scenario}: loss {loss_estimate(v)}" + (f"; {where}" if where else "")
-                     )
+        located = r is not None and isinstance(v.tv_best_test, str) and bool(v.tv_best_test)
+        where = carriers(r, v.tv_best_test) if located else ""
+        lines.append(f"{v.run} on {v.scenario}: loss {loss_estimate(v)}" + (f"; {where}" if where else ""))
     return tuple(lines)
 
 

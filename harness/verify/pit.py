@@ -36,10 +36,10 @@ from harness.core.config import RESULTS
 from harness.verify.realmodel import RealModelSpec
 from harness.laws.scenarios import load_settings
 from harness.core.errors import UsageError
-from harness.core.verdict import exit_status, rerun_command
+from harness.core.verdict import exit_status
 from harness.core.options import check_option, check_unique
 from harness.core.threads import with_threads
-from harness.verify.cli import add_common_arguments, check_common, real_model_spec, with_epsilon
+from harness.verify.cli import add_common_arguments, check_common, real_model_spec, rerun, with_epsilon
 from harness.verify.draw import RunState, draw_all
 from harness.verify.family import family_config
 from harness.verify.pipeline import VerifyResult, conclude, real_model_config
@@ -177,7 +177,8 @@ def run(args) -> int:
                                                  fresh=args.fresh, figures=not args.no_figures,
                                                  progress=not args.no_progress,
                                                  exact_sequences=args.exact_sequences,
-                                                 rerun=lambda o: rerun_command("pit", getattr(args, "argv", None), o)))
+                                                 rerun=rerun("pit", args, settings.seed if args.seed is None
+                                                             else args.seed)))
     print(res.console, file=sys.stderr)
     samplers = [fn for _, role, fn, _ in entries if role in UNDER_TEST]
     failure = sampler_failure(res.verdicts, samplers[0] if len(samplers) == 1 else None)
