@@ -26,7 +26,7 @@ from harness.verify.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST, RunSet, RunSpec
 from harness.verify.verdicts import PLANNED_RATE, Certifier, certify_size, standing
 
-__all__ = ["Outcome", "Need", "judge", "command_verdict", "carriers", "loss_estimate"]
+__all__ = ["Outcome", "Need", "judge", "command_verdict", "carriers", "loss_estimate", "tally"]
 
 _VERDICT_OF = {"ok": "certified", "inconclusive": "inconclusive", "failed": "lossy"}
 
@@ -52,6 +52,7 @@ class Outcome:
 
     verdict: str
     reasons: tuple = ()
+    tally: str = ""  # the reasons counted by kind (:func:`tally`)
     losses: tuple = ()
     needs: tuple = ()
     command: Optional[str] = None  # the command line that draws what ``needs`` asks (None: none can)
@@ -63,17 +64,40 @@ def command_verdict(verdicts: pd.DataFrame) -> str:
     return combine(_VERDICT_OF[standing(v)] for v in verdicts.itertuples())
 
 
+def _kind(v) -> str:
+    """What keeps one run from its role, as counted in the headline: 'failed', 'buggy control not caught',
+    'run not certified', 'lossless control lossy', 'lossy run under test' or 'run not as its role requires'."""
+    if isinstance(v.error, str) and v.error:
+        return "failed"
+    if v.role in MUST_BE_CAUGHT:
+        return "buggy control not caught"
+    if standing(v) == "inconclusive":
+        return "run not certified"
+    if v.role == "lossless" and str(v.verdict).startswith("lossy"):
+        return "lossless control lossy"
+    return "lossy run under test" if str(v.verdict).startswith("lossy") else "run not as its role requires"
+
+
 def _reason(v) -> str:
     """Why one run is not as its role requires, in a few words."""
-    where = f"{v.run} on {v.scenario}"
-    if isinstance(v.error, str) and v.error:
+    where, kind = f"{v.run} on {v.scenario}", _kind(v)
+    if kind == "failed":
         return f"{where} failed ({v.error[:80]})"
-    if v.role in MUST_BE_CAUGHT:
+    if kind == "buggy control not caught":
         return f"buggy control {where} not caught ({v.verdict})"
-    if standing(v) == "inconclusive":
+    if kind == "run not certified":
         return f"{where} not certified (largest bound / ε: {v.cert_worst})"
     who = "lossless control " if v.role == "lossless" else ""
-    return f"{who}{where} {v.verdict}" + (f" (rejected by {v.caught_by})" if isinstance(v.caught_by, str) and v.caught_by else "")
+    caught = f" (rejected by {v.caught_by})" if isinstance(v.caught_by, str) and v.caught_by else ""
+    return f"{who}{where} {v.verdict}{caught}"
+
+
+def tally(verdicts: pd.DataFrame) -> str:
+    """'1 buggy control not caught, 2 runs not certified': the runs keeping the command from PASS, by kind."""
+    kinds = [_kind(v) for v in verdicts.itertuples() if standing(v) != "ok"]
+    counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+    return ", ".join(f"{n} {k.replace('run ', 'runs ', 1) if n > 1 and k.startswith('run ') else k}"
+                     for k, n in counts.items())
 
 
 def loss_estimate(v) -> str:
@@ -204,8 +228,8 @@ def _advice(needs: tuple, rerun: Optional[Callable[[dict], str]]) -> tuple[Optio
     options: dict = {}
     for n in needs:
         unit = "sequences per prompt on the exact pair" if n.scenario == REAL_MODEL_SCENARIO else "sequences"
-        size = (f"~{n.needed:,} {unit} would certify a lossless sampler with probability ≥ {1 - PLANNED_RATE:g} "
-                f"(planner)" if n.scenario != REAL_MODEL_SCENARIO else
+        size = (f"~{n.needed:,} {unit} certify a lossless sampler with probability ≥ {1 - PLANNED_RATE:g} "
+                f"(the bound on P(inconclusive))" if n.scenario != REAL_MODEL_SCENARIO else
                 f"~{n.needed:,} {unit}: a lossless sampler's expected bounds reach ε there (planner)" if n.needed else
                 "")
         how = f"{n.option} {n.value:,}" if n.option else n.note
@@ -223,9 +247,9 @@ def judge(rs: RunSet, table: pd.DataFrame, verdicts: pd.DataFrame, certifier: Ce
     verdict = command_verdict(verdicts)
     reasons = tuple(_reason(v) for v in verdicts.itertuples() if standing(v) != "ok")
     if verdict == "lossy":
-        return Outcome(verdict, reasons, losses=_loss_lines(rs, verdicts))
+        return Outcome(verdict, reasons, tally(verdicts), losses=_loss_lines(rs, verdicts))
     if verdict == "inconclusive":
         needs = _needs(rs, table, verdicts, certifier, config)
         command, advice = _advice(needs, rerun)
-        return Outcome(verdict, reasons, needs=needs, command=command, advice=advice)
+        return Outcome(verdict, reasons, tally(verdicts), needs=needs, command=command, advice=advice)
     return Outcome(verdict)

@@ -509,13 +509,10 @@ def _console(verdicts, config, timing, outcome: Outcome, out) -> str:
     lines += [f"  loss: {x}" for x in outcome.losses] + [f"  to certify: {x}" for x in outcome.advice]
     if outcome.command:
         lines += ["to certify, run:", f"  {outcome.command}"]
-    lines.append(f"{who}: {headline(outcome.verdict)}" + _HEADLINE_TAIL[outcome.verdict].format(n=len(outcome.reasons)))
+    tail = {"certified": "every run as its role requires", "lossy": f"{outcome.tally}; exit 1",
+            "inconclusive": f"nothing lossy; {outcome.tally}; exit 4"}[outcome.verdict]
+    lines.append(f"{who}: {headline(outcome.verdict)} ({tail})")
     return "\n".join(lines)
-
-
-_HEADLINE_TAIL = {"certified": " (every run as its role requires)",
-                  "lossy": " ({n} run(s) lossy or not as their role requires; exit 1)",
-                  "inconclusive": " (nothing lossy; {n} run(s) not certified; exit 4)"}
 
 
 def _console_run(v) -> str:

@@ -1,6 +1,7 @@
 """`python -m harness pit` and `python -m harness alpha`: the real-model battery through verify's family,
 and the acceptance of the draft variants on the shipped tiny pair."""
 import json
+import shlex
 
 import numpy as np
 import pandas as pd
@@ -8,7 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from harness.cli import main  # noqa: E402
+from harness.cli import build_parser, main  # noqa: E402
 from harness.stats import holm  # noqa: E402
 from specimpl.speculative import speculative_generate  # noqa: E402
 
@@ -81,6 +82,21 @@ def test_pit_runs_one_holm_family(tmp_path, small_dir):
     assert meta["config"]["command"] == "pit" and meta["config"]["real_model"]["max_new_tokens"] == 16
     assert "## Real model" in (out / "summary.md").read_text()
     assert not (out / "_tmp_state").exists()
+
+
+def test_pit_inconclusive_exits_4_with_the_exact_sequences_that_certify(tmp_path, small_dir, capsys):
+    """pit's verdict is verify's: the reference at 512 sequences per prompt on the exact pair and the default
+    tolerances is certified nowhere, lossy nowhere: exit 4, INCONCLUSIVE last, and the command (the real parser reads
+    it) asks --exact-sequences above the planner's figure, on the next seed."""
+    out = tmp_path / "pit"
+    assert _pit(out, "--only", "reference", "--n-sequences", "16", "--max-new-tokens", "16", "--seed", "5",
+                scen=small_dir) == 4
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("pit reference: INCONCLUSIVE") and lines[-3] == "to certify, run:"
+    args = build_parser()[0].parse_args(shlex.split(lines[-2])[3:])
+    runs = pd.read_csv(out / "runs.csv", comment="#").set_index("run")
+    assert args.command == "pit" and args.only == ["reference"] and args.seed == 6
+    assert args.exact_sequences == runs.loc["reference", "certify_draws"] > 512
 
 
 @pytest.mark.slow  # 54 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
