@@ -1,6 +1,7 @@
 """verify-samples on synthetic sample files (no model): two-sample mode, independence, refusals, planners."""
 import json
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -93,6 +94,7 @@ def test_two_sample_shifted_law_is_lossy(tmp_path):
     code, meta = _verify(tmp_path, a, b)
     assert code == 1 and meta["verdict"] == "lossy" and "tokens/position" in meta["headline"]
     assert "largest estimated TV" in meta["headline"] and "at position" in meta["headline"]  # where the loss is
+    assert re.search(r"; token [01]: samples \d", meta["headline"]) and "% vs baseline" in meta["headline"]  # the swap
     summary = (tmp_path / "rep" / "summary.md").read_text()
     assert "**Result: LOSSY**" in summary and "completions needed" not in summary  # no planning on a lossy run
 
