@@ -290,8 +290,8 @@ def tests_csv(out: Path):
 
 
 def not_lossy(r, out: Path) -> bool:
-    """A run that found nothing wrong: exit 0 (certified), or exit 1 with every run of runs.csv inconclusive
-    (issue 10: too few draws to certify; nothing rejected) -- never a lossy verdict."""
+    """A run that found nothing wrong: exit 0 (certified), or exit 4 (inconclusive) with every run of runs.csv
+    inconclusive or certified (issue 10: too few draws to certify; nothing rejected) -- never a lossy verdict."""
     if r.rc == 0:
         return True
     import pandas as pd
@@ -299,7 +299,7 @@ def not_lossy(r, out: Path) -> bool:
         runs = pd.read_csv(out / "runs.csv")
     except (OSError, ValueError):
         return False
-    return r.rc == 1 and bool(runs.verdict.str.match(r"(inconclusive|certified|lossless)$").all()) and \
+    return r.rc == 4 and bool(runs.verdict.str.match(r"(inconclusive|certified|lossless)$").all()) and \
         bool((runs.verdict == "inconclusive").any())
 
 
@@ -414,7 +414,7 @@ def _calibrate_reuses_seed(ctx: Ctx):
 @probe("few_draws_false_alarm",
        "The reference sampler fails its own battery at small draw counts: `verify --scenario base --draws 500 "
        "--no-controls --no-real-model` with seeds 1, 2, 3.",
-       "exit 0 for every seed (or exit 1 with every run inconclusive: too few draws to certify, nothing lossy)",
+       "exit 0 for every seed (or exit 4 with every run inconclusive: too few draws to certify, nothing lossy)",
        timeout=150, slow=True)  # three verify commands of ~20 s each (start-up, inconclusive-rate simulation); 60 s ran out
 def _few_draws(ctx: Ctx):
     rcs, notes, oks = [], [], []
@@ -445,7 +445,7 @@ def _unreachable(ctx: Ctx, name: str, k: int, n: int, timeout: float):
 @probe("k32_short_output",
        "k larger than the output: a scenario with k = 32, max_new_tokens = 8 (custom --scenario-dir), 20,000 "
        "draws, reference sampler, fails.",
-       "exit 0 (or exit 1 with every run inconclusive: too few draws to certify, nothing lossy)", timeout=60)
+       "exit 0 (or exit 4 with every run inconclusive: too few draws to certify, nothing lossy)", timeout=60)
 def _k32(ctx: Ctx):
     r, beyond, counts = _unreachable(ctx, "k32", 32, 8, 50)
     return f"{describe(r, 1)}; {counts}", not_lossy(r, ctx.path("out"))
@@ -454,7 +454,7 @@ def _k32(ctx: Ctx):
 @probe("k1000_unreachable_tests",
        "k = 1000 with max_new_tokens = 8: fails, and the battery tests draft positions that can never be "
        "reached (spending the budget on them).",
-       "exit 0 (or 1 with every run inconclusive, nothing lossy) and no tests on unreachable positions "
+       "exit 0 (or 4 with every run inconclusive, nothing lossy) and no tests on unreachable positions "
        "(acceptance tests at draft positions >= N)",
        timeout=90, slow=True)
 def _k1000(ctx: Ctx):
@@ -1074,7 +1074,7 @@ def _baseline_same(ctx: Ctx):
        "'lossy' (\"1 of 16 pairs identical vs 0 of 0 in the baseline\", p = 0).  Probed: 16 prompts x 8 "
        "completions of 1 token by our speculative sampler (short completions collide legitimately) against "
        "16 x 1 of our autoregressive sampler.",
-       "not lossy: exit 0 (certified) or exit 1 with verdict inconclusive; a test without data in one arm "
+       "not lossy: exit 0 (certified) or exit 4 with verdict inconclusive; a test without data in one arm "
        "does not reject", timeout=170, slow=True)
 def _baseline_one(ctx: Ctx):
     a = _sample(ctx, "a.jsonl", "--engine", "ours", "--no-progress", "--n-prompts", 16, "--n-per-prompt", 8,
@@ -1095,7 +1095,7 @@ def _baseline_one(ctx: Ctx):
             if len(row) else ""
     except (OSError, ValueError, KeyError, IndexError):
         pass
-    return f"{describe(r, 1)}; verdict {v}{dup}", r.rc in (0, 1) and v in ("certified", "inconclusive")
+    return f"{describe(r, 1)}; verdict {v}{dup}", r.rc in (0, 4) and v in ("certified", "inconclusive")
 
 
 HELPER_GOOD = """
@@ -1537,7 +1537,7 @@ def _uint8(ctx: Ctx):
             return GenerationResult(tokens=res.tokens.to(torch.uint8), lengths=res.lengths, stats=res.stats,
                                     timings=res.timings)
     """)
-    return describe(r, 1), r.rc in (0, 1) or (r.rc in (2, 3) and "uint8" in r.err)
+    return describe(r, 1), r.rc in (0, 1, 4) or (r.rc in (2, 3) and "uint8" in r.err)
 
 
 @probe("i26_sweep_bad_models_up_front",

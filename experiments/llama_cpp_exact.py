@@ -63,7 +63,7 @@ def one(mode: str, args, out: Path) -> dict:
     row.update(engine_generate_s=round(engine["generate_s"], 1), tokens_per_s=round(engine["tokens_per_s"]))
     rc, wall, err = _run([sys.executable, "-m", "harness", "verify-samples", "--samples", str(samples), "--target",
                           TARGET, "--exact", "--epsilon", str(args.epsilon), "--no-progress", "--out", str(d / "report")])
-    row.update(report_row(d / "report") if rc in (0, 1) else {"verdict": f"error (exit {rc})", "detail": err[-240:]},
+    row.update(report_row(d / "report") if rc in (0, 1, 4) else {"verdict": f"error (exit {rc})", "detail": err[-240:]},
                verify_wall_s=round(wall, 1))
     if mode != "plain":
         rules = subprocess.run([sys.executable, "-m", "harness.samples.rules", str(samples), TARGET, TARGET],

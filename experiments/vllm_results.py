@@ -71,7 +71,7 @@ def one(mode: str, shim: str, per_prompt: int, args, out: Path) -> dict:
     rc, wall, err = _run([sys.executable, "-m", "harness", "verify-samples", "--samples", str(samples),
                           "--target", f"{PAIR}/markov_target", "--exact", "--epsilon", str(args.epsilon),
                           "--no-progress", "--out", str(d / "report")])
-    row.update(report_row(d / "report") if rc in (0, 1) else {"verdict": f"error (exit {rc})", "detail": err[-240:]},
+    row.update(report_row(d / "report") if rc in (0, 1, 4) else {"verdict": f"error (exit {rc})", "detail": err[-240:]},
                verify_wall_s=round(wall, 1))
     rules = subprocess.run([sys.executable, "-m", "harness.samples.rules", str(samples), f"{PAIR}/markov_target",
                             f"{PAIR}/markov_draft"], cwd=REPO, capture_output=True, text=True)

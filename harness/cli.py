@@ -2,7 +2,7 @@
 samples-dedupe, models.
 
 Each command lives in its own module, which provides ``add_arguments(parser)`` and ``run(args) -> int``
-(0 ok, 1 lossy).  :func:`main` is the one place where exceptions become exit statuses
+(0 ok, 1 lossy, 4 inconclusive; :mod:`harness.core.verdict`).  :func:`main` is the one place where exceptions become exit statuses
 (:mod:`harness.core.errors`): a :class:`~harness.core.errors.UsageError` is 2 (one line), a
 :class:`~harness.core.errors.SamplerError` or any other failure 3 (one or two lines, the traceback in
 ``<out>/error.log``), Ctrl-C 130.
@@ -69,11 +69,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 def main(argv=None) -> int:
     parser, mods = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     prog = f"python -m harness {args.command}"
+    args.argv = argv[argv.index(args.command) + 1:]  # the command's own options, for the rerun it may suggest
     quiet_libraries(args)
     with sigint_flag(), held_outputs():
         try:

@@ -1,6 +1,6 @@
 """The exit-code contract of `python -m harness` (harness.core.errors): 0 ok, 1 lossy, 2 usage or configuration
-error (one line), 3 the sampler or a model failed (summary on stderr, traceback in <out>/error.log), 130
-interrupted.  The CLI runs in-process through harness.cli.main."""
+error (one line), 3 the sampler or a model failed (summary on stderr, traceback in <out>/error.log), 4
+inconclusive, 130 interrupted.  The CLI runs in-process through harness.cli.main."""
 import os
 import textwrap
 import threading
@@ -96,7 +96,36 @@ def test_a_lossy_sampler_exits_1(tmp_path, monkeypatch, capsys):
     """
     rc, err = _verify_sampler(tmp_path, monkeypatch, capsys, body)
     assert rc == 1
-    assert "FAIL" in err and "Traceback" not in err and not (tmp_path / "out" / "error.log").exists()
+    assert "Traceback" not in err and not (tmp_path / "out" / "error.log").exists()
+    lines = _lines(err)
+    assert lines[-1].startswith("verify s.py:fn: LOSSY") and "exit 1" in lines[-1]
+    loss = next(x for x in lines if x.strip().startswith("loss: s.py:fn on base"))
+    assert "TV ≈ " in loss and " on position[" in loss and "token 0: observed 100 % vs exact" in loss  # where: token 0
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "**Result: LOSSY**" in summary and "## Where the loss is" in summary
+    assert "P(inconclusive | lossless)" not in summary.split("## Certificates")[0]  # no planning on a lossy run
+    assert "certifies at" not in err and "To certify" not in summary
+
+
+def test_the_codes_and_words_of_the_three_verdicts():
+    from harness.core.verdict import combine, exit_status, headline
+    assert [exit_status(v) for v in ("certified", "lossy", "inconclusive")] == [0, 1, 4]
+    assert [headline(v) for v in ("certified", "lossy", "inconclusive")] == ["PASS", "LOSSY", "INCONCLUSIVE"]
+    assert combine(["certified", "inconclusive"]) == "inconclusive" and combine(["inconclusive", "lossy"]) == "lossy"
+    assert combine(["certified"]) == "certified" and combine([]) == "inconclusive"
+    with pytest.raises(ValueError, match="`verdict` must be one of"):
+        combine(["FAIL"])
+
+
+def test_the_rerun_command_replaces_the_sizing_option():
+    from harness.cli import build_parser
+    from harness.core.verdict import rerun_command
+    import shlex
+    argv = ["--scenario", "base", "--draws=20000", "--out", "my dir", "--draws", "5", "--seed", "7"]
+    cmd = rerun_command("verify", argv, {"--draws": 645718})
+    assert cmd == "python -m harness verify --scenario base --out 'my dir' --seed 7 --draws 645718"
+    args = build_parser()[0].parse_args(shlex.split(cmd)[3:])
+    assert (args.draws, args.seed, str(args.out), args.scenario) == (645718, 7, "my dir", ["base"])
 
 
 # --------------------------------------------------------------------------- bad options: 2, one line

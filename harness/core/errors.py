@@ -11,6 +11,9 @@ an outcome or an exception to it:
     3    a sampler or model failed the sampler under test (or a model) raised, exited, or returned
                                    malformed output; one or two lines on stderr, the full traceback in
                                    ``<out>/error.log`` (:class:`SamplerError`)
+    4    inconclusive              nothing was found lossy, but a run that must be certified was not (a bound
+                                   above its tolerance): the console says how many draws would certify and
+                                   the command that draws them (``verify``, ``verify-samples``, ``pit``)
     130  interrupted               Ctrl-C from the user (state saved so far is kept for a resume)
 
 ``SystemExit`` and ``KeyboardInterrupt`` raised *inside a sampler call* are the sampler's failure (3),
@@ -23,16 +26,17 @@ import contextlib
 import signal
 import threading
 
-__all__ = ["EXIT_OK", "EXIT_LOSSY", "EXIT_USAGE", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_CODES", "HarnessError",
+__all__ = ["EXIT_OK", "EXIT_LOSSY", "EXIT_USAGE", "EXIT_FAILED", "EXIT_INCONCLUSIVE", "EXIT_INTERRUPTED", "EXIT_CODES", "HarnessError",
            "UsageError", "SamplerError", "sigint_flag", "user_interrupted"]
 
-EXIT_OK, EXIT_LOSSY, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_LOSSY, EXIT_USAGE, EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 EXIT_CODES = {
     EXIT_OK: "certified / ok",
     EXIT_LOSSY: "lossy (a sampler judged lossy, a control not caught, calibrate inconsistent)",
     EXIT_USAGE: "usage or configuration error (one line naming the option or file: key and the value)",
     EXIT_FAILED: "the sampler or a model failed (summary on stderr, traceback in <out>/error.log)",
+    EXIT_INCONCLUSIVE: "inconclusive (nothing lossy, not certified: the draws that would certify and the command)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 

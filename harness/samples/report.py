@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from harness.core.atomic import staged_report
+from harness.core.verdict import headline
 from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic_write_text, metadata, portable,
                                      read_table_csv)
 
@@ -33,10 +34,12 @@ def _bounds_dict(b) -> dict:
             "n": list(b.n), "hat": list(b.hat), "upper": list(b.upper)}
 
 
-def summary_text(res, args) -> str:
+def summary_text(res, args, advice=()) -> str:
+    """summary.md: the headline word and the certificate first, then (inconclusive) ``advice``, the rejections and
+    the tests by family."""
     c, t = res.certificate, res.table
     lv = res.info.get("levels", {})
-    lines = [f"# verify-samples: {c.verdict}", "", c.headline(), "",
+    lines = [f"# verify-samples: {c.verdict}", "", f"**Result: {headline(c.verdict)}**", "", c.headline(), "",
              f"- mode: {res.mode}; samples: `{portable(str(args.samples))}`" +
              (f"; target: `{portable(str(args.target))}` ({'float64 exact law' if res.mode == 'exact' else args.dtype})" if args.target else
               f"; baseline: `{portable(str(args.baseline))}`"),
@@ -49,13 +52,14 @@ def summary_text(res, args) -> str:
              f" (each planned at {lv.get('alpha_each', float('nan')):.3g}); min detectable deviation per row in "
              "tests.csv (`min_detectable`, at the run's power)",
              f"- certificate: epsilon = {c.epsilon:g}, confidence {c.confidence:g}; "
-             + (f"bounded: {c.bounds.what}; largest bound {c.bounds.max_upper:.3g}; completions needed to certify "
-                f"epsilon (planner, under H0): {c.bounds.needed}" if c.bounds else "no bounds")]
+             + (f"bounded: {c.bounds.what}; largest bound {c.bounds.max_upper:.3g}" if c.bounds else "no bounds")
+             + (f"; completions needed to certify epsilon (planner, under H0): {c.bounds.needed}"
+                if c.bounds and c.verdict != "lossy" else "")]
     if res.info.get("pit_kolmogorov"):
         k = res.info["pit_kolmogorov"]
         lines.append(f"- also bounded (a test, not the certificate): {k['what']}; largest bound {k['max_upper']:.3g} "
-                     f"(each at miss probability {k['delta_each']:.2g}); completions that bring it under epsilon "
-                     f"(planner, under H0): {k['completions_needed']}")
+                     f"(each at miss probability {k['delta_each']:.2g})" + ("" if c.verdict == "lossy" else
+                     f"; completions that bring it under epsilon (planner, under H0): {k['completions_needed']}"))
     if res.info.get("engine_logprobs"):
         a = res.info["engine_logprobs"]
         lines.append(f"- engine logprobs vs scorer: max |diff| {a['max_abs_diff']:.3g}, mean {a['mean_abs_diff']:.3g} "
@@ -67,6 +71,8 @@ def summary_text(res, args) -> str:
                      f"bound {i['max_pair_bound']:.3g}, largest {i['window']}-window bound {i['max_window_bound']:.3g}")
     if "wall_score_s" in res.info:
         lines.append(f"- scoring wall time: {res.info['wall_score_s']:.1f} s")
+    if advice:
+        lines += ["", "## To certify", "", advice[0], "", "```sh", *(a.strip() for a in advice[1:]), "```"]
     rej = t[t["reject"]]
     lines += ["", f"## Rejections ({len(rej)})", ""]
     lines += [f"- {r.family}/{r.test}" + (f" @ position {int(r.position)}" if r.position >= 0 else "") +
@@ -79,14 +85,15 @@ def summary_text(res, args) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(out, res, args) -> list[str]:
+def write_report(out, res, args, advice=()) -> list[str]:
+    """tests.csv, summary.md and meta.json into ``out`` (``advice``: the lines of an inconclusive verdict's next step)."""
     meta = metadata(_config(res, args), args.seed)
     meta.update({"verdict": res.certificate.verdict, "completions": res.certificate.completions, "headline": res.certificate.headline(),
                  "reasons": list(res.certificate.reasons), "bounds": _bounds_dict(res.certificate.bounds),
                  "notes": list(res.notes), "info": res.info})
     with staged_report(Path(out), "verify-samples", FILES) as st:
         atomic_write_csv(st.dir / "tests.csv", res.table, meta)
-        atomic_write_text(st.dir / "summary.md", summary_text(res, args))
+        atomic_write_text(st.dir / "summary.md", summary_text(res, args, advice))
         atomic_write_json(st.dir / "meta.json", meta)
     return list(FILES)
 

@@ -21,8 +21,10 @@ with respect to the requested law, and the console, summary.md and meta.json (``
 
 The report goes to ``--out``: tests.csv (one row per test, the columns of ``verify``), summary.md (the
 certificate first), meta.json (provenance, the certificate, per-position bounds, timings).
-Exit status: 0 certified, 1 lossy or inconclusive (not certified; summary.md says which), 2 bad input, 3
-the target failed to load or score.
+The console's last line and summary.md's "Result" give the headline word, PASS / LOSSY / INCONCLUSIVE
+(:mod:`harness.core.verdict`): a lossy verdict names the tests and the position whose estimated TV is largest, an
+inconclusive one the completions that would certify and the commands that draw and verify them (:func:`advice`).
+Exit status: 0 certified, 1 lossy, 4 inconclusive, 2 bad input, 3 the target failed to load or score.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ import numpy as np
 
 from harness.core.errors import SamplerError, UsageError
 from harness.core.models import resolve_model
+from harness.core.verdict import exit_status, headline, rerun_command
 from harness.core.options import check_option, check_out, check_seed
 from harness.core.outdir import claim_out
 from harness.samples.certificate import Certificate, judge, scored_bounds, token_tv_bounds, two_sample_bounds
@@ -97,7 +100,8 @@ class SamplesVerdict:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.certificate.verdict == "certified" else 1
+        """0 certified, 1 lossy, 4 inconclusive."""
+        return exit_status(self.certificate.verdict)
 
 
 def _settings(alpha: Optional[float]):
@@ -263,6 +267,8 @@ def _max_bound(table, key: str) -> float:
 
 
 def verify_samples(args) -> SamplesVerdict:
+    """The verdict of the options ``args`` (scored, exact or two-sample mode); ``info['prompts']``: the prompts of
+    the sample file (the unit of the advice's completions per prompt)."""
     settings = _settings(args.alpha)
     records = read_samples(args.samples)
     _one_law(records, args.samples)
@@ -273,6 +279,7 @@ def verify_samples(args) -> SamplesVerdict:
         res = scored(records, args.target, args, settings)
     else:
         res = two_sample(records, args.baseline, args, settings)
+    res = dataclasses.replace(res, info={**res.info, "prompts": len({r.prompt_ids for r in records})})
     finding = early_stop_finding(records)
     if finding:  # meta.json's info and the console line of run()
         res.info["early_stops"] = {"completions": len(early_stopped(records)), "finding": finding}
@@ -294,14 +301,47 @@ def _check(args) -> None:
         args.target = resolve_model(args.target, "--target")
 
 
+def _more(path: Path, per_prompt: int) -> Path:
+    """A new sample file beside ``path`` for ``per_prompt`` completions per prompt: ``spec.jsonl`` -> ``spec-n75.jsonl``."""
+    return path.with_name(f"{path.stem}-n{per_prompt}{path.suffix}")
+
+
+def advice(res: SamplesVerdict, args) -> list[str]:
+    """What an inconclusive verdict asks of the user: the completions that would certify (the planner, under H0), per
+    prompt, and the commands that draw them into new files (another seed: independent of the completions that were
+    inconclusive) and verify those (none for another verdict)."""
+    c = res.certificate
+    if c.verdict != "inconclusive" or c.bounds is None or not c.bounds.needed:
+        return []
+    prompts = max(1, int(res.info.get("prompts") or 1))
+    per_file = c.bounds.what.startswith("TV between")
+    per_prompt = int(c.bounds.needed) if res.mode == "exact" else -(-int(c.bounds.needed) // prompts)
+    new = {"--samples": _more(Path(args.samples), per_prompt)}
+    if args.baseline is not None:
+        new["--baseline"] = _more(Path(args.baseline), per_prompt)
+    total = per_prompt * prompts
+    lines = [f"to certify epsilon = {c.epsilon:g}: about {total:,} completions{' per file' if per_file else ''} "
+             f"({per_prompt:,} per prompt over {prompts} prompt(s); have {c.completions:,}), planned under H0: draw "
+             f"them into new files with the `python -m harness sample` options that wrote "
+             + " and ".join(f"{Path(getattr(args, k)).name}" for k in ("samples", "baseline") if getattr(args, k)) +
+             ", then verify those:"]
+    lines += [f"  python -m harness sample <the options that wrote {getattr(args, o[2:])}, another --seed> "
+              f"--n-per-prompt {per_prompt} --out {p}" for o, p in new.items()]
+    lines.append("  " + rerun_command("verify-samples", getattr(args, "argv", None), new))
+    return lines
+
+
 def run(args) -> int:
-    """0 certified, 1 lossy or inconclusive; UsageError (2) for bad input, SamplerError (3) for a failed model."""
+    """0 certified, 1 lossy, 4 inconclusive; UsageError (2) for bad input, SamplerError (3) for a failed model."""
     _check(args)
     res = verify_samples(args)
-    write_report(args.out, res, args)
+    todo = advice(res, args)
+    write_report(args.out, res, args, todo)
     print(res.certificate.headline(), file=sys.stderr)
     if "early_stops" in res.info:  # the engine did not apply the requested controls: said in words
         print(f"engine finding (tests.csv: ending/early_stops): {res.info['early_stops']['finding']}", file=sys.stderr)
+    for line in todo:
+        print(line, file=sys.stderr)
     print(f"report: {args.out}", file=sys.stderr)
+    print(f"verify-samples: {headline(res.certificate.verdict)} (exit {res.exit_code})", file=sys.stderr)
     return res.exit_code
-

@@ -4,8 +4,10 @@ Bad arguments (an unknown scenario, a malformed ``--sampler``, too few draws, co
 scenario file) raise :class:`harness.core.errors.UsageError` before any work (exit 2, one line naming the
 option or ``file: key``); otherwise :func:`harness.verify.pipeline.verify` runs and the exit status is 0 when
 everything passed as its role requires (the samplers under test and the lossless controls *certified*, the
-buggy controls lossy), 1 otherwise (lossy, or inconclusive: not certified — a gate that did not certify never
-exits 0), 3 when the sampler under test failed (:func:`sampler_failure`).
+buggy controls lossy), 1 when it is lossy (a sampler under test lossy, a buggy control not caught, a lossless control
+lossy), 4 when it is inconclusive (nothing lossy, but a run that must be certified is not: the console and
+summary.md give the draws that would certify and the command that draws them), 3 when the sampler under test
+failed (:func:`sampler_failure`); :mod:`harness.verify.outcome`.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from harness.laws.algorithms import NAMES, Algorithm
 from harness.core.backends import Backend, add_backend_arguments, check_backend_options, make_backend
 from harness.core.config import overlay, read_toml
 from harness.core.errors import UsageError
+from harness.core.verdict import exit_status, rerun_command
 from harness.core.threads import with_threads
 from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
 from harness.core.outdir import claim_out
@@ -31,7 +34,7 @@ from harness.verify.sampler import load_sampler, sampler_failure
 from harness.verify.until import until_certified
 
 __all__ = ["add_arguments", "run", "fail_args", "with_epsilon", "check_common", "real_model_spec",
-           "backend_of"]
+           "backend_of", "rerun"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -185,8 +188,8 @@ def real_model_spec(path: Path, overrides: Optional[dict] = None) -> RealModelSp
 
 
 def run(args) -> int:
-    """Exit status 0 (passed), 1 (lossy or inconclusive); UsageError (2) before any work, SamplerError (3) when the
-    sampler under test failed (the report is written first)."""
+    """Exit status 0 (certified), 1 (lossy), 4 (inconclusive); UsageError (2) before any work, SamplerError (3)
+    when the sampler under test failed (the report is written first)."""
     try:
         ch = _choose(args)
     except UsageError:
@@ -210,7 +213,20 @@ def run(args) -> int:
     if failure is not None:
         args.failure_dir = out
         raise failure
-    return 0 if res.passed else 1
+    return exit_status(res.verdict)
+
+
+def rerun(command: str, args, seed: int) -> Callable[[dict], str]:
+    """options -> this command line with them set and the next seed, ``seed + 1``: the rerun an inconclusive
+    verdict suggests is drawn independently of the run that prompted it (with the same seed it would redraw most
+    of the same sequences, and the size planned to certify 95 % of lossless runs would certify far fewer of the
+    runs that were inconclusive); an ``--until-certified`` budget is kept at >= 4 x the new ``--draws``."""
+    def line(options: dict) -> str:
+        options = {**options, "--seed": (int(seed) + 1) % 2 ** 63}
+        if getattr(args, "until_certified", None) is not None and "--draws" in options:
+            options["--until-certified"] = max(args.until_certified, 4 * options["--draws"])
+        return rerun_command(command, getattr(args, "argv", None), options)
+    return line
 
 
 def _verify(args, ch: _Choice, out: Path, backend: Backend, *, draws: Optional[int] = None,
@@ -222,4 +238,5 @@ def _verify(args, ch: _Choice, out: Path, backend: Backend, *, draws: Optional[i
         controls=controls and not args.sampler and not args.no_controls, out=out, fresh=args.fresh,
         figures=not args.no_figures,
         progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
-        real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm, backend=backend))
+        real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm, backend=backend,
+        rerun=rerun("verify", args, ch.settings.seed if args.seed is None else args.seed)))

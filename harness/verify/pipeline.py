@@ -23,6 +23,7 @@ from harness.verify.draw import RunState, draw_all, draw_von_neumann
 from harness.verify.family import FamilyLevels, evaluate_family, family_config, plan_family
 from harness.verify.runs import (UNDER_TEST, RunSet, Sizes, algorithm_runs, baselines_for, exact_runs, real_runs_for,
                                  run_sizes)
+from harness.verify.outcome import Outcome, judge
 from harness.verify.verdicts import certifier_for, verdict_table
 from specimpl.speculative import speculative_generate
 
@@ -33,7 +34,8 @@ __all__ = ["verify", "conclude", "VerifyResult"]
 class VerifyResult:
     """The outcome of a verification: ``passed`` (every run as its role requires), the table of tests,
     the runs, the markdown summary and console lines, the report folder (None: nothing written), the
-    provenance, and ``verdicts`` (the rows of ``runs.csv``)."""
+    provenance, ``verdicts`` (the rows of ``runs.csv``) and ``outcome`` (:class:`harness.verify.outcome.Outcome`:
+    the command's verdict, certified / lossy / inconclusive, with its reasons, losses and advice)."""
 
     passed: bool
     table: pd.DataFrame
@@ -44,6 +46,12 @@ class VerifyResult:
     meta: dict
     real_runs: list = field(default_factory=list)
     verdicts: Optional[pd.DataFrame] = None
+    outcome: Optional[Outcome] = None
+
+    @property
+    def verdict(self) -> str:
+        """certified / lossy / inconclusive (:mod:`harness.core.verdict`)."""
+        return self.outcome.verdict if self.outcome is not None else ("certified" if self.passed else "inconclusive")
 
 
 def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, settings, draws: Optional[int] = None,
@@ -52,7 +60,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
            scenario_dir: Path = SCENARIO_DIR, von_neumann: Optional[bool] = None,
            real_model: Optional[RealModelSpec] = None, real_model_sequences: Optional[int] = None,
            real_model_controls: Optional[bool] = None, algorithm: Optional[str] = None,
-           backend: Optional[Backend] = None, note: Optional[dict] = None) -> VerifyResult:
+           backend: Optional[Backend] = None, note: Optional[dict] = None,
+           rerun: Optional[Callable[[dict], str]] = None) -> VerifyResult:
     """Run the battery; write the report to ``out`` (None: write nothing).  See :mod:`harness.verify`.
 
     ``sampler`` None: the reference sampler, and (with ``controls``) every control; ``von_neumann``
@@ -65,7 +74,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     reference sampler, the block / tree reference runs and controls of default.toml's ``[algorithms]``
     join the run.  ``backend``: where the exact-law shards are drawn (:mod:`harness.core.backends`; None: in
     this process); the results do not depend on it.  ``note``: recorded in the config (a round of
-    :mod:`harness.verify.until`)."""
+    :mod:`harness.verify.until`).  ``rerun``: options -> the command line that draws with them, for the advice of
+    an inconclusive verdict (:func:`harness.core.verdict.rerun_command`; None: the options are named alone)."""
     t_start = time.perf_counter()
     if full and not getattr(settings, "full", False):
         settings = replace(settings, full=True)  # the scenario files' full_epsilon_* apply
@@ -97,7 +107,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
                 **family_config(settings, levels), **_sources_config(rs, sizes)}
 
     return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
-                    t_drawn=time.perf_counter(), workers=backend.local_workers if backend is not None else 1)
+                    t_drawn=time.perf_counter(), workers=backend.local_workers if backend is not None else 1,
+                    rerun=rerun)
 
 
 def _algorithms_config(rs: RunSet, algos) -> Optional[dict]:
@@ -129,24 +140,29 @@ def real_model_config(rs: RunSet) -> Optional[dict]:
 
 
 def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, seed: int, out: Optional[Path],
-             figures: bool, state: RunState, t_start: float, t_drawn: float, workers: int = 1) -> VerifyResult:
-    """Evaluate the family of tests of the drawn ``rs``, judge each run, write the report (``config``
-    gives the command's settings for the provenance, once the family's levels are known), and drop
+             figures: bool, state: RunState, t_start: float, t_drawn: float, workers: int = 1,
+             rerun: Optional[Callable[[dict], str]] = None) -> VerifyResult:
+    """Evaluate the family of tests of the drawn ``rs``, judge each run and the command
+    (:func:`harness.verify.outcome.judge`; ``rerun`` writes the command of its advice), write the report
+    (``config`` gives the command's settings for the provenance, once the family's levels are known), and drop
     the resume state.  ``workers``: processes evaluating the tests and judging the runs
     (:func:`harness.core.forkmap.fork_map`; the result does not depend on it)."""
     table, levels = evaluate_family(plan_family(rs), settings, workers)
     t_tested = time.perf_counter()
-    verdicts = verdict_table(rs, table, certifier_for(rs, settings, levels.delta_each), workers)
-    passed = bool(verdicts.passed.all()) if len(verdicts) else False
+    certifier = certifier_for(rs, settings, levels.delta_each)
+    verdicts = verdict_table(rs, table, certifier, workers)
+    cfg = config(levels)
+    outcome = judge(rs, table, verdicts, certifier, cfg, rerun)
+    passed = outcome.verdict == "certified"
     timing = _timing(rs, t_start, t_drawn, t_tested)
     result = report.build(table=table, verdicts=verdicts, runs=rs.runs, baselines=rs.baselines, laws=rs.laws,
-                          real_runs=rs.real_runs, config=config(levels), seed=seed, timing=timing, passed=passed,
+                          real_runs=rs.real_runs, config=cfg, seed=seed, timing=timing, outcome=outcome,
                           out=out, figures=figures, resume=state.summary(), resume_lines=state.announcement(),
                           workers=workers)
     state.clear()
     return VerifyResult(passed=passed, table=table, runs=rs.runs, summary=result["summary"],
                         console=result["console"], out=out, meta=result["meta"], real_runs=rs.real_runs,
-                        verdicts=verdicts)
+                        verdicts=verdicts, outcome=outcome)
 
 
 def _timing(rs: RunSet, t_start: float, t_drawn: float, t_tested: float) -> dict:

@@ -17,9 +17,12 @@ drawn (:mod:`harness.verify.draw`), put in one family with a Holm adjustment at 
 
 Roles: the reference and ``--sampler`` samplers and the lossless controls must pass, the bugs of
 ``harness.controls.hf.HF_BUGS`` must be caught, transformers' assisted generation is a *peer*: reported,
-not judged.  Exit status 0 when every run is as its role requires, 1 otherwise, 2 for bad arguments, 3
-when the reference or a ``--sampler`` failed, 130 when interrupted (:mod:`harness.core.errors`).
-The report goes to ``--out`` (default ``runs/pit/<name>-<hash>``; the committed one is ``results/hf/pit/``); an interrupted run resumes from its finished draws.
+not judged.  Exit status 0 when every run is as its role requires, 1 lossy (a run under test lossy, a bug not
+caught), 4 inconclusive (nothing lossy, a run not certified: the console gives the draws and the command that
+would certify), 2 for bad arguments, 3 when the reference or a ``--sampler`` failed, 130 when interrupted
+(:mod:`harness.core.errors`, :mod:`harness.core.verdict`).
+The report goes to ``--out`` (default ``runs/pit/<name>-<hash>``; the committed one is ``results/hf/pit/``); an
+interrupted run resumes from its finished draws.
 """
 from __future__ import annotations
 
@@ -33,10 +36,11 @@ from typing import Callable, Optional
 from harness.verify.realmodel import RealModelSpec
 from harness.laws.scenarios import load_settings
 from harness.core.errors import UsageError
+from harness.core.verdict import exit_status
 from harness.core.options import check_option, check_unique
 from harness.core.outdir import claim_out
 from harness.core.threads import with_threads
-from harness.verify.cli import add_common_arguments, check_common, real_model_spec, with_epsilon
+from harness.verify.cli import add_common_arguments, check_common, real_model_spec, rerun, with_epsilon
 from harness.verify.draw import RunState, draw_all
 from harness.verify.family import family_config
 from harness.verify.pipeline import VerifyResult, conclude, real_model_config
@@ -130,7 +134,7 @@ def _exact_n(spec: RealModelSpec, name: str, role: str, exact_sequences: Optiona
 
 def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, out: Optional[Path] = None,
         fresh: bool = False, figures: bool = True, progress: bool = True,
-        exact_sequences: Optional[int] = None) -> VerifyResult:
+        exact_sequences: Optional[int] = None, rerun: Optional[Callable[[dict], str]] = None) -> VerifyResult:
     """Draw every (name, role, sampler, sequences) of ``entries`` on the real pair with ``spec`` (and, for the
     certificate, on the exact pair: ``exact_sequences`` per prompt for the sampler under test, see
     :func:`_exact_n`), and test, judge and report them as one family (``settings``: default.toml's run settings)."""
@@ -150,11 +154,11 @@ def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, o
                 "real_model": real_model_config(rs)}
 
     return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
-                    t_drawn=time.perf_counter())
+                    t_drawn=time.perf_counter(), rerun=rerun)
 
 
 def run(args) -> int:
-    """Exit 0 / 1 by the runs' roles; UsageError (2) before any work; SamplerError (3) when the reference
+    """Exit 0 / 1 / 4 (certified / lossy / inconclusive, :mod:`harness.verify.outcome`); UsageError (2) before any work; SamplerError (3) when the reference
     or a ``--sampler`` failed (the report is written first)."""
     check_common(args)
     check_unique(args.sampler, "--sampler")
@@ -176,10 +180,12 @@ def run(args) -> int:
     res = with_threads(args.threads, lambda: pit(entries, spec, settings, seed=args.seed, out=args.out,
                                                  fresh=args.fresh, figures=not args.no_figures,
                                                  progress=not args.no_progress,
-                                                 exact_sequences=args.exact_sequences))
+                                                 exact_sequences=args.exact_sequences,
+                                                 rerun=rerun("pit", args, settings.seed if args.seed is None
+                                                             else args.seed)))
     print(res.console, file=sys.stderr)
     samplers = [fn for _, role, fn, _ in entries if role in UNDER_TEST]
     failure = sampler_failure(res.verdicts, samplers[0] if len(samplers) == 1 else None)
     if failure is not None:
         raise failure
-    return 0 if res.passed else 1
+    return exit_status(res.verdict)

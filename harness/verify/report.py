@@ -33,6 +33,8 @@ from harness.core.provenance import (atomic_savefig, atomic_write_csv, atomic_wr
                                 atomic_write_text, metadata)
 from harness.verify.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
 from harness.verify.family import run_acceptance
+from harness.verify.outcome import Outcome, loss_estimate
+from harness.core.verdict import headline
 from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST
 from harness.controls.chain import CATALOGUE
 
@@ -90,16 +92,20 @@ def _distributions(runs, baselines, laws, real_runs=()) -> tuple[pd.DataFrame, p
             pd.concat(pit, ignore_index=True) if pit else pd.DataFrame())
 
 
-def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, passed, out: Optional[Path],
+def build(*, table, verdicts, runs, baselines, laws, config, seed, timing, outcome: Outcome, out: Optional[Path],
           figures: bool, real_runs=(), resume: Optional[dict] = None, resume_lines=(), workers: int = 1) -> dict:
     """The summary, console lines and provenance of a verification, and its report folder ``out`` (None: no
-    files); ``workers``: processes drawing the figures."""
+    files); ``outcome``: the command's verdict (:func:`harness.verify.outcome.judge`); ``workers``: processes
+    drawing the figures."""
     meta = metadata(config, seed)
     meta["timing"] = timing
-    meta["passed"] = passed
+    meta["passed"] = outcome.verdict == "certified"
+    meta["verdict"] = outcome.verdict
+    if outcome.command:
+        meta["to_certify"] = outcome.command
     meta["resume"] = resume or {"reused_shards": 0, "stale_shards_redrawn": 0, "fingerprint": None}
-    summary = _summary(table, verdicts, runs, laws, config, meta, timing, passed, resume_lines)
-    console = _console(verdicts, config, timing, passed, out)
+    summary = _summary(table, verdicts, runs, laws, config, meta, timing, outcome, resume_lines)
+    console = _console(verdicts, config, timing, outcome, out)
     if out is not None:
         with staged_report(out, "verify", REPORT_FILES) as staged:  # every file moves into out together
             _write(staged.dir, table, verdicts, _distributions(runs, baselines, laws, real_runs), meta, summary,
@@ -122,11 +128,11 @@ def _write(d: Path, table, verdicts, dist_pit, meta, summary, figures: bool, wor
 
 
 # ------------------------------------------------------------------------------------ summary
-def _summary(table, verdicts, runs, laws, config, meta, timing, passed, resume_lines=()) -> str:
+def _summary(table, verdicts, runs, laws, config, meta, timing, outcome: Outcome, resume_lines=()) -> str:
     is_vn = verdicts.scenario.str.startswith("von_neumann")
     is_rm = verdicts.scenario == REAL_MODEL
     must = verdicts[(verdicts.certificate.fillna("") != "") & ~verdicts.role.isin(MUST_BE_CAUGHT)]
-    L = _header(config, meta, passed) + (_strongest(must, config) if len(must) else []) + _certificates(verdicts, config) + \
+    L = _header(config, meta, outcome) + _next_steps(outcome) + (_strongest(must, config) if len(must) else []) + _certificates(verdicts, config) + \
         [f"**Resumed:** {line}." for line in resume_lines] + ([""] if resume_lines else []) + _budget(config, timing)
     L += _scenarios(verdicts[verdicts.role.isin(UNDER_TEST) & ~is_vn & ~is_rm], table, runs, laws)
     L += _real_model_section(verdicts[is_rm], config)
@@ -149,18 +155,45 @@ def _outcome(v) -> str:
     return "passed" if v.passed else "**FALSE ALARM**"
 
 
-def _header(config, meta, passed) -> list[str]:
+_RESULT_WORDS = {
+    "certified": "every run certified, every buggy control caught, every lossless control certified",
+    "lossy": "a loss was found (or a control did not behave as its role requires); where it is: below",
+    "inconclusive": "nothing was found lossy, but not every run was certified: the draws that would are below",
+}
+
+
+def _header(config, meta, outcome: Outcome) -> list[str]:
     mach = meta["machine"]
+    why = _RESULT_WORDS[outcome.verdict] if config["sampler"] == "reference" or outcome.verdict != "certified" \
+        else "certified on every scenario"
     return [f"# Verification report: {config['sampler']}", "",
-            f"**Result: {'PASS' if passed else 'FAIL'}** — "
-            + ("every scenario certified, every buggy control caught, every lossless control certified"
-               if passed and config["sampler"] == "reference" else
-               ("certified on every scenario" if passed else "see the certificates and failing rows below")), "",
+            f"**Result: {headline(outcome.verdict)}** — {why}", "",
             f"commit `{(meta.get('commit') or 'unknown')[:12]}`{' (dirty tree)' if meta.get('dirty') else ''}, "
             f"seed {meta['seed']}, torch {meta['versions'].get('torch')}, numpy {meta['versions'].get('numpy')}, "
             f"scipy {meta['versions'].get('scipy')}; {mach.get('cpu')}, {mach.get('cpus_available')} cores, "
             f"load average at start {mach.get('loadavg_1_5_15')}; {meta['created_utc']}; "
             f"`{meta.get('command')}`", ""]
+
+
+def _next_steps(outcome: Outcome) -> list[str]:
+    """What the verdict means for the user: where the loss is (lossy), the draws and command that would
+    certify (inconclusive); nothing when certified."""
+    if outcome.verdict == "certified":
+        return []
+    L = ["## Why not PASS", *(f"- {r}" for r in outcome.reasons), ""]
+    if outcome.losses:
+        L += ["## Where the loss is",
+              "Estimated loss: the plug-in TV of the law (position, consecutive pair or J-window) whose confidence "
+              "interval lies highest, with that interval (simultaneous with every bound of the command); the tokens: "
+              "the cells of that law whose observed share departs most from the exact one ('end': after EOS).", "",
+              *(f"- {x}" for x in outcome.losses), ""]
+    if outcome.advice:
+        L += ["## To certify", *(f"- {x}" for x in outcome.advice), ""]
+        if outcome.command:
+            L += ["```sh", outcome.command, "```",
+                  "Each run's certificate holds at its own confidence; across this run and a rerun, the chance that "
+                  "either certifies a lossy sampler is at most the sum (`--until-certified` keeps one budget).", ""]
+    return L
 
 
 def cert_statement(v) -> str:
@@ -189,6 +222,15 @@ def _rate(x) -> str:
     return f"{x:.2g}" if isinstance(x, float) and math.isfinite(x) else "—"
 
 
+def _inconclusive_words(r, form: str) -> str:
+    """``form`` filled with the run's P(inconclusive | lossless), normal approximation and bound; '' where the run
+    has none (a lossy run: no planning figures)."""
+    normal, bound = r.get("cert_inconclusive_normal"), r.get("cert_inconclusive_rate")
+    if not any(isinstance(x, float) and math.isfinite(x) for x in (normal, bound)):
+        return ""
+    return form.format(_rate(normal), _rate(bound))
+
+
 def _strongest(v, config) -> list[str]:
     """The lead: for each run that must be certified, the broadest law it was certified on."""
     L = ["## What this run certified",
@@ -202,10 +244,9 @@ def _strongest(v, config) -> list[str]:
     for _, r in v.iterrows():
         s = r.get("cert_strongest", "")
         s = s if isinstance(s, str) and s else "none"
-        L.append(f"- **{r.run}** on {r.scenario}: {s} (P(inconclusive | lossless) ≈ "
-                 f"{_rate(r.get('cert_inconclusive_normal'))}, ≤ {_rate(r.get('cert_inconclusive_rate'))})")
-    if "cert_inconclusive_rate" in v:
-        ok = np.isfinite(v.cert_inconclusive_rate.to_numpy(np.float64))
+        L.append(f"- **{r.run}** on {r.scenario}: {s}" + _inconclusive_words(r, " (P(inconclusive | lossless) ≈ {}, ≤ {})"))
+    ok = np.isfinite(v.cert_inconclusive_rate.to_numpy(np.float64)) if "cert_inconclusive_rate" in v else []
+    if np.any(ok):
         both = [min(1.0, float(v[c].to_numpy(np.float64)[ok].sum())) for c in ("cert_inconclusive_normal", "cert_inconclusive_rate")]
         main_runs = ok & (v.run == config.get("sampler")).to_numpy()
         nine = [min(1.0, float(v[c].to_numpy(np.float64)[main_runs].sum())) for c in ("cert_inconclusive_normal", "cert_inconclusive_rate")]
@@ -248,7 +289,7 @@ def _certificates(verdicts, config) -> list[str]:
         bounds = f"{_fmt(r.tv_position_upper_max)}, {_fmt(r.tv_pair_upper_max)}, {_fmt(r.tv_joint_upper)}"
         L.append(f"| {r.run} ({r.role}) | {r.scenario} | **{cert_statement(r)}** | {r.cert_worst} "
                  f"({_fmt(r.cert_worst_ratio)}) | {bounds} | {int(r.sequences):,} | {_needed(r)} | "
-                 f"≈ {_rate(r.get('cert_inconclusive_normal'))} (≤ {_rate(r.get('cert_inconclusive_rate'))}) | {r.cert_method} |")
+                 f"{_inconclusive_words(r, '≈ {} (≤ {})') or '—'} | {r.cert_method} |")
     return L + [""]
 
 
@@ -456,20 +497,36 @@ def _real_detection_row(v) -> str:
             f"{_fmt(v.pit_pairs_detectable)}), pooled PIT KS {_fmt(v.pit_ks)} | {joint} | {_fmt(v.acceptance)} |")
 
 
-def _console(verdicts, config, timing, passed, out) -> str:
-    lines = [f"{config.get('command', 'verify')} {config['sampler']}: {'PASS' if passed else 'FAIL'} ({config['n_tests']} tests, family-wise "
-             f"alpha {config['family_alpha']:g}; {timing['tokens_total']:,} tokens in {timing['wall_total_s']:.0f} s)"]
-    for _, v in verdicts.iterrows():
-        mark = "ok  " if v.passed else "FAIL"
-        extra = f" <- {v.caught_by}" if isinstance(v.caught_by, str) and v.caught_by else ""
-        cert = ""
-        if isinstance(v.certificate, str) and v.certificate and v.role not in MUST_BE_CAUGHT:
-            drew = "per prompt on the exact pair" if v.scenario == REAL_MODEL else f"(drew {int(v.sequences):,})"
-            cert = f" | {cert_statement(v)}; worst {v.cert_worst}; certifies at ~{_needed(v)} sequences {drew}"
-        lines.append(f"  {mark} {v.role:15s} {v.run:32s} {v.scenario:20s} {v.verdict}{extra}{cert}")
+def _console(verdicts, config, timing, outcome: Outcome, out) -> str:
+    """The console: one line per run, the report's path, then what the verdict asks of the user (where the loss
+    is, or the draws and the command that would certify) and, last, the headline word."""
+    who = f"{config.get('command', 'verify')} {config['sampler']}"
+    lines = [f"{who}: {config['n_tests']} tests, family-wise alpha {config['family_alpha']:g}; "
+             f"{timing['tokens_total']:,} tokens in {timing['wall_total_s']:.0f} s"]
+    lines += [_console_run(v) for _, v in verdicts.iterrows()]
     if out is not None:
         lines.append(f"report: {out}/summary.md")
+    lines += [f"why: {r}" for r in outcome.reasons]
+    lines += [f"  loss: {x}" for x in outcome.losses] + [f"  to certify: {x}" for x in outcome.advice]
+    if outcome.command:
+        lines += ["to certify, run:", f"  {outcome.command}"]
+    tail = {"certified": "every run as its role requires", "lossy": f"{outcome.tally}; exit 1",
+            "inconclusive": f"nothing lossy; {outcome.tally}; exit 4"}[outcome.verdict]
+    lines.append(f"{who}: {headline(outcome.verdict)} ({tail})")
     return "\n".join(lines)
+
+
+def _console_run(v) -> str:
+    """One run's console line: its outcome against its role, its verdict, the tests that caught it, its
+    certificate with its largest bound / ε, or its loss where it is lossy (the draws that would certify an
+    inconclusive run: the advice lines of :func:`_console`)."""
+    mark = "ok  " if v.passed else "FAIL"
+    extra = f" <- {v.caught_by}" if isinstance(v.caught_by, str) and v.caught_by else ""
+    cert = ""
+    if isinstance(v.certificate, str) and v.certificate and v.role not in MUST_BE_CAUGHT:
+        cert = f" | {cert_statement(v)}"
+        cert += f"; loss {loss_estimate(v)}" if v.certificate == "lossy" else f"; worst {v.cert_worst}"
+    return f"  {mark} {v.role:15s} {v.run:32s} {v.scenario:20s} {v.verdict}{extra}{cert}"
 
 
 # ------------------------------------------------------------------------------------ figures

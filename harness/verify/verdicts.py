@@ -40,7 +40,7 @@ from harness.verify.epsilon import Epsilons, epsilons_for
 from harness.verify.runs import MUST_BE_CAUGHT, RealRun, RunSet, RunSpec, VonNeumannRun
 
 __all__ = ["RunVerdict", "TVPart", "PITPart", "AcceptancePart", "CertificatePart", "RUN_COLUMNS", "Certifier", "certifier_for", "exact_verdict", "real_verdict",
-           "von_neumann_verdict", "verdict_table", "passes"]
+           "von_neumann_verdict", "verdict_table", "passes", "standing", "certify_size", "PLANNED_RATE"]
 
 NAN = math.nan
 
@@ -197,6 +197,19 @@ def passes(role: str, lossy: bool, inefficient: bool = False, certified: Optiona
     return ok and not (role == "reference" and inefficient)
 
 
+INEFFICIENT = ("inefficient", "over-accepting")  # efficiencies that fail the reference sampler
+
+
+def standing(v) -> str:
+    """How a row of ``runs.csv`` stands against its role: ``ok`` (passes), ``inconclusive`` (it fails only for want
+    of a certificate: nothing rejected, an error-free run that would pass if certified) or ``failed``."""
+    if bool(v.passed):
+        return "ok"
+    if isinstance(v.error, str) and v.error or v.certificate != "inconclusive":
+        return "failed"
+    return "inconclusive" if passes(v.role, False, v.efficiency in INEFFICIENT, certified=True) else "failed"
+
+
 def _rows_of(table: pd.DataFrame, run: str, scenario: str) -> pd.DataFrame:
     return table[(table.run == run) & (table.scenario == scenario)]
 
@@ -325,25 +338,58 @@ def _scope(eps: Epsilons, J: int, N: int, gof: pd.DataFrame) -> tuple[str, str]:
     return scope, ("TV ≤ " + earned[-1] if earned else "none")
 
 
-def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier) -> dict:
-    """The certificate fields of an exact-law run from its gof rows (finite-sample TV bounds)."""
+def _bounds_of(r: RunSpec, sub: pd.DataFrame, c: Certifier) -> tuple[pd.DataFrame, Epsilons, np.ndarray]:
+    """(the run's gof rows, its tolerances, each row's ε)."""
     gof = sub[sub.family == "gof"]
+    eps = c.of(r.scenario.name, control_sized(r))
+    return gof, eps, np.array([eps.for_test(t) for t in gof.test], dtype=np.float64)
+
+
+def _planned(r: RunSpec, gof: pd.DataFrame, e: np.ndarray, c: Certifier, scale: float = 1.0) -> tuple:
+    """(draws that certify, P(inconclusive) bound, its normal approximation) of a lossless sampler of ``r``'s law
+    at ``scale`` x the sequences drawn: the bound planners of every gof row, the rates summed over them."""
+    law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
+    keys = list(zip(gof.test, gof.position.astype(int), e.astype(float),
+                    np.maximum(2, np.round(gof.n.to_numpy(np.float64) * scale)).astype(int)))
+    draws = float(max(c.draws_for(r.scenario.name, t, p, x, lambda t=t, p=p: law_of(t, p)) for t, p, x, _ in keys))
+    rates = np.array([c.inconclusive_for(r.scenario.name, t, p, x, n, lambda t=t, p=p: law_of(t, p))
+                      for t, p, x, n in keys])
+    return (draws, *(min(1.0, float(v)) for v in rates.sum(0)))
+
+
+PLANNED_RATE = 0.05  # certify_size: the P(inconclusive | lossless) a suggested size is planned to
+
+
+def certify_size(r: RunSpec, table: pd.DataFrame, c: Certifier, rate: float = PLANNED_RATE) -> float:
+    """Sequences at which a lossless sampler of ``r``'s law ends certified with probability >= 1 - ``rate``: the
+    rigorous bound on P(inconclusive) (:func:`harness.verify.battery.tv_interval_inconclusive`, summed over the
+    run's bounds; the normal approximation understates the tail: on the tiny scenario's first position at 4,321
+    sequences it gives 6e-4 where 2,000 simulated runs give 9e-3 and the bound 1e-2), searched upward from the
+    planner's ``certify_draws`` (where about half certify) in steps of 1.25x, at most 16x (NaN: no gof rows)."""
+    gof, _, e = _bounds_of(r, _rows_of(table, r.label, r.scenario.name), c)
+    if not len(gof) or r.acc is None or r.acc.n == 0:
+        return NAN
+    n0 = _planned(r, gof, e, c)[0]
+    for f in 1.25 ** np.arange(13):
+        n = math.ceil(n0 * f)
+        if _planned(r, gof, e, c, n / r.acc.n)[1] <= rate:
+            return float(n)
+    return float(math.ceil(n0 * 16))
+
+
+def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier) -> dict:
+    """The certificate fields of an exact-law run from its gof rows (finite-sample TV bounds); a lossy run gets
+    no planning figures (certify_draws, P(inconclusive))."""
+    gof, eps, e = _bounds_of(r, sub, c)
     if not len(gof):
         return {}
-    eps = c.of(r.scenario.name, control_sized(r))
-    e = np.array([eps.for_test(t) for t in gof.test])
     ratio = gof.tv_upper.to_numpy(np.float64) / e
     i = int(np.argmax(ratio))
     row = gof.iloc[i]
     certified = not lossy and bool(np.all(ratio < 1))
     draws = rate = normal = NAN
-    if r.role not in MUST_BE_CAUGHT:  # the draws that certify a lossless sampler here (the bound's planner)
-        law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
-        keys = list(zip(gof.test, gof.position.astype(int), e.astype(float), gof.n.astype(int)))
-        draws = float(max(c.draws_for(r.scenario.name, t, p, x, lambda t=t, p=p: law_of(t, p)) for t, p, x, _ in keys))
-        rates = np.array([c.inconclusive_for(r.scenario.name, t, p, x, n, lambda t=t, p=p: law_of(t, p))
-                          for t, p, x, n in keys])
-        rate, normal = (min(1.0, float(v)) for v in rates.sum(0))
+    if r.role not in MUST_BE_CAUGHT and not lossy:  # the draws that certify a lossless sampler here
+        draws, rate, normal = _planned(r, gof, e, c)
     methods = sorted({str(m).split(" (")[0].replace("finite-sample: ", "") for m in gof.tv_method})
     pair = gof[gof.test == "pair"]
     scope, strongest = _scope(eps, r.acc.joint_tokens if r.acc else 0, r.acc.law.N if r.acc else 0, gof)
@@ -371,7 +417,7 @@ def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier
     outcome = cert.get("certificate") or ("lossy" if lossy else "lossless")
     certified = None if not cert else outcome == "certified"
     return RunVerdict(**who, verdict=outcome + (f", {eff}" if eff else ""),
-                      passed=passes(r.role, lossy, inefficient=eff in ("inefficient", "over-accepting"),
+                      passed=passes(r.role, lossy, inefficient=eff in INEFFICIENT,
                                     certified=certified),
                       caught_by=caught_by, n_rejected=n_rejected, min_p_adjusted=_min(sub.p_adjusted),
                       min_pvalue=_min(sub.pvalue), min_p_adjusted_loss=_min(loss.p_adjusted),
@@ -410,7 +456,7 @@ def _real_certificate(rr: RealRun, sub: pd.DataFrame, lossy: bool, c: Certifier,
     prompt = ex.family.map(prompt_of_family).to_numpy()
     draws = rate = normal = NAN
     law = exact_model_law(spec.exact, spec.config) if spec is not None and spec.exact is not None else None
-    if rr.role not in MUST_BE_CAUGHT and law is not None:
+    if rr.role not in MUST_BE_CAUGHT and law is not None and not lossy:
         keys = list(zip(prompt, ex.test, ex.position.astype(int), e.astype(float), ex.n.astype(int)))
         draws = float(max(c.draws_for(f"{REAL_MODEL_SCENARIO}.p{p}", t, q, x, lambda p=p, t=t, q=q: law.of(t, p, q))
                           for p, t, q, x, _ in keys))

@@ -85,7 +85,7 @@ def test_llama_cpp_prompt_lookup_against_the_exact_markov_law(tmp_path):
     v = subprocess.run([sys.executable, "-m", "harness", "verify-samples", "--samples", str(out), "--target", MARKOV,
                         "--exact", "--no-progress", "--out", str(tmp_path / "rep")], cwd=REPO, capture_output=True,
                        text=True)
-    assert v.returncode in (0, 1) and "lossy" not in v.stdout.lower().split("inconclusive")[0], v.stdout + v.stderr
+    assert v.returncode in (0, 4) and "lossy" not in v.stdout.lower().split("inconclusive")[0], v.stdout + v.stderr
     r = subprocess.run([sys.executable, "-m", "harness.samples.rules", str(out), MARKOV, MARKOV], cwd=REPO,
                        capture_output=True, text=True, check=True)
     assert r.stdout.startswith("consistent with: lossless verification of fixed drafts"), r.stdout

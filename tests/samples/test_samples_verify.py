@@ -1,6 +1,7 @@
 """verify-samples on synthetic sample files (no model): two-sample mode, independence, refusals, planners."""
 import json
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -53,15 +54,38 @@ def _verify(tmp_path, a, b, *extra):
 P = np.array([0.5, 0.3, 0.2])
 
 
-def test_two_sample_equal_laws_not_lossy(tmp_path):
+def test_two_sample_equal_laws_not_lossy(tmp_path, capsys):
+    """Too few completions of equal laws: exit 4, INCONCLUSIVE on the last line, the completions per prompt that
+    would certify, and the commands that draw and verify them (the verify-samples one parses with the real parser,
+    asking for those files)."""
     a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), P, n_prompts=400)
     b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=400)
     code, meta = _verify(tmp_path, a, b)
-    assert code == 1 and meta["verdict"] == "inconclusive"
-    assert meta["bounds"]["completions_needed"] == two_sample_n_for_tv(0.05, 4, meta["bounds"]["delta_each"], 0.99)
+    assert code == 4 and meta["verdict"] == "inconclusive"
+    needed = two_sample_n_for_tv(0.05, 4, meta["bounds"]["delta_each"], 0.99)
+    assert meta["bounds"]["completions_needed"] == needed
     for name in ("tests.csv", "summary.md"):
         assert (tmp_path / "rep" / name).is_file()
-    assert (tmp_path / "rep" / "summary.md").read_text().startswith("# verify-samples: inconclusive")
+    summary = (tmp_path / "rep" / "summary.md").read_text()
+    assert summary.startswith("# verify-samples: inconclusive") and "**Result: INCONCLUSIVE**" in summary
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("verify-samples: INCONCLUSIVE")
+    per_prompt = -(-needed // 400)
+    assert any(f"--n-per-prompt {per_prompt} --out {tmp_path / f'a-n{per_prompt}.jsonl'}" in x for x in lines)
+    cmd = next(x.strip() for x in lines if x.strip().startswith("python -m harness verify-samples"))
+    args = _parsed(cmd)
+    assert args.samples == tmp_path / f"a-n{per_prompt}.jsonl" and args.baseline == tmp_path / f"b-n{per_prompt}.jsonl"
+    assert cmd in summary
+
+
+def _parsed(cmd):
+    """The options of a printed ``python -m harness ...`` command, parsed by the CLI's own parser."""
+    import shlex
+
+    from harness.cli import build_parser
+    words = shlex.split(cmd)
+    assert words[:3] == ["python", "-m", "harness"]
+    return build_parser()[0].parse_args(words[3:])
 
 
 def test_two_sample_shifted_law_is_lossy(tmp_path):
@@ -69,6 +93,10 @@ def test_two_sample_shifted_law_is_lossy(tmp_path):
     b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=400)
     code, meta = _verify(tmp_path, a, b)
     assert code == 1 and meta["verdict"] == "lossy" and "tokens/position" in meta["headline"]
+    assert "largest estimated TV" in meta["headline"] and "at position" in meta["headline"]  # where the loss is
+    assert re.search(r"; token [01]: samples \d", meta["headline"]) and "% vs baseline" in meta["headline"]  # the swap
+    summary = (tmp_path / "rep" / "summary.md").read_text()
+    assert "**Result: LOSSY**" in summary and "completions needed" not in summary  # no planning on a lossy run
 
 
 def test_two_sample_certifies_at_planned_size(tmp_path):
@@ -79,6 +107,7 @@ def test_two_sample_certifies_at_planned_size(tmp_path):
     b = _file(tmp_path / "b.jsonl", np.random.default_rng(4), P, n_prompts=n // 2 + 1, T=2)
     code, meta = _verify(tmp_path, a, b, "--epsilon", str(eps), "--vocab-size", "3")
     assert code == 0 and meta["verdict"] == "certified" and meta["bounds"]["max_upper"] <= eps
+    assert "**Result: PASS**" in (tmp_path / "rep" / "summary.md").read_text()
 
 
 def test_truncation_and_duplicates_caught(tmp_path):
@@ -243,7 +272,7 @@ def test_baseline_that_is_the_sample_set_is_refused(tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == 2 and str(a) in err and str(base) in err, (base, err)
     code, meta = _verify(tmp_path, a, b, "--epsilon", "0.9")
-    assert code in (0, 1) and meta["verdict"] != "lossy"
+    assert code in (0, 4) and meta["verdict"] != "lossy"
 
 
 
@@ -254,7 +283,7 @@ def test_baseline_with_one_completion_per_prompt_does_not_reject(tmp_path):
     a = _file(tmp_path / "a.jsonl", np.random.default_rng(1), P, n_prompts=16, per_prompt=8, T=1)
     b = _file(tmp_path / "b.jsonl", np.random.default_rng(2), P, n_prompts=16, per_prompt=1, T=1)
     code, meta = _verify(tmp_path, a, b)
-    assert code == 1 and meta["verdict"] == "inconclusive", meta["headline"]
+    assert code == 4 and meta["verdict"] == "inconclusive", meta["headline"]
     # the summary counts both files (by-hand rerun: it said "completions: 16" for a 128-line sample file)
     summary = next(tmp_path.rglob("summary.md")).read_text()
     assert "completions: 128 in the samples, 16 in the baseline (the certificate counts the smaller, 16)" in summary

@@ -83,7 +83,7 @@ def test_plain_sampling_is_certified(tmp_path):
 @needs_vllm
 def test_greedy_drafts_run_the_one_hot_rule_and_are_not_lossy(tmp_path):
     s = _sample(tmp_path, "greedy", 3000, "--spec", "draft-greedy", "--draft", str(PAIR / "markov_draft"))
-    assert _exact(tmp_path, s) in (0, 1)
+    assert _exact(tmp_path, s) in (0, 4)  # certified or inconclusive, never lossy (1)
     assert "lossy" not in (tmp_path / f"rep-{s.stem}" / "summary.md").read_text().splitlines()[0]
     assert _rules(s).consistent == ["one-hot"]
 
@@ -99,7 +99,7 @@ def test_the_server_path_with_speculation(tmp_path):
                      "--out", str(out)]) == 0
         counters = server_spec_counters(url)
     assert counters.get("num_draft_tokens", 0) > 0 and counters["per_position"], counters
-    assert _exact(tmp_path, out) in (0, 1)  # 800 completions: not lossy (certifying needs ~17k)
+    assert _exact(tmp_path, out) in (0, 4)  # 800 completions: not lossy (certifying needs ~17k)
     assert "lossy" not in (tmp_path / f"rep-{out.stem}" / "summary.md").read_text().splitlines()[0]
 
 
@@ -124,9 +124,9 @@ def test_the_kernel_alone_is_certified_by_the_exact_law_battery(tmp_path):
 @needs_vllm
 @pytest.mark.parametrize("fn", ["vllm_greedy_q_generate", "vllm_ragged_generate", "vllm_seeded_generate"])
 def test_kernel_variants_are_not_lossy(tmp_path, fn):
-    # 20k sequences: lossy would be a rejection at family alpha 1e-4; inconclusive (exit 1) is expected here,
+    # 20k sequences: lossy would be a rejection at family alpha 1e-4; inconclusive (exit 4) is expected here,
     # so the verdict is read from runs.csv
     import pandas as pd
-    assert _kernel(tmp_path, fn, 20_000) in (0, 1)
+    assert _kernel(tmp_path, fn, 20_000) in (0, 4)
     verdicts = pd.read_csv(tmp_path / f"k-{fn}" / "runs.csv")["verdict"]
     assert len(verdicts) and (verdicts != "lossy").all(), verdicts.tolist()

@@ -6,6 +6,7 @@ over 300 runs) 1.4e-3 if the planner's 0.9 holds; the planner-mean windows are s
 it); the end-to-end certificate at twice the planned draws fails for a lossless sampler with the run's
 P(inconclusive) (reported in its runs.csv, cert_inconclusive_normal)."""
 import math
+import shlex
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ from conftest import TINY  # the shared tiny scenario (tests/conftest.py, with t
 from harness import stats as S
 from harness.stats.bounds import _binomial_mad
 from harness.verify.battery import tv_interval, tv_interval_expected_upper, tv_interval_n_for
-from harness.cli import main
+from harness.cli import build_parser, main
 from harness.core.errors import UsageError
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import epsilons_for, parse_epsilon_option
@@ -114,14 +115,17 @@ def _verify(scen_dir, out, draws, *extra):
 
 
 @pytest.mark.slow  # 60 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
-def test_inconclusive_exits_1_and_the_planned_draws_certify(scen_dir, tmp_path, capsys):
+def test_inconclusive_exits_4_and_the_suggested_command_certifies(scen_dir, tmp_path, capsys):
     """At 1500 draws the tiny scenario cannot certify TV <= 0.05 per position (the planner asks ~2,800 with the
-    worst-event bound, over 3,000 before it): inconclusive, exit 1 (not 0), and the runs table says how many draws
-    would; at twice that number the same sampler is certified."""
+    worst-event bound, over 3,000 before it): inconclusive, exit 4 (not 0, not 1), and the console ends with the
+    command that draws what certifies with probability >= 0.95; that command, run as printed (its --out moved),
+    certifies the same sampler."""
     eps = ("--epsilon", "position=0.05,pair=0.1,joint=0.1")
-    assert _verify(scen_dir, tmp_path / "a", 1500, *eps) == 1
-    err = capsys.readouterr().err
-    assert "inconclusive" in err and "certifies at" in err
+    assert _verify(scen_dir, tmp_path / "a", 1500, *eps) == 4
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("verify reference: INCONCLUSIVE") and lines[-3] == "to certify, run:"
+    words = shlex.split(lines[-2])
+    assert words[:4] == ["python", "-m", "harness", "verify"]
     runs = pd.read_csv(tmp_path / "a" / "runs.csv")
     ref = runs[runs.run == "reference"].iloc[0]
     assert ref.verdict.startswith("inconclusive") and not ref.passed and ref.certificate == "inconclusive"
@@ -130,7 +134,9 @@ def test_inconclusive_exits_1_and_the_planned_draws_certify(scen_dir, tmp_path, 
     summary = (tmp_path / "a" / "summary.md").read_text()
     assert summary.index("## Certificates") < summary.index("## Error budget") and "inconclusive (confidence" in summary
     assert "not all of TV ≤ 0.05 for the marginal at each position" in summary
-    assert _verify(scen_dir, tmp_path / "b", 2 * need, *eps) == 0
+    suggested = build_parser()[0].parse_args(words[3:])
+    assert suggested.draws > need and suggested.epsilon == [eps[1]] and suggested.scenario == ["tiny"]
+    assert main(words[3:] + ["--out", str(tmp_path / "b")]) == 0
     runs = pd.read_csv(tmp_path / "b" / "runs.csv")
     ref = runs[runs.run == "reference"].iloc[0]
     assert ref.certificate == "certified" and ref.passed and ref.cert_worst_ratio < 1

@@ -1,6 +1,7 @@
 """`python -m harness pit` and `python -m harness alpha`: the real-model battery through verify's family,
 and the acceptance of the draft variants on the shipped tiny pair."""
 import json
+import shlex
 
 import numpy as np
 import pandas as pd
@@ -8,7 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from harness.cli import main  # noqa: E402
+from harness.cli import build_parser, main  # noqa: E402
 from harness.stats import holm  # noqa: E402
 from specimpl.speculative import speculative_generate  # noqa: E402
 
@@ -83,6 +84,21 @@ def test_pit_runs_one_holm_family(tmp_path, small_dir):
     assert not (out / "_tmp_state").exists()
 
 
+def test_pit_inconclusive_exits_4_with_the_exact_sequences_that_certify(tmp_path, small_dir, capsys):
+    """pit's verdict is verify's: the reference at 512 sequences per prompt on the exact pair and the default
+    tolerances is certified nowhere, lossy nowhere: exit 4, INCONCLUSIVE last, and the command (the real parser reads
+    it) asks --exact-sequences above the planner's figure, on the next seed."""
+    out = tmp_path / "pit"
+    assert _pit(out, "--only", "reference", "--n-sequences", "16", "--max-new-tokens", "16", "--seed", "5",
+                scen=small_dir) == 4
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("pit reference: INCONCLUSIVE") and lines[-3] == "to certify, run:"
+    args = build_parser()[0].parse_args(shlex.split(lines[-2])[3:])
+    runs = pd.read_csv(out / "runs.csv").set_index("run")
+    assert args.command == "pit" and args.only == ["reference"] and args.seed == 6
+    assert args.exact_sequences == runs.loc["reference", "certify_draws"] > 512
+
+
 @pytest.mark.slow  # 54 s of `make test` (durations of stop 30's run): in `make test-slow`, which CI runs
 def test_pit_and_verify_run_the_same_tests(tmp_path, small_dir):
     """The reference sampler through `pit` and through verify's real-model scenario: same draws (same
@@ -147,13 +163,13 @@ def test_martingale_catches_the_residual_softmax_bug(tmp_path):
     128 sequences, measured: power ~ 1), and the reference is never called lossy (the family's false-alarm rate
     is alpha = 1e-4).  64 reference sequences are too few for a certificate at the default epsilon ("certifies at
     ~147 sequences"), so its verdict is certified or inconclusive, and the exit status follows: 0 only when every
-    run is as its role requires, else 1 (never 2 or 3)."""
+    run is as its role requires, else 4 (inconclusive; never 1, 2 or 3)."""
     out = tmp_path / "ll"
     rc = _pit(out, "--only", "reference", "--only", "residual_softmax", "--n-sequences", "64", "--bug-sequences", "64")
     runs = pd.read_csv(out / "runs.csv").set_index("run")
     assert runs.loc["reference", "verdict"] in ("certified", "inconclusive")
     assert runs.loc["residual_softmax", "verdict"] == "lossy" and runs.loc["residual_softmax", "passed"]
-    assert rc == (0 if runs.passed.all() else 1)
+    assert rc == (0 if runs.passed.all() else 4)  # the reference inconclusive: exit 4 (nothing lossy)
     t = pd.read_csv(out / "tests.csv")
     ll = t[t.family == "loglik"].set_index("run")
     assert not ll.loc["reference", "reject"]

@@ -141,7 +141,7 @@ def test_no_sequential_gives_holm_the_whole_budget(tmp_path):
     out = tmp_path / "o"
     rc = main(["verify", "--scenario", "base", "--draws", "3000", "--no-real-model", "--no-controls", "--no-sequential",
                "--no-figures", "--no-progress", "--workers", "1", "--out", str(out)])
-    assert rc in (0, 1)
+    assert rc in (0, 4)  # certified or inconclusive (3,000 draws), never lossy
     import pandas as pd
     t = pd.read_csv(out / "tests.csv")
     assert FAMILY not in set(t.family)

@@ -2,6 +2,7 @@
 and the battery's own small statistics (planners checked against each other)."""
 import json
 import math
+import shlex
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from harness.verify.battery import (TEST_COLUMNS, chunk_t_min_detectable, chunk_
                              hotelling_test, ks_uniform_binned, plan_chunks, tv_interval)
 from harness.stats import clopper_pearson
 from harness.controls.chain import AcceptEverything, as_sampler_function
-from harness.cli import main
+from harness.cli import build_parser, main
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.sampler import SamplerSpecError, load_sampler
@@ -54,8 +55,10 @@ def _verify(scen_dir, out, *extra):
                  "--out", str(out), "--no-progress", "--no-figures", *extra])
 
 
-def test_reference_passes_and_writes_report(scen_dir, tmp_path):
+def test_reference_passes_and_writes_report(scen_dir, tmp_path, capsys):
     assert _verify(scen_dir, tmp_path / "r", "--no-controls", *LOOSE) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == "verify reference: PASS (every run as its role requires)"
     out = tmp_path / "r"
     t = pd.read_parquet(out / "tests.parquet")
     for col in ("scenario", "test", "statistic", "pvalue", "p_adjusted", "min_detectable", "tv_upper", "verdict"):
@@ -69,7 +72,7 @@ def test_reference_passes_and_writes_report(scen_dir, tmp_path):
     assert meta["seed"] is not None and "versions" in meta and "machine" in meta and "commit" in meta
     assert meta["config"]["n_tests"] + meta["config"]["n_sequential"] == len(t)  # Holm's family + sequential rows
     summary = (out / "summary.md").read_text()
-    assert "PASS" in summary and "Holm" in summary
+    assert "**Result: PASS**" in summary and "Holm" in summary and "## Why not PASS" not in summary
     assert not list(out.glob("_tmp*")) and not (out / "_tmp_state").exists()
 
 
@@ -80,12 +83,37 @@ TESTS_CSV_COLUMNS = ["scenario", "run", "role", "family", "test", "position", "l
                      "direction", "kolmogorov_upper", "kolmogorov_method", "reject"]
 
 
-def test_buggy_sampler_fails_with_exit_1(scen_dir, tmp_path):
+def test_buggy_sampler_fails_with_exit_1(scen_dir, tmp_path, capsys):
     rc = _verify(scen_dir, tmp_path / "b", "--sampler", f"{HERE}:accept_everything_generate")
     assert rc == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith(f"verify {HERE}:accept_everything_generate: LOSSY")
+    loss = next(x for x in lines if x.strip().startswith("loss: "))
+    assert " on tiny: loss TV ≈ " in loss and "(confidence 0.999) on " in loss and "observed" in loss
     runs = pd.read_csv(tmp_path / "b" / "runs.csv")
     assert runs.verdict.iloc[0].startswith("lossy") and not runs.passed.iloc[0]
     assert runs.caught_by.iloc[0] in ("sequential.eprocess",) or "gof" in runs.caught_by.iloc[0]  # stopped early, or not
+
+
+def test_too_few_draws_are_inconclusive_exit_4_with_the_command_that_certifies(scen_dir, tmp_path, capsys):
+    """The reference sampler at 3,000 sequences and the default tolerances: nothing lossy, not certified: exit 4,
+    INCONCLUSIVE on the last line, and the command that draws what would certify (the same options, the new
+    --draws), which the CLI's own parser reads back; summary.md carries the same command and no loss section."""
+    assert _verify(scen_dir, tmp_path / "i", "--no-controls", "--seed", "3") == 4
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("verify reference: INCONCLUSIVE (nothing lossy") and "exit 4" in lines[-1]
+    assert lines[-3] == "to certify, run:"
+    advice = next(x for x in lines if x.strip().startswith("to certify: reference on tiny: drew 3,000; ~"))
+    words = shlex.split(lines[-2])
+    args = build_parser()[0].parse_args(words[3:])
+    assert words[:4] == ["python", "-m", "harness", "verify"] and args.command == "verify"
+    assert (args.scenario, args.seed, args.no_controls, args.out) == (["tiny"], 4, True, tmp_path / "i")  # next seed
+    runs = pd.read_csv(tmp_path / "i" / "runs.csv").set_index("run")
+    assert args.draws > runs.loc["reference", "certify_draws"] > 3000  # planned to certify 95 %, not half the time
+    assert f"--draws {args.draws:,}" in advice
+    summary = (tmp_path / "i" / "summary.md").read_text()
+    assert "**Result: INCONCLUSIVE**" in summary and lines[-2].strip() in summary
+    assert "## Where the loss is" not in summary
 
 
 def test_uninstrumented_lossless_sampler_passes(scen_dir, tmp_path):
