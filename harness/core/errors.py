@@ -4,7 +4,7 @@ Every subcommand ends with one of these statuses; :func:`harness.cli.main` is th
 an outcome or an exception to it:
 
     0    certified / ok            every run as its role requires (``calibrate``: rates consistent)
-    1    lossy                     a sampler under test was judged lossy, a control was not caught, or
+    1    lossy                     a sampler under test was judged lossy, a buggy control certified, or
                                    ``calibrate`` measured a false-alarm rate inconsistent with the nominal one
     2    usage or configuration    a bad option, scenario file or sweep file: one line naming the
                                    option or ``file: key`` and the value (:class:`UsageError`)
@@ -33,7 +33,7 @@ EXIT_OK, EXIT_LOSSY, EXIT_USAGE, EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_INTERRUPTE
 
 EXIT_CODES = {
     EXIT_OK: "certified / ok",
-    EXIT_LOSSY: "lossy (a sampler judged lossy, a control not caught, calibrate inconsistent)",
+    EXIT_LOSSY: "lossy (a sampler judged lossy, a buggy control certified, calibrate inconsistent)",
     EXIT_USAGE: "usage or configuration error (one line naming the option or file: key and the value)",
     EXIT_FAILED: "the sampler or a model failed (summary on stderr, traceback in <out>/error.log)",
     EXIT_INCONCLUSIVE: "inconclusive (nothing lossy, not certified: the draws that would certify and the command)",

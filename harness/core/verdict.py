@@ -1,10 +1,12 @@
 """The verdict of a command a user acts on: its three words, its headline, its exit status, the command to run next.
 
     certified     PASS          exit 0   every run that must be certified is (and every control as its role requires)
-    lossy         LOSSY         exit 1   a sampler under test is lossy, a buggy control was not caught, or a
-                                         lossless control was found lossy
+    lossy         LOSSY         exit 1   a sampler under test is lossy, a lossless control was found lossy, or a
+                                         buggy control was certified (the battery itself is wrong)
     inconclusive  INCONCLUSIVE  exit 4   nothing of the above, but a run that must be certified was not (a bound
-                                         above its tolerance): the draws that would certify, and the command
+                                         above its tolerance: the draws that would certify, and the command), or
+                                         a buggy control was neither caught nor certified (the battery's power at
+                                         this size is not shown; the gate's default sizes catch every control)
 
 ``verify``, ``pit``, ``verify-samples`` and the Python API use these words (:mod:`harness.core.errors` holds
 the statuses).  :func:`rerun_command` writes the command line that draws more: the user's own, with the

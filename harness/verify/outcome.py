@@ -3,8 +3,9 @@
 :func:`judge` turns the runs' rows (``runs.csv``, :mod:`harness.verify.verdicts`) into one :class:`Outcome`:
 
 * the verdict (:mod:`harness.core.verdict`): **lossy** if a run fails its role for any reason but a missing
-  certificate (a sampler under test lossy, a buggy control not caught, a lossless control lossy, the reference
-  sampler inefficient), else **inconclusive** if a run that must be certified is not, else **certified**;
+  certificate (a sampler under test lossy, a lossless control lossy, the reference sampler inefficient, a buggy
+  control certified), else **inconclusive** if a run that must be certified is not or a buggy control was neither
+  caught nor certified (the power at this size is not shown), else **certified**;
 * ``reasons``: the runs behind a verdict other than certified, one short phrase each;
 * ``losses`` (lossy): for each lossy run that should not be, the estimated loss with its interval and where it is
   (scenario, test, the tokens that carry it: :func:`carriers`);
@@ -193,7 +194,7 @@ def _needs(rs: RunSet, table: pd.DataFrame, verdicts: pd.DataFrame, certifier: C
     real = {rr.label: rr for rr in rs.real_runs}
     out = []
     for v in verdicts.itertuples():
-        if standing(v) != "inconclusive":
+        if standing(v) != "inconclusive" or v.role in MUST_BE_CAUGHT:  # a control not caught: no size certifies it
             continue
         if v.scenario == REAL_MODEL_SCENARIO:
             out.append(_real_need(v, real.get(v.run), config))

@@ -202,11 +202,15 @@ INEFFICIENT = ("inefficient", "over-accepting")  # efficiencies that fail the re
 
 def standing(v) -> str:
     """How a row of ``runs.csv`` stands against its role: ``ok`` (passes), ``inconclusive`` (it fails only for want
-    of a certificate: nothing rejected, an error-free run that would pass if certified) or ``failed``."""
+    of a certificate: nothing rejected, an error-free run that would pass if certified; or a buggy control that
+    was neither caught nor certified: the battery's power at this size is not shown, nothing was found lossy) or
+    ``failed`` (a buggy control *certified* lossless is the battery's failure: failed)."""
     if bool(v.passed):
         return "ok"
     if isinstance(v.error, str) and v.error or v.certificate != "inconclusive":
         return "failed"
+    if v.role in MUST_BE_CAUGHT:
+        return "inconclusive"
     return "inconclusive" if passes(v.role, False, v.efficiency in INEFFICIENT, certified=True) else "failed"
 
 

@@ -18,3 +18,28 @@ def test_columns_keep_their_historic_order():
                                 "min_p_adjusted", "min_pvalue")
     assert RUN_COLUMNS[-7:] == ("cert_worst_ratio", "cert_method", "certify_draws", "cert_scope", "cert_strongest",
                                 "cert_inconclusive_rate", "cert_inconclusive_normal")
+
+
+def test_standing_of_a_buggy_control_not_caught_is_inconclusive_unless_certified():
+    """A buggy control neither caught nor certified shows only that the battery's power at this size is not shown
+    (inconclusive, exit 4: a quick look at few draws); one *certified* lossless is the battery's failure (lossy);
+    one caught passes; a sampler under test that rejected stays failed."""
+    from types import SimpleNamespace as Row
+
+    from harness.verify.outcome import command_verdict
+    from harness.verify.verdicts import standing
+    import pandas as pd
+
+    def row(role, passed, certificate, error=""):
+        return Row(role=role, passed=passed, certificate=certificate, error=error, efficiency="")
+
+    assert standing(row("lossy", False, "inconclusive")) == "inconclusive"
+    assert standing(row("lossy", False, "certified")) == "failed"
+    assert standing(row("lossy", True, "lossy")) == "ok"
+    assert standing(row("lossy", False, "inconclusive", error="boom")) == "failed"
+    assert standing(row("reference", False, "lossy")) == "failed"
+    assert standing(row("reference", False, "inconclusive")) == "inconclusive"
+    table = pd.DataFrame([vars(row("reference", True, "certified")), vars(row("lossy", False, "inconclusive"))])
+    assert command_verdict(table) == "inconclusive"
+    table.loc[1, "certificate"] = "certified"
+    assert command_verdict(table) == "lossy"
