@@ -12,9 +12,10 @@ __all__ = ["check_option", "check_seed", "check_threads", "check_out", "check_un
 
 
 def check_option(ok: bool, option: str, value, allowed: str) -> None:
-    """Raise a UsageError naming ``option`` and its bad ``value`` unless ``ok``."""
+    """Raise a UsageError naming ``option`` (or ``file: `key```, quoted by the caller) and its bad ``value``
+    unless ``ok``."""
     if not ok:
-        raise UsageError(f"`{option}` must be {allowed}; got {value!r}")
+        raise UsageError(f"{option if '`' in option else f'`{option}`'} must be {allowed}; got {value!r}")
 
 
 def check_seed(seed: Optional[int], option: str = "--seed") -> None:
