@@ -88,7 +88,7 @@ def memory_budget() -> tuple[int, str]:
 def fmt_bytes(n: float) -> str:
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
-            return f"{n / size:.3g} {unit}"
+            return f"{n / size:,.0f} {unit}" if n >= 1000 * size else f"{n / size:.3g} {unit}"
     return f"{int(n)} B"
 
 
