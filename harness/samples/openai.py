@@ -63,8 +63,14 @@ def check_endpoint(url, timeout: float, backoff: float) -> None:
     """The options of an endpoint, before any request; UsageError naming the option and its value."""
     from urllib.parse import urlsplit
     parts = urlsplit(url) if isinstance(url, str) else None
-    check_option(parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc), "--url", url,
+    check_option(parts is not None and parts.scheme in ("http", "https") and bool(parts.hostname), "--url", url,
                  "an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1")
+    try:
+        port = parts.port  # ValueError for a port that is not a number in [0, 65535]
+    except ValueError:
+        port = -1
+    check_option(port is None or 1 <= port <= 65535, "--url", url, "a URL whose port, if given, is an integer in "
+                 "[1, 65535], e.g. http://127.0.0.1:8000/v1")
     check_option(timeout > 0 and math.isfinite(timeout), "--timeout", timeout, "a number of seconds > 0")
     check_option(backoff >= 0 and math.isfinite(backoff), "--backoff", backoff, "a number of seconds >= 0")
 
