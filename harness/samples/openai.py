@@ -146,8 +146,13 @@ def parse_choice(spec: EndpointSpec, req: Request, resp: dict, seed: Optional[in
             ids, logprobs = ids + [spec.eos_token_id], None
     else:
         raise ValueError(f"finish_reason must be 'length' or 'stop'; got {fr!r}")
-    if logprobs is not None and (len(logprobs) != len(ids) or any(x is None for x in logprobs)):
-        logprobs = None
+    if logprobs is not None and not isinstance(logprobs, list):
+        raise ValueError(f"'token_logprobs' must be a list of numbers; got {str(logprobs)[:80]!r}")
+    if logprobs is not None and len(logprobs) != len(ids):  # never stored as null in silence: the record is refused
+        raise ValueError(f"'token_logprobs' holds {len(logprobs)} values for the {len(ids)} output tokens "
+                         f"({source}); one log-probability per token is required")
+    if logprobs is not None and any(x is None for x in logprobs):
+        logprobs = None  # a server that omits some (null entries): the record keeps none
     eng = {"name": "openai-compatible", "url": spec.url, "model": spec.model, "token_source": source,
            "controls_source": "requested", **spec.engine}
     return SampleRecord(req.request_id, req.prompt_id, req.prompt_ids, tuple(ids), reason, c, eng,
