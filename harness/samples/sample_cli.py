@@ -123,9 +123,6 @@ def _check(args) -> None:
     check_option(args.n >= 1 and args.max_num_seqs >= 1, "--n / --max-num-seqs", [args.n, args.max_num_seqs],
                  "integers >= 1")
     check_out(args.out, is_file=True)
-    check_count("--n-per-prompt", args.n_per_prompt, args.n_prompts * (400 + 8 * (hi + args.max_new_tokens)),
-                f"each unit of it is --n-prompts = {args.n_prompts:,} requests, each holding its prompt and completion")
-    _check_model_options(args)
     if args.engine != "openai":
         check_option(args.min_p == 0, "--min-p", args.min_p, "0 for --engine ours/hf (their warp has no min_p)")
         check_option(not args.stop, "--stop", args.stop, "absent for --engine ours/hf (no stop strings)")
@@ -136,6 +133,9 @@ def _check(args) -> None:
         check_option(args.control is None, "--control", args.control, "absent for --engine openai")
     if args.control is not None:
         check_option(args.control in CONTROLS, "--control", args.control, f"one of {sorted(CONTROLS)}")
+    check_count("--n-per-prompt", args.n_per_prompt, args.n_prompts * (400 + 8 * (hi + args.max_new_tokens)),
+                f"each unit of it is --n-prompts = {args.n_prompts:,} requests, each holding its prompt and completion")
+    _check_model_options(args)
 
 
 def _needs_draft(args) -> bool:
