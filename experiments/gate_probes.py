@@ -1663,9 +1663,10 @@ def _limited(ctx: Ctx, *args, timeout: float = 60) -> Proc:
 
 def _refused(r: Proc, *needles: str) -> tuple[str, bool]:
     """exit 2, one line on stderr naming every needle, no traceback."""
-    last = _lines(r.err)[-1] if _lines(r.err) else ""
+    last = _lines(r.err)[-1] if _lines(r.err) else "(no stderr)"
     ok = r.rc == 2 and not has_traceback(r.err) and all(n in last for n in needles)
-    return f"{describe(r, 1)} ({r.wall:.1f} s)", ok
+    head = "timed out" if r.timed_out else f"exit {r.rc}"
+    return f"{head}: {last} ({r.wall:.1f} s)", ok
 
 
 _SIZE_EXPECT = "exit 2 within seconds, one line naming the option (or file: key), the value and the limit"
@@ -1696,8 +1697,8 @@ def _i45_batch(ctx: Ctx):
 
 
 def _i45_scenario(ctx: Ctx, text: str, key: str, value: str):
-    sd = scenario_dir(ctx, {"bad.toml": text})
-    r = _limited(ctx, "verify", "--scenario-dir", sd, "--scenario", "bad", "--draws", 20000, "--no-controls",
+    scenario_dir(ctx, {"bad.toml": text})
+    r = _limited(ctx, "verify", "--scenario-dir", "sd", "--scenario", "bad", "--draws", 20000, "--no-controls",
                  "--workers", 1, *QUIET, "--out", "out")
     return _refused(r, "bad.toml", key, value)
 
