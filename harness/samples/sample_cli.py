@@ -185,6 +185,12 @@ def _check_fits(args, target) -> None:
     if mpe is not None and need > mpe:
         raise UsageError(f"`--max-new-tokens` must be at most {max(mpe - hi - args.k, 0):,} for this target ({mpe:,} "
                          f"positions = prompts up to {hi} + --max-new-tokens + --k {args.k}); got {args.max_new_tokens!r}")
+    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 1)
+    width = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", 1)
+    batch = min(args.batch_size, args.n_prompts * args.n_per_prompt)  # requests in one generate call
+    check_count("--batch-size", batch, 4 * need * (2 * 2 * layers * width + 3 * target.vocab_size),
+                f"sequences of one generate call, min(--batch-size, requests) = {batch:,}, of {need:,} positions "
+                "each: KV caches of target and draft and rows of logits")
     V = target.vocab_size
     if args.prompt_vocab is not None:
         check_option(args.prompt_vocab <= V, "--prompt-vocab", args.prompt_vocab,
