@@ -1808,7 +1808,7 @@ def _i45_dedupe(ctx: Ctx):
     f = _i45_samples_file(ctx)
     f.chmod(0o444)
     before = f.read_text()
-    obs, ok = _refused(ctx.harness("samples-dedupe", "--samples", f, timeout=35), "--samples", "read-only")
+    obs, ok = _refused(ctx.harness("samples-dedupe", "--samples", f.name, timeout=35), "--samples", "read-only")
     return obs, ok and f.read_text() == before
 
 
@@ -1823,7 +1823,7 @@ def _i45_url(ctx: Ctx):
        "exit 2 naming --eos-token-id and the vocabulary", timeout=40)
 def _i45_eos(ctx: Ctx):
     f = _i45_samples_file(ctx)
-    return _refused(ctx.harness("verify-samples", "--samples", f, "--target", TINY_DIR / "target", "--eos-token-id",
+    return _refused(ctx.harness("verify-samples", "--samples", f.name, "--target", TINY_DIR / "target", "--eos-token-id",
                                 999, "--out", "r", "--no-progress", timeout=35), "--eos-token-id", "999", "259")
 
 
@@ -1840,7 +1840,7 @@ def _i45_pid(ctx: Ctx):
     def edit(recs):
         recs[1]["prompt_ids"] = [256, 99]
     f = _i45_samples_file(ctx, edit=edit)
-    return _refused(ctx.harness("verify-samples", "--samples", f, "--target", TINY_DIR / "target", "--out", "r",
+    return _refused(ctx.harness("verify-samples", "--samples", f.name, "--target", TINY_DIR / "target", "--out", "r",
                                 "--no-progress", timeout=35), "prompt_id 'p0'", "p0-s1")
 
 
@@ -1851,7 +1851,7 @@ def _i45_policies(ctx: Ctx):
         recs[0]["output_ids"][-1], recs[0]["finish_reason"] = 257, "eos"
         recs[2]["output_ids"][1] = 257
     f = _i45_samples_file(ctx, edit=edit)
-    return _refused(ctx.harness("verify-samples", "--samples", f, "--target", TINY_DIR / "target", "--out", "r",
+    return _refused(ctx.harness("verify-samples", "--samples", f.name, "--target", TINY_DIR / "target", "--out", "r",
                                 "--no-progress", timeout=35), "two EOS policies")
 
 
