@@ -1648,6 +1648,253 @@ def _partial_provenance(ctx: Ctx):
     return obs, s.rc == 0 and r.rc == 0 and len(same) == len(heads)
 
 
+# ====================================== issue 45: "A gate that fails closed" (sizes, names, loopback, smaller rows)
+# The rows of issue 45 that the branch `limits` fixes.  Its other rows (os._exit, saved state, orphans,
+# determinism, hang, staging, lock, absolute paths) are probed by the tests of their own branches (gate,
+# outputs, csv); docs/gate-probes.md lists every row.
+MEMORY_LIMIT = 4 * 2 ** 30  # bytes of address space a size probe's command may map (as `ulimit -v`)
+TINY_DIR = REPO / "specimpl" / "assets" / "tiny_pair"
+
+
+def _limited(ctx: Ctx, *args, timeout: float = 60) -> Proc:
+    """``python -m harness *args`` under RLIMIT_AS = MEMORY_LIMIT: an unchecked size ends in MemoryError
+    (exit 3) instead of the OOM killer."""
+    boot = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
+            "os.execv(sys.executable, [sys.executable, '-m', 'harness', *sys.argv[1:]])" % (MEMORY_LIMIT, MEMORY_LIMIT))
+    return ctx.run([sys.executable, "-c", boot, *args], timeout)
+
+
+def _refused(r: Proc, *needles: str) -> tuple[str, bool]:
+    """exit 2, one line on stderr naming every needle, no traceback."""
+    last = _lines(r.err)[-1] if _lines(r.err) else "(no stderr)"
+    ok = r.rc == 2 and not has_traceback(r.err) and all(n in last for n in needles)
+    head = "timed out" if r.timed_out else f"exit {r.rc}"
+    return f"{head}: {last} ({r.wall:.1f} s)", ok
+
+
+_SIZE_EXPECT = "exit 2 within seconds, one line naming the option (or file: key), the value and the limit"
+
+
+@probe("i45_verify_draws_huge",
+       "`verify --draws 100000000000000` builds its chunk plan in memory, grows to 22 GB and is killed by the OOM "
+       "killer.  Probed under a 4 GB address-space limit.", _SIZE_EXPECT, timeout=40)
+def _i45_draws(ctx: Ctx):
+    return _refused(_limited(ctx, "verify", "--draws", 10 ** 14, "--scenario", "base", "--workers", 1, *QUIET,
+                             "--out", "out"), "--draws", "100000000000000")
+
+
+@probe("i45_sample_n_per_prompt_huge",
+       "`sample --n-per-prompt 1000000000` ends in MemoryError (exit 3).  Under a 4 GB limit.", _SIZE_EXPECT,
+       timeout=40)
+def _i45_npp(ctx: Ctx):
+    return _refused(_limited(ctx, "sample", "--engine", "ours", "--n-per-prompt", 10 ** 9, "--out", "s.jsonl",
+                             "--no-progress"), "--n-per-prompt", "1000000000")
+
+
+@probe("i45_tune_batch_huge",
+       "`tune --batch 1000000000` ends in MemoryError (exit 3).  On the tiny pair, --context 64, under a 4 GB limit.",
+       _SIZE_EXPECT, timeout=60)
+def _i45_batch(ctx: Ctx):
+    return _refused(_limited(ctx, "tune", "--target", TINY_DIR / "target", "--draft", TINY_DIR / "draft", "--batch",
+                             10 ** 9, "--context", 64, "--out", "t", timeout=55), "--batch", "1000000000")
+
+
+def _i45_scenario(ctx: Ctx, text: str, key: str, value: str):
+    scenario_dir(ctx, {"bad.toml": text})
+    r = _limited(ctx, "verify", "--scenario-dir", "sd", "--scenario", "bad", "--draws", 20000, "--no-controls",
+                 "--workers", 1, *QUIET, "--out", "out")
+    return _refused(r, "bad.toml", key, value)
+
+
+@probe("i45_scenario_joint_tokens_8", "A scenario file with joint_tokens = 8 allocates GBs before any check "
+       "(exit 3).  Under a 4 GB limit.", _SIZE_EXPECT, timeout=40)
+def _i45_joint(ctx: Ctx):
+    return _i45_scenario(ctx, "joint_tokens = 8\n", "joint_tokens", "8")
+
+
+@probe("i45_scenario_max_new_tokens_1e5", "A scenario file with max_new_tokens = 100000 allocates 49 GB before any "
+       "check.  Under a 4 GB limit.", _SIZE_EXPECT, timeout=40)
+def _i45_n(ctx: Ctx):
+    return _i45_scenario(ctx, "max_new_tokens = 100000\n", "max_new_tokens", "100000")
+
+
+@probe("i45_scenario_order_10", "A scenario file with target.order = 10 allocates 8 GB before any check.  Under a "
+       "4 GB limit.", _SIZE_EXPECT, timeout=40)
+def _i45_order(ctx: Ctx):
+    return _i45_scenario(ctx, "[target]\norder = 10\n", "target.order", "10")
+
+
+@probe("i45_scenario_vocab_1e5", "A scenario file with target.vocab_size = 100000 allocates 75 GB before any "
+       "check.  Under a 4 GB limit.", _SIZE_EXPECT, timeout=40)
+def _i45_vocab(ctx: Ctx):
+    return _i45_scenario(ctx, "[target]\nvocab_size = 100000\n", "target.vocab_size", "100000")
+
+
+@probe("i45_sample_max_new_tokens_1e5", "`sample --max-new-tokens 100000` generates for 3 min 41 s, then exits 3 on "
+       "the model's 2,048 positions.", "exit 2 before any generation, naming --max-new-tokens and the positions",
+       timeout=40)
+def _i45_sample_n(ctx: Ctx):
+    return _refused(_limited(ctx, "sample", "--engine", "ours", "--max-new-tokens", 100000, "--out", "s.jsonl",
+                             "--no-progress"), "--max-new-tokens", "2,048")
+
+
+@probe("i45_sweep_name_dots", 'A sweep file with name = ".." writes grid.parquet, meta.json and cells/ into the top '
+       'of results/ (and "." likewise).  Probed with --list for both.', "exit 2 for each, naming `name`", timeout=40)
+def _i45_name(ctx: Ctx):
+    res = []
+    for name in ("..", "."):
+        ctx.write("sw.toml", f'name = "{name}"\n')
+        r = ctx.harness("sweep", "--config", "sw.toml", "--list", timeout=30)
+        res.append((name, *_refused(r, "`name`")))
+    return "; ".join(f"{n!r}: {obs}" for n, obs, _ in res), all(ok for *_, ok in res)
+
+
+@probe("i45_sweep_bad_values", "Sweep files with grid.k_max = 0, grid.alpha beyond 1, synthetic.alpha below 0 or "
+       "synthetic.max_new_tokens = 0 pass --list and exit 3 at run time.", "exit 2 from --list for each, naming "
+       "file: key", timeout=60)
+def _i45_sweep_values(ctx: Ctx):
+    res = []
+    for text, key in (("[grid]\nk_max = 0\n", "grid.k_max"), ("[grid]\nalpha = [0.0, 1.5, 10]\n", "grid.alpha"),
+                      ("[synthetic]\nalpha = [-0.1]\n", "synthetic.alpha"),
+                      ("[synthetic]\nmax_new_tokens = 0\n", "synthetic.max_new_tokens")):
+        ctx.write("sw.toml", text)
+        r = ctx.harness("sweep", "--config", "sw.toml", "--list", timeout=30)
+        res.append((key, r.rc, *_refused(r, "sw.toml", key)))
+    return ("; ".join(f"{k}: exit {rc}" for k, rc, _, _ in res) + f" | first: {res[0][2]}",
+            all(ok for *_, ok in res))
+
+
+@probe("i45_sample_target_without_draft", "`sample --engine ours --target X` without --draft looks up a model "
+       "named 'None' on the hub (exit 3); with --method autoregressive, which needs no draft, too.",
+       "speculative: exit 2 naming --draft; autoregressive: runs (exit 0) on the target alone", timeout=60)
+def _i45_target_only(ctx: Ctx):
+    t = TINY_DIR / "target"
+    a = ctx.harness("sample", "--engine", "ours", "--target", t, "--out", "a.jsonl", "--no-progress", timeout=25)
+    b = ctx.harness("sample", "--engine", "ours", "--method", "autoregressive", "--target", t, "--n-prompts", 2,
+                    "--n-per-prompt", 2, "--max-new-tokens", 4, "--out", "b.jsonl", "--no-progress", timeout=30)
+    obs_a, ok_a = _refused(a, "--draft")
+    return f"speculative: {obs_a}; autoregressive: {describe(b, 1)}", ok_a and b.rc == 0
+
+
+@probe("i45_sample_draft_without_target", "`sample --draft X` without --target exits 0 having silently used the "
+       "shipped tiny pair, even for a path that does not exist.", "exit 2 naming --draft (and --target)", timeout=40)
+def _i45_draft_only(ctx: Ctx):
+    return _refused(ctx.harness("sample", "--engine", "ours", "--draft", "no/such/draft", "--out", "s.jsonl",
+                                "--no-progress", timeout=35), "--draft", "--target")
+
+
+@probe("i45_out_proc", "`verify --out /proc/x` (a folder that cannot be made) ends in exit 3.",
+       "exit 2 naming --out and the path", timeout=40)
+def _i45_out(ctx: Ctx):
+    return _refused(ctx.harness("verify", "--out", "/proc/x", "--scenario", "base", "--draws", 2000, *QUIET,
+                                timeout=35), "--out", "/proc")
+
+
+def _i45_samples_file(ctx: Ctx, name: str = "s.jsonl", edit=None) -> Path:
+    recs = []
+    for i in range(6):
+        for j in range(2):
+            recs.append({"format": "specverify.samples/1", "request_id": f"p{i}-s{j}", "prompt_id": f"p{i}",
+                         "prompt_ids": [256, 65 + i], "output_ids": [97 + (i + j + t) % 26 for t in range(4)],
+                         "finish_reason": "length", "controls": {"temperature": 1.0, "top_k": 0, "top_p": 1.0,
+                                                                 "min_p": 0.0, "seed": None, "max_new_tokens": 4,
+                                                                 "greedy": False, "stop": []},
+                         "logprobs": None, "engine": {"name": "synthetic"}})
+    if edit is not None:
+        edit(recs)
+    return ctx.write(name, "".join(json.dumps(r) + "\n" for r in recs))
+
+
+@probe("i45_dedupe_read_only", "`samples-dedupe` on a read-only file ends in exit 3 (a traceback-like failure).",
+       "exit 2 naming --samples and saying it is read-only; the file unchanged", timeout=40)
+def _i45_dedupe(ctx: Ctx):
+    f = _i45_samples_file(ctx)
+    f.chmod(0o444)
+    before = f.read_text()
+    obs, ok = _refused(ctx.harness("samples-dedupe", "--samples", f.name, timeout=35), "--samples", "read-only")
+    return obs, ok and f.read_text() == before
+
+
+@probe("i45_url_notaport", "`sample --engine openai --url http://127.0.0.1:notaport/v1` exits 3 after 6 attempts.",
+       "exit 2 naming --url before any request", timeout=40)
+def _i45_url(ctx: Ctx):
+    return _refused(ctx.harness("sample", "--engine", "openai", "--url", "http://127.0.0.1:notaport/v1", "--model",
+                                "m", "--out", "o.jsonl", "--no-progress", timeout=35), "--url", "notaport")
+
+
+@probe("i45_verify_samples_eos_999", "`verify-samples --eos-token-id 999` on a 259-token model is accepted.",
+       "exit 2 naming --eos-token-id and the vocabulary", timeout=40)
+def _i45_eos(ctx: Ctx):
+    f = _i45_samples_file(ctx)
+    return _refused(ctx.harness("verify-samples", "--samples", f.name, "--target", TINY_DIR / "target", "--eos-token-id",
+                                999, "--out", "r", "--no-progress", timeout=35), "--eos-token-id", "999", "259")
+
+
+@probe("i45_prompt_vocab_beyond", "`sample --prompt-vocab` beyond the model's vocabulary (100000 on the tiny pair's "
+       "259) exits 3.", "exit 2 naming --prompt-vocab and the vocabulary", timeout=40)
+def _i45_prompt_vocab(ctx: Ctx):
+    return _refused(ctx.harness("sample", "--engine", "ours", "--prompt-vocab", 100000, "--out", "s.jsonl",
+                                "--no-progress", timeout=35), "--prompt-vocab", "259")
+
+
+@probe("i45_prompt_id_two_prompts", "One prompt_id holding two different prompts is accepted by verify-samples.",
+       "exit 2 naming the prompt_id and the two requests (or judged as separate prompts, said so)", timeout=40)
+def _i45_pid(ctx: Ctx):
+    def edit(recs):
+        recs[1]["prompt_ids"] = [256, 99]
+    f = _i45_samples_file(ctx, edit=edit)
+    return _refused(ctx.harness("verify-samples", "--samples", f.name, "--target", TINY_DIR / "target", "--out", "r",
+                                "--no-progress", timeout=35), "prompt_id 'p0'", "p0-s1")
+
+
+@probe("i45_two_eos_policies", "A file whose completions follow two EOS policies (one stops at EOS, another runs on "
+       "past it) is scored as one law.", "exit 2 naming the two completions (or split, said so)", timeout=40)
+def _i45_policies(ctx: Ctx):
+    def edit(recs):
+        recs[0]["output_ids"][-1], recs[0]["finish_reason"] = 257, "eos"
+        recs[2]["output_ids"][1] = 257
+    f = _i45_samples_file(ctx, edit=edit)
+    return _refused(ctx.harness("verify-samples", "--samples", f.name, "--target", TINY_DIR / "target", "--out", "r",
+                                "--no-progress", timeout=35), "two EOS policies")
+
+
+@probe("i45_openai_logprobs_length", "OpenAI token_logprobs of the wrong length are stored as null with no word.",
+       "the record is refused with a line naming token_logprobs and the lengths", timeout=40)
+def _i45_logprobs(ctx: Ctx):
+    r = ctx.python("""
+        from harness.samples.format import Controls
+        from harness.samples.openai import EndpointSpec, parse_choice
+        from harness.samples.producers import Request
+        spec = EndpointSpec(url="http://127.0.0.1:1/v1", model="m", controls=Controls(1.0, 0, 1.0, 3))
+        ch = {"finish_reason": "length", "logprobs": {"tokens": ["token_id:5", "token_id:6", "token_id:7"],
+                                                      "token_logprobs": [-1.0, -2.0]}}
+        return parse_choice(spec, Request("p0-s0", "p0", (256, 1)), {"choices": [ch]}, None).logprobs
+    """, timeout=35)
+    return raised(r), is_value_error(r) and "token_logprobs" in r["msg"]
+
+
+@probe("i45_ray_loopback", "`--backend ray` without --address starts a local Ray whose GCS, raylet, workers and "
+       "agents bind *, 0.0.0.0 or the node's address.  Probed: a local RayBackend runs one task; every listening "
+       "socket of the process tree is read from /proc.", "every listening socket on loopback (127.0.0.0/8, ::1)",
+       timeout=180, slow=True)
+def _i45_ray(ctx: Ctx):
+    r = ctx.python(f"""
+        import os, sys
+        sys.path.insert(0, {str(REPO / 'tests')!r})
+        from listening import listening, non_loopback
+        from harness.core.backends import RayBackend
+        b = RayBackend(None, workers=1, object_store_memory=80 * 2 ** 20)
+        try:
+            list(b.map_unordered(abs, [-1]))
+            rows = listening(os.getpid())
+        finally:
+            b.close()
+        bad = non_loopback(rows)
+        return f"{{len(rows)}} listening sockets in {{len({{x[0] for x in rows}})}} processes; non-loopback: {{bad[:4]}}"
+    """, timeout=170)
+    return raised(r), r["raised"] is None and r["value"].endswith("non-loopback: []")
+
+
 # ------------------------------------------------------------------------------------------- driver
 def run_probe(p: Probe, keep: bool = False) -> dict:
     """Run one probe in a fresh temporary directory; never raises."""

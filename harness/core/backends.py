@@ -11,7 +11,9 @@ yields a :class:`TaskLost` in place of its result.
     ``local``    a ``concurrent.futures.ProcessPoolExecutor`` of ``workers`` processes (spawn context,
                  one torch thread each; no server to start)
     ``ray``      Ray tasks (``--backend ray``): a local Ray started for the run, or the cluster at
-                 ``--address auto|host:port``; ``num_gpus`` per task where a task needs a GPU
+                 ``--address auto|host:port``; ``num_gpus`` per task where a task needs a GPU.  A local Ray
+                 binds loopback only (127.0.0.1: GCS, raylet, object manager, workers, agents; no dashboard);
+                 ``SPECVERIFY_RAY_NODE_IP=<address>`` binds it to another address instead, explicitly
 
 :func:`make_backend` checks the options first (:class:`harness.core.errors.UsageError`, exit 2, naming the
 option): ``--workers`` >= 1 and, for the processes of this machine (``local``, or a Ray started here), at
@@ -19,6 +21,7 @@ most :func:`max_local_workers` (two per core); Ray installed for ``--backend ray
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -36,6 +39,9 @@ __all__ = ["add_backend_arguments", "check_backend_options", "Backend", "SerialB
            "default_workers", "max_local_workers"]
 
 BACKENDS = ("local", "ray")
+LOOPBACK = "127.0.0.1"
+RAY_NODE_IP_ENV = "SPECVERIFY_RAY_NODE_IP"  # a local Ray (--backend ray, no --address) binds this address; unset:
+                                           # LOOPBACK (nothing of it reachable from another machine)
 RETRIES = 3  # times a task whose worker died is run again
 WORKERS_PER_CORE = 2  # each worker is a CPU-bound process with one torch thread: more per core only queue and take memory
 ABORT_GRACE_S = 30.0  # an interrupted pool waits this long for the tasks in flight before it kills their workers
@@ -259,13 +265,17 @@ class RayBackend(Backend):
             kw = dict(address=address, runtime_env={"env_vars": {"PYTHONPATH": _python_path()}},
                       logging_level="WARNING", log_to_driver=False)
             if address is None:
-                kw.update(num_cpus=workers or default_workers(), include_dashboard=False,
-                          object_store_memory=object_store_memory)
+                node_ip = os.environ.get(RAY_NODE_IP_ENV) or LOOPBACK
+                kw.update(num_cpus=workers or default_workers(), include_dashboard=False, dashboard_host=LOOPBACK,
+                          object_store_memory=object_store_memory, _node_ip_address=node_ip)
+                with _node_ip_as_given(ray, node_ip):
+                    ray.init(**kw)
+                _check_node_ip(ray, node_ip)
             else:
                 _token_auth_like_ray_start()
                 if _loopback(address):  # a head on this machine's loopback: this driver's node is there too
                     kw.update(_node_ip_address=address.rpartition(":")[0])
-            ray.init(**kw)
+                ray.init(**kw)
         self.workers = int(ray.cluster_resources().get("CPU", 1))
         self._local = default_workers() if address is not None else (workers or default_workers())
 
@@ -302,6 +312,37 @@ def _one_thread_call(fn: Callable, task):
     CPU; Ray's own default, OMP_NUM_THREADS=1, is not there when the cluster's environment sets it otherwise)."""
     limit_threads(1)
     return fn(task)
+
+
+@contextlib.contextmanager
+def _node_ip_as_given(ray, node_ip: str):
+    """While a local Ray starts: keep a loopback ``node_ip`` as it is.  Ray rewrites 127.0.0.1 to the machine's
+    network address (services.resolve_ip_for_localhost) unless ``ray_constants.ENABLE_RAY_CLUSTER`` is false
+    (what RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, Ray's macOS default, sets); with the node on 127.0.0.1 the GCS,
+    raylet, object manager, workers and agents all bind loopback (tests/verify/test_shards_ray.py lists them).
+    Read only while the node starts; restored after, so a later ray.init(address=...) is unaffected."""
+    try:
+        from ray._private import ray_constants
+        old = ray_constants.ENABLE_RAY_CLUSTER
+    except (ImportError, AttributeError):  # another Ray: _check_node_ip tells whether it held
+        yield
+        return
+    ray_constants.ENABLE_RAY_CLUSTER = not _loopback(f"{node_ip}:0")
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = old
+
+
+def _check_node_ip(ray, node_ip: str) -> None:
+    """A local Ray must run on the node address asked for (loopback unless $SPECVERIFY_RAY_NODE_IP says
+    otherwise); shut it down and fail (exit 3) when this Ray version bound elsewhere."""
+    got = ray.util.get_node_ip_address()
+    if got != node_ip:
+        ray.shutdown()
+        raise RuntimeError(f"the local Ray started on {got}, not on {node_ip} as asked (loopback unless "
+                           f"${RAY_NODE_IP_ENV} names another address); this Ray version ({ray.__version__}) does "
+                           "not keep the node address: start a head yourself and pass --address")
 
 
 def _token_auth_like_ray_start() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -12,9 +13,10 @@ __all__ = ["check_option", "check_seed", "check_threads", "check_out", "check_un
 
 
 def check_option(ok: bool, option: str, value, allowed: str) -> None:
-    """Raise a UsageError naming ``option`` and its bad ``value`` unless ``ok``."""
+    """Raise a UsageError naming ``option`` (or ``file: `key```, quoted by the caller) and its bad ``value``
+    unless ``ok``."""
     if not ok:
-        raise UsageError(f"`{option}` must be {allowed}; got {value!r}")
+        raise UsageError(f"{option if '`' in option else f'`{option}`'} must be {allowed}; got {value!r}")
 
 
 def check_seed(seed: Optional[int], option: str = "--seed") -> None:
@@ -41,9 +43,19 @@ def check_out(path: Optional[Path], option: str = "--out", is_file: bool = False
     what = "a file" if is_file else "a folder"
     if p.exists() and not p.is_dir():
         raise UsageError(f"`{option}` must be {what} that can be created; got {str(path)!r}, but {str(p)!r} is a file")
-    if p.exists() and not os.access(p, os.W_OK | os.X_OK):
+    if p.exists() and not (os.access(p, os.W_OK | os.X_OK) and _can_write_in(p)):
         raise UsageError(f"`{option}` must be {what} that can be written; got {str(path)!r}, but {str(p)!r} "
                          "is not writable")
+
+
+def _can_write_in(folder: Path) -> bool:
+    """Whether a file can be made in ``folder`` (an unnamed temporary file, gone at once): catches what
+    os.access cannot tell, such as /proc, /sys or a read-only mount seen by root."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def check_unique(values: Optional[Iterable], option: str) -> None:

@@ -14,7 +14,8 @@ Every file is checked against :data:`SCENARIO_SCHEMA` (and default.toml against 
 before any work: an unknown key, a value of the wrong type or out of range raises
 :class:`harness.core.errors.UsageError` naming the file and the dotted key (:mod:`harness.core.schema`); the
 checks that need the merged scenario (EOS and prompt ids below the vocabulary size, the keys a draft
-kind needs) name the scenario file.
+kind needs) name the scenario file, and so do the sizes (:mod:`harness.laws.sizes`: the exact law's tables
+and the accumulators must fit in memory, checked before any table is built).
 """
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from typing import Any, Optional
 
 from harness.core.config import VERIFY_DIR, overlay, read_toml
 from harness.core.errors import UsageError
+from harness.core.limits import MAX_SEQUENCES
 from harness.laws.ngram import ExactLaw, warp_mismatch, warp_support_mismatch
+from harness.laws.sizes import check_scenario_sizes
 from harness.core.schema import Field, boolean, fail, integer, number, one_of, text, validate
 from specimpl.errors import check_arg
 from specimpl.ngram import NGramModel, disjoint_draft, noisy_draft, random_ngram, tempered_draft
@@ -68,7 +71,7 @@ RUN_SCHEMA = {
     "power": Field(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0.5 <= v < 1,
                    "a number in [0.5, 1)"),
     "tv_confidence": Field(lambda v: isinstance(v, float) and 0 < v < 1, "a number in (0, 1)"),
-    **{key: integer(2) for key in ("draws", "full_draws", "control_draws", "full_control_draws")},
+    **{key: integer(2, MAX_SEQUENCES) for key in ("draws", "full_draws", "control_draws", "full_control_draws")},
     "scenarios": Field(lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v),
                        "a list of scenario names"),
     "seed": SEED, "min_chunks": integer(1), "max_chunk": integer(1), "pit_bins": integer(2), "logprob_max": integer(1),
@@ -242,11 +245,13 @@ def load_scenario(name: str, directory: Optional[Path] = None) -> Scenario:
     path = d / f"{name}.toml"
     if not path.is_file():
         raise UsageError(f"`--scenario` must be one of {list_scenarios(d)}; got {name!r} (no file {path})")
-    base = read_defaults(d).get("scenario", {})
+    defaults = read_defaults(d)
+    base = defaults.get("scenario", {})
     own = read_toml(path, "scenario file")
     validate(own, SCENARIO_SCHEMA, str(path), free=_free({**base, **own}))
     raw = overlay(base, own)
     _check_merged(raw, str(path))
+    check_scenario_sizes(raw, own, defaults.get("run", {}), str(path))  # before any table is built
     try:
         sc = scenario_from_dict(name, raw)
         if sc.exact:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -55,6 +56,15 @@ def dedupe_lines(path: Path, text: str) -> tuple[list[str], int, int, bool]:
     return kept, dropped, differ, torn
 
 
+def _check_writable(src: Path) -> None:
+    """Repairing in place replaces ``src``: it must be writable (its mode, not only root's rights) and so
+    must its folder; UsageError naming --samples (and --out, the way out) otherwise."""
+    if not (src.stat().st_mode & 0o222) or not os.access(src, os.W_OK):
+        raise UsageError(f"`--samples` must be a writable file to be repaired in place; got {str(src)!r}, which is "
+                         "read-only (give --out for a repaired copy)")
+    check_out(src, option="--samples", is_file=True)
+
+
 def run(args) -> int:
     src = Path(args.samples)
     if not src.is_file():
@@ -62,7 +72,13 @@ def run(args) -> int:
                          f"{'is not a file' if src.exists() else 'does not exist'}")
     check_out(args.out, is_file=True)
     dst = Path(args.out) if args.out else src
-    with open(src, "a", encoding="utf-8") as lock:  # the writers' lock: not while `sample` writes the file
+    if dst == src:
+        _check_writable(src)
+    try:
+        lock = open(src, "a" if dst == src else "r", encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"`--samples` {str(src)!r} cannot be opened ({e.strerror})") from None
+    with lock:  # the writers' lock: not while `sample` writes the file
         lock_exclusive(lock, src, "--samples")
         try:
             text = src.read_bytes().decode("utf-8")

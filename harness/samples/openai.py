@@ -65,8 +65,14 @@ def check_endpoint(url, timeout: float, backoff: float) -> None:
     """The options of an endpoint, before any request; UsageError naming the option and its value."""
     from urllib.parse import urlsplit
     parts = urlsplit(url) if isinstance(url, str) else None
-    check_option(parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc), "--url", url,
+    check_option(parts is not None and parts.scheme in ("http", "https") and bool(parts.hostname), "--url", url,
                  "an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1")
+    try:
+        port = parts.port  # ValueError for a port that is not a number in [0, 65535]
+    except ValueError:
+        port = -1
+    check_option(port is None or 1 <= port <= 65535, "--url", url, "a URL whose port, if given, is an integer in "
+                 "[1, 65535], e.g. http://127.0.0.1:8000/v1")
     check_option(timeout > 0 and math.isfinite(timeout), "--timeout", timeout, "a number of seconds > 0")
     check_option(backoff >= 0 and math.isfinite(backoff), "--backoff", backoff, "a number of seconds >= 0")
 
@@ -147,8 +153,13 @@ def parse_choice(spec: EndpointSpec, req: Request, resp: dict, seed: Optional[in
             ids, logprobs = ids + [spec.eos_token_id], None
     else:
         raise ValueError(f"finish_reason must be 'length' or 'stop'; got {fr!r}")
-    if logprobs is not None and (len(logprobs) != len(ids) or any(x is None for x in logprobs)):
-        logprobs = None
+    if logprobs is not None and not isinstance(logprobs, list):
+        raise ValueError(f"'token_logprobs' must be a list of numbers; got {str(logprobs)[:80]!r}")
+    if logprobs is not None and len(logprobs) != len(ids):  # never stored as null in silence: the record is refused
+        raise ValueError(f"'token_logprobs' holds {len(logprobs)} values for the {len(ids)} output tokens "
+                         f"({source}); one log-probability per token is required")
+    if logprobs is not None and any(x is None for x in logprobs):
+        logprobs = None  # a server that omits some (null entries): the record keeps none
     eng = {"name": "openai-compatible", "url": spec.url, "model": spec.model, "token_source": source,
            "controls_source": "requested", **spec.engine}
     return SampleRecord(req.request_id, req.prompt_id, req.prompt_ids, tuple(ids), reason, c, eng,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core.errors import SamplerError, UsageError
+from harness.core.limits import check_count
 from harness.core.models import model_path, resolve_model
 from harness.core.options import check_option, check_out, check_seed
 from harness.samples.format import SampleWriter
@@ -33,7 +34,7 @@ from harness.samples.format import Controls
 from harness.samples.format import read_samples
 from harness.samples import producers as P
 from specimpl.sampling import SamplingConfig
-from specimpl.hf import load_pair, load_tiny_pair
+from specimpl.hf import HFModel, load_pair, load_tiny_pair
 from harness.samples.openai import EndpointSpec, check_endpoint, produce_openai
 from harness.samples.producers import make_requests
 from harness.samples.controls import CONTROLS
@@ -139,6 +140,71 @@ def _check(args) -> None:
         check_option(args.control is None, "--control", args.control, "absent for --engine openai")
     if args.control is not None:
         check_option(args.control in CONTROLS, "--control", args.control, f"one of {sorted(CONTROLS)}")
+    check_count("--n-per-prompt", args.n_per_prompt, args.n_prompts * (400 + 8 * (hi + args.max_new_tokens)),
+                f"each unit of it is --n-prompts = {args.n_prompts:,} requests, each holding its prompt and completion")
+    _check_model_options(args)
+
+
+def _needs_draft(args) -> bool:
+    """Whether the engine configuration runs a draft model (ours speculative, hf assistant, a control)."""
+    if args.control is not None:
+        return True
+    return (args.engine == "ours" and args.method == "speculative") or (args.engine == "hf" and args.hf_mode == "assistant")
+
+
+def _check_model_options(args) -> None:
+    """--target / --draft: both or neither (the shipped tiny pair); --target alone only where no draft runs."""
+    if args.engine not in ("ours", "hf"):
+        check_option(args.draft is None or args.target is not None or args.engine != "vllm", "--draft", args.draft,
+                     "given with --target (without both, the shipped tiny pair runs)")
+        return
+    check_option(args.draft is None or args.target is not None, "--draft", args.draft,
+                 "given with --target (without both, the shipped tiny pair runs)")
+    check_option(args.target is None or args.draft is not None or not _needs_draft(args), "--draft", args.draft,
+                 "a draft checkpoint with --target for this engine configuration (--engine ours --method speculative, "
+                 "--engine hf --hf-mode assistant, --control); --method autoregressive / --hf-mode plain / "
+                 "prompt_lookup need none")
+
+
+def _load_models(args):
+    """(target, draft or None): the shipped tiny pair, or --target (and --draft); a checkpoint that cannot be
+    read is exit 2 naming its option, before the sample file is opened."""
+    if args.target is None:
+        return load_tiny_pair()
+    try:
+        if args.draft is None:
+            return HFModel.from_pretrained(args.target, local_files_only=True), None
+        return load_pair(args.target, args.draft, local_files_only=True)
+    except (OSError, ValueError) as e:
+        opt = "--target" if args.draft is None else "--target / --draft"
+        raise UsageError(f"`{opt}` must be {'a local model checkpoint' if args.draft is None else 'local model checkpoints'}; got {args.target!r}"
+                         f"{'' if args.draft is None else f' / {args.draft!r}'}: {' '.join(str(e).split())[:300]}") from None
+
+
+def _check_fits(args, target) -> None:
+    """What the loaded target can hold: its positions (longest prompt + --max-new-tokens + --k) and its
+    vocabulary (--prompt-vocab, or the byte prompts' ids up to 256)."""
+    cfg = target.model.config
+    mpe = next((v for v in (getattr(cfg, a, None) for a in ("max_position_embeddings", "n_positions"))
+                if isinstance(v, int) and v > 0), None)
+    hi = args.prompt_lengths[1]
+    need = hi + args.max_new_tokens + args.k
+    if mpe is not None and need > mpe:
+        raise UsageError(f"`--max-new-tokens` must be at most {max(mpe - hi - args.k, 0):,} for this target ({mpe:,} "
+                         f"positions = prompts up to {hi} + --max-new-tokens + --k {args.k}); got {args.max_new_tokens!r}")
+    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 1)
+    width = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", 1)
+    batch = min(args.batch_size, args.n_prompts * args.n_per_prompt)  # requests in one generate call
+    check_count("--batch-size", batch, 4 * need * (2 * 2 * layers * width + 3 * target.vocab_size),
+                f"sequences of one generate call, min(--batch-size, requests) = {batch:,}, of {need:,} positions "
+                "each: KV caches of target and draft and rows of logits")
+    V = target.vocab_size
+    if args.prompt_vocab is not None:
+        check_option(args.prompt_vocab <= V, "--prompt-vocab", args.prompt_vocab,
+                     f"an integer in [2, {V}] (the target's vocabulary size)")
+    else:
+        check_option(V >= 257, "--prompt-vocab", None, f"given for a target of {V} tokens (the default byte prompts "
+                     "use ids up to 256)")
 
 
 def _controls(args):
@@ -201,8 +267,8 @@ def _engine_identity(args) -> Optional[dict]:
             **({"control": args.control} if args.control else {})}
 
 
-def _in_process(args, reqs, w: SampleWriter) -> int:
-    target, draft = load_pair(args.target, args.draft, local_files_only=True) if args.target else load_tiny_pair()
+def _in_process(args, reqs, w: SampleWriter, models) -> int:
+    target, draft = models
     config = P.config_of(_controls(args)) if args.temperature > 0 else SamplingConfig(greedy=True)
     post = None
     if args.control is not None:
@@ -263,12 +329,16 @@ def run(args) -> int:
     _check(args)
     reqs = make_requests(args.n_prompts, args.n_per_prompt, tuple(args.prompt_lengths), args.prompt_seed,
                          args.prompt_vocab)
+    models = None
+    if args.engine in ("ours", "hf"):
+        models = _load_models(args)
+        _check_fits(args, models[0])
     with SampleWriter(args.out) as w:
         _check_resume(w, _controls(args), args, reqs)
         before = len(w.done)
         try:
             n = (_openai(args, reqs, w) if args.engine == "openai" else _vllm(args, reqs, w) if args.engine == "vllm"
-                 else _llama(args, reqs, w) if args.engine == "llama-cpp" else _in_process(args, reqs, w))
+                 else _llama(args, reqs, w) if args.engine == "llama-cpp" else _in_process(args, reqs, w, models))
         except (SamplerError, UsageError):
             raise
         except (OSError, ValueError) as e:

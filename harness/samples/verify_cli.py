@@ -120,6 +120,31 @@ def _one_law(records: list[SampleRecord], path: Path) -> tuple:
     return key
 
 
+def _one_prompt_per_id(records: list[SampleRecord], path) -> None:
+    """Every ``prompt_id`` names one prompt (the independence checks group completions by it); UsageError
+    naming the two requests that give one prompt_id two prompts."""
+    first: dict = {}
+    for r in records:
+        other = first.setdefault(r.prompt_id, r)
+        if other.prompt_ids != r.prompt_ids:
+            raise UsageError(f"{path}: prompt_id {r.prompt_id!r} holds two different prompts (requests "
+                             f"{other.request_id!r} and {r.request_id!r}); a prompt_id must name one prompt: give "
+                             "each prompt its own id")
+
+
+def _one_eos_policy(records: list[SampleRecord], path, eos: Optional[int] = None) -> None:
+    """Completions of one file follow one EOS policy: either they stop at EOS, or (ignore_eos) they run on
+    past it.  EOS is ``eos`` or, unknown, the last token of the completions that ended at EOS.  UsageError
+    naming one completion of each kind: the two laws cannot be scored as one."""
+    ends = {eos} if eos is not None else {r.output_ids[-1] for r in records if r.finish_reason == "eos"}
+    stopped = next((r for r in records if r.finish_reason == "eos" and r.output_ids[-1] in ends), None)
+    ran_on = next((r for r in records if any(t in ends for t in r.output_ids[:-1])), None)
+    if stopped is not None and ran_on is not None:
+        raise UsageError(f"{path}: completions follow two EOS policies: {stopped.request_id!r} stops at EOS "
+                         f"{stopped.output_ids[-1]}, {ran_on.request_id!r} runs on past it (ignore_eos); verify one "
+                         "policy at a time (split the file)")
+
+
 def _family(specs, settings, run_label: str):
     plan = [PlannedTest(run_label, "under_test", "samples", s) for s in specs]
     table, levels = evaluate_family(plan, settings)
@@ -151,6 +176,10 @@ def scored(records, target_name: str, args, settings) -> SamplesVerdict:
     except ScorerRefusal as e:
         raise UsageError(f"{args.samples}: cannot certify: {e}") from None
     target = _load_target(target_name, args.dtype)
+    V = target.vocab_size
+    check_option(args.eos_token_id is None or args.eos_token_id < V, "--eos-token-id", args.eos_token_id,
+                 f"a token id in [0, {V}) (the target's vocabulary)")
+    _one_eos_policy(records, args.samples, _eos(target, args.eos_token_id))
     tic = time.perf_counter()
     try:
         scores = score_records(target, records, config, seed=args.seed, chunk=args.batch_size,
@@ -198,6 +227,8 @@ def check_independent_baseline(records, base, samples_path: Path, baseline_path:
 
 def two_sample(records, baseline_path: Path, args, settings) -> SamplesVerdict:
     base = read_samples(baseline_path, option="--baseline")
+    _one_prompt_per_id(base, baseline_path)
+    _one_eos_policy(base, baseline_path, args.eos_token_id)
     check_independent_baseline(records, base, Path(args.samples), Path(baseline_path))
     if _one_law(base, baseline_path) != _one_law(records, args.samples):
         raise UsageError(f"`--baseline` must be drawn under the controls of `--samples`; got "
@@ -272,6 +303,9 @@ def verify_samples(args) -> SamplesVerdict:
     settings = _settings(args.alpha)
     records = read_samples(args.samples)
     _one_law(records, args.samples)
+    _one_prompt_per_id(records, args.samples)
+    if args.target is None or args.exact:
+        _one_eos_policy(records, args.samples, args.eos_token_id)
     claim_out(args, "verify-samples", ("samples",))  # --out, or runs/verify-samples/<name>-<hash>; locked
     if args.target is not None and args.exact:
         res = exact(records, args.target, args, settings)
@@ -294,6 +328,8 @@ def _check(args) -> None:
     check_option(args.window >= 1, "--window", args.window, "an integer >= 1")
     check_option(args.logprob_tol > 0, "--logprob-tol", args.logprob_tol, "a number > 0")
     check_option(args.batch_size >= 1, "--batch-size", args.batch_size, "an integer >= 1")
+    check_option(args.eos_token_id is None or args.eos_token_id >= 0, "--eos-token-id", args.eos_token_id,
+                 "a token id (an integer >= 0)")
     check_option(args.vocab_size is None or args.vocab_size >= 1, "--vocab-size", args.vocab_size, "an integer >= 1")
     check_seed(args.seed)
     check_out(args.out)

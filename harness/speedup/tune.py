@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.core.limits import check_count
 from harness.core.options import check_option
 from harness.laws.algorithms import Algorithm
 from harness.core.errors import UsageError
@@ -133,6 +134,8 @@ def _check(args):
     for name, v in (("--n-sequences", args.n_sequences), ("--max-new-tokens", args.max_new_tokens),
                     ("--repeats", args.repeats)):
         check_option(v >= 1, name, v, "an integer >= 1")
+    check_count("--n-sequences", args.n_sequences, 64 * (32 + args.max_new_tokens) + 1000,
+                "acceptance prompts, each with its generated tokens and per-round statistics held")
     check_option(args.replicates >= 10, "--replicates", args.replicates, "an integer >= 10")
     check_option(args.solo_repeats >= 1, "--solo-repeats", args.solo_repeats, "an integer >= 1")
     check_option(args.confirm >= 0, "--confirm", args.confirm, "an integer >= 0 (0: no measured confirmation)")
@@ -445,12 +448,27 @@ def _check_context(args, target, draft, algos, ks, contexts) -> None:
                          f"needs {need} positions, the models have {mpe} (max_position_embeddings)")
 
 
+def _check_batch(args, target, draft, algos, ks, batches, contexts) -> None:
+    """Profiling here holds, per sequence of the largest --batch, both models' KV caches and a row of logits
+    at every position: that must fit in memory (exit 2 naming --batch otherwise)."""
+    need = max(contexts) + args.max_new_tokens + max(_tokens_scored(algos, ks)[0]) + 8
+    per_row = 0
+    for m in (target, draft):
+        cfg = m.model.config
+        layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 1)
+        width = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", 1)
+        per_row += 4 * need * (2 * layers * width + 2 * m.vocab_size)  # float32 K and V, and logits
+    check_count("--batch", max(batches), per_row, f"profiled sequences of {need:,} positions (longest --context + "
+                "--max-new-tokens + a scored block), each holding both models' KV caches and logits")
+
+
 def run(args) -> int:
     hw, algos, ks, batches, contexts = _check(args)
     tshape, dshape = _shapes(args)
     target, draft = _models(args)
     if hw is None:
         _check_context(args, target, draft, algos, ks, contexts)
+        _check_batch(args, target, draft, algos, ks, batches, contexts)
         _sweep_target_only(args, target, batches, contexts)
     out = claim_out(args, "tune", ("target", "hardware"))  # --out, or runs/tune/<target-hardware>-<hash>; locked
     prompts = _prompts(args, target)

@@ -39,6 +39,7 @@ from harness.core.fingerprint import code_fingerprint, fingerprint, short
 from harness.core.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.stats import holm
+from harness.core.limits import MAX_SEQUENCES
 from harness.core.options import check_option, check_unique
 from harness.core.outdir import claim_out
 from harness.core.threads import with_threads
@@ -86,7 +87,8 @@ def run(args) -> int:
     """Exit 0 when every family-wise rate is consistent with its nominal level, 1 when one is not."""
     check_common(args)
     check_option(args.seeds >= 1, "--seeds", args.seeds, "an integer >= 1")
-    check_option(args.draws >= 500, "--draws", args.draws, "an integer >= 500")
+    check_option(500 <= args.draws <= MAX_SEQUENCES, "--draws", args.draws, f"an integer in [500, {MAX_SEQUENCES:,}]")
+    check_option(args.seeds <= 10_000, "--seeds", args.seeds, "an integer in [1, 10,000] (one battery a seed)")
     check_option(args.jobs >= 1, "--jobs", args.jobs, "an integer >= 1")
     check_option(args.real_model_sequences >= 0, "--real-model-sequences", args.real_model_sequences,
                  "an integer >= 0")

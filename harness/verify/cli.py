@@ -24,6 +24,7 @@ from harness.core.config import overlay, read_toml
 from harness.core.errors import UsageError
 from harness.core.verdict import exit_status, rerun_command
 from harness.core.threads import with_threads
+from harness.core.limits import MAX_SEQUENCES
 from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
 from harness.core.outdir import claim_out
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelSpec, load_real_model_spec
@@ -32,6 +33,8 @@ from harness.verify.epsilon import parse_epsilon_option
 from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler, sampler_failure
 from harness.verify.until import until_certified
+
+SEQUENCES_WHY = "sequences a run may draw at most: more would take days per scenario"
 
 __all__ = ["add_arguments", "run", "fail_args", "with_epsilon", "check_common", "real_model_spec",
            "backend_of", "rerun"]
@@ -135,8 +138,8 @@ def _choose(args) -> _Choice:
     check_common(args)
     check_unique(args.scenario, "--scenario")
     for name, v in (("--draws", args.draws), ("--control-draws", args.control_draws),
-                    ("--real-model-sequences", args.real_model_sequences)):
-        check_option(v is None or v >= 2, name, v, "an integer >= 2")
+                    ("--real-model-sequences", args.real_model_sequences), ("--until-certified", args.until_certified)):
+        check_option(v is None or 2 <= v <= MAX_SEQUENCES, name, v, f"an integer in [2, {MAX_SEQUENCES:,}] ({SEQUENCES_WHY})")
     settings = with_epsilon(load_settings(args.scenario_dir), args)
     if args.no_sequential:
         settings = replace(settings, sequential_alpha=0.0)
@@ -152,11 +155,22 @@ def _choose(args) -> _Choice:
             raise UsageError(f"`--scenario` {REAL_MODEL_SCENARIO!r} contradicts `--no-real-model`")
         use_rm = False
     scenarios = [load_scenario(n, args.scenario_dir) for n in names]
+    _check_run_draws(args, settings, scenarios)
     inexact = [s.name for s in scenarios if not s.exact]
     if inexact:
         raise UsageError(f"`--scenario` {inexact} use a model builder without an exact law; this battery needs "
                          "builder 'ngram' (real-model pairs: python -m harness pit)")
     return _Choice(settings, sampler, scenarios, rm_spec if use_rm else None, algorithm)
+
+
+def _check_run_draws(args, settings, scenarios) -> None:
+    """Every run's sequences (the draws times a scenario's weight) at most MAX_SEQUENCES, before any work."""
+    draws = args.draws or (settings.full_draws if args.full else settings.draws)
+    option = "--draws" if args.draws else f"{Path(args.scenario_dir) / 'default.toml'}: `run.{'full_' * args.full}draws`"
+    for sc in scenarios:
+        w = sc.full_weight if args.full else sc.weight
+        check_option(draws * w <= MAX_SEQUENCES, option, draws, f"at most {int(MAX_SEQUENCES / w):,} (scenario "
+                     f"{sc.name!r} draws {w:g} x this; {MAX_SEQUENCES:,} {SEQUENCES_WHY})")
 
 
 def _algorithm(name: Optional[str], sampler: Optional[Callable]) -> Optional[str]:

@@ -44,6 +44,22 @@ def test_ray_local_cluster_gives_identical_results(serial_reference, monkeypatch
     assert (torch_threads, blas_threads) == (1, [1, 1])  # as in a pool worker
 
 
+def test_local_ray_listens_on_loopback_only():
+    """Issue 45: a local Ray (--backend ray without --address) binds 127.0.0.1 only -- GCS, raylet, object
+    manager, workers, agents: every listening socket of this process's tree, read from /proc, once a task ran
+    (so workers exist).  Without the pin, Ray 2.x binds 0.0.0.0, :: and the machine's network address."""
+    from listening import listening, non_loopback
+    from shard_samplers import thread_counts
+    backend = RayBackend(None, workers=1, object_store_memory=STORE)
+    try:
+        list(backend.map_unordered(thread_counts, [None]))
+        rows = listening(os.getpid())
+    finally:
+        backend.close()
+    assert len({r[0] for r in rows}) >= 3, rows  # the GCS, the raylet and more: the listing sees Ray's processes
+    assert non_loopback(rows) == [], non_loopback(rows)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

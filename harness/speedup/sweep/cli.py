@@ -72,8 +72,8 @@ def _check(cfg: dict, source: str = "the sweep config") -> None:
         check_arg(not bad, "suites", cfg["suites"], f"a list drawn from {list(SUITES)}")
         dup = sorted({s for s in cfg["suites"] if cfg["suites"].count(s) > 1})
         check_arg(not dup, "suites", cfg["suites"], "a list naming each suite once")
-        check_arg(isinstance(cfg["name"], str) and cfg["name"] and "/" not in cfg["name"], "name", cfg["name"],
-                  "a non-empty folder name")
+        check_arg(isinstance(cfg["name"], str) and cfg["name"].strip() not in ("", ".", "..") and "/" not in cfg["name"]
+                  and "\\" not in cfg["name"], "name", cfg["name"], "a folder name (not empty, '.' or '..', no '/')")
         check_arg(isinstance(cfg["seed"], int) and not isinstance(cfg["seed"], bool) and cfg["seed"] >= 0, "seed",
                   cfg["seed"], "an integer >= 0")
         check_arg(isinstance(cfg["threads"], int) and not isinstance(cfg["threads"], bool) and cfg["threads"] >= 1,

@@ -26,6 +26,7 @@ predicts (the expected call time over prompts, from the mean acceptance).
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -49,7 +50,7 @@ from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
-from specimpl.hf import tiny_pair_prompts
+from specimpl.hf import TINY_PAIR_DIR, tiny_pair_prompts
 
 __all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealParams", "ProfileParams", "MemboundParams",
            "Measurement", "measure_pair", "prompt_seed", "prompt_sets", "resolve_model", "SHAPES", "CLOCKS"]
@@ -251,13 +252,57 @@ def _profile_cells(table: dict, cfg: dict) -> list[Cell]:
 
 
 # -- checks of each suite's table -----------------------------------------------------------------
+GRID_AXIS = 10_000  # points of the grid's alpha or c axis at most
+GRID_K_MAX = 1024   # the grid's k = 1 .. k_max at most
+GRID_CELLS = 10 ** 7  # rows of the grid table at most (alpha x c x k; ~0.3 GB as a DataFrame)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_axis(key: str, v, lo: float, hi: float, allowed: str) -> None:
+    check_arg(isinstance(v, list) and len(v) == 3 and all(_is_num(x) for x in v[:2]) and _is_int(v[2])
+              and lo <= v[0] <= v[1] <= hi and 1 <= v[2] <= GRID_AXIS and (v[2] > 1 or v[0] == v[1]), key, v,
+              f"[start, stop, num] with {allowed} and num an integer in [1, {GRID_AXIS:,}]")
+
+
+def _check_grid(table: dict) -> None:
+    """[grid]: alpha in [0, 1], c > 0, k_max >= 1, and a grid small enough to hold."""
+    _check_axis("grid.alpha", table["alpha"], 0.0, 1.0, "0 <= start <= stop <= 1")
+    _check_axis("grid.c", table["c"], 1e-300, math.inf, "0 < start <= stop")
+    extra = table["c_extra"]
+    check_arg(isinstance(extra, list) and all(_is_num(x) and x > 0 for x in extra), "grid.c_extra", extra,
+              "a list of numbers > 0")
+    k = table["k_max"]
+    check_arg(_is_int(k) and 1 <= k <= GRID_K_MAX, "grid.k_max", k, f"an integer in [1, {GRID_K_MAX}]")
+    cells = table["alpha"][2] * (table["c"][2] + len(extra)) * k
+    check_arg(cells <= GRID_CELLS, "grid.k_max", k, f"small enough that alpha num x c num x k_max <= {GRID_CELLS:,} "
+              f"(here {cells:,} rows)")
+
+
 def _check_measured(name: str, table: dict) -> None:
     for key in ("k", "batch"):
         v = table[key]
         check_arg(isinstance(v, list) and v and all(isinstance(x, int) and x >= 1 for x in v), f"{name}.{key}", v,
                   "a non-empty list of integers >= 1")
-    check_arg(isinstance(table["repeats"], int) and table["repeats"] >= 1, f"{name}.repeats", table["repeats"],
-              "an integer >= 1")
+    for key in ("repeats", "profile_repeats", "prompt_len", "max_new_tokens"):
+        check_arg(_is_int(table[key]) and table[key] >= 1, f"{name}.{key}", table[key], "an integer >= 1")
+    check_arg(_is_num(table["temperature"]) and table["temperature"] >= 0, f"{name}.temperature",
+              table["temperature"], "a number >= 0")
+
+
+def _check_positions(name: str, table: dict) -> None:
+    """The tiny pair's positions hold prompt_len + max_new_tokens + the largest k."""
+    mpe = json.loads((TINY_PAIR_DIR / "target" / "config.json").read_text()).get("max_position_embeddings", 2048)
+    need = table["prompt_len"] + table["max_new_tokens"] + max(table["k"]) + 1
+    check_arg(need <= mpe, f"{name}.max_new_tokens", table["max_new_tokens"],
+              f"at most {mpe - need + table['max_new_tokens']:,} (the tiny pair's {mpe:,} positions hold prompt_len + "
+              "max_new_tokens + the largest k + 1)")
 
 
 def _check_synthetic(table: dict) -> None:
@@ -267,8 +312,19 @@ def _check_synthetic(table: dict) -> None:
               f"one of {list(CLOCKS)} or a list of them")
     table["clock"] = clocks
     _check_measured("synthetic", table)
-    for a in table["alpha"]:
-        check_arg(0 <= a <= 1, "synthetic.alpha", table["alpha"], "numbers in [0, 1]")
+    check_arg(isinstance(table["alpha"], list) and table["alpha"] and all(_is_num(a) and 0 <= a <= 1
+                                                                          for a in table["alpha"]),
+              "synthetic.alpha", table["alpha"], "a non-empty list of numbers in [0, 1]")
+    check_arg(isinstance(table["c"], list) and table["c"] and all(_is_num(c) and c > 0 for c in table["c"]),
+              "synthetic.c", table["c"], "a non-empty list of numbers > 0")
+    V = table["vocab_size"]
+    check_arg(_is_int(V) and 2 <= V <= 4096, "synthetic.vocab_size", V, "an integer in [2, 4096]")
+    check_arg(_is_int(table["support"]) and 1 <= table["support"] <= V, "synthetic.support", table["support"],
+              f"an integer in [1, vocab_size = {V}]")
+    for key in ("target_ms", "token_slope", "batch_slope"):
+        v = table[key]
+        check_arg(_is_num(v) and (v > 0 if key == "target_ms" else v >= 0), f"synthetic.{key}", v,
+                  "a number > 0" if key == "target_ms" else "a number >= 0")
 
 
 def _check_prompts(name: str, table: dict) -> None:
@@ -278,6 +334,7 @@ def _check_prompts(name: str, table: dict) -> None:
 
 def _check_real(table: dict) -> None:
     _check_measured("real", table)
+    _check_positions("real", table)
     _check_prompts("real", table)
     check_tiny_names("real.drafts", table["drafts"])
 
@@ -288,6 +345,7 @@ def _check_profile(table: dict) -> None:
 
 def _check_membound(table: dict) -> None:
     _check_measured("membound", table)
+    _check_positions("membound", table)
     _check_prompts("membound", table)
     check_tiny_names("membound.drafts", table["drafts"])
     w = table["width"]
@@ -473,7 +531,7 @@ def _run_profile(p: ProfileParams, seed: int) -> dict:
 
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
-    Suite("grid", GridParams, _grid_cells, _run_grid, feeds=frozenset({"grid"})),
+    Suite("grid", GridParams, _grid_cells, _run_grid, _check_grid, frozenset({"grid"})),
     Suite("synthetic", SyntheticParams, _synthetic_cells, _run_synthetic, _check_synthetic,
           frozenset({"measured", "profiles"})),
     Suite("real", RealParams, _real_cells, _run_real, _check_real, frozenset({"measured", "profiles"})),
