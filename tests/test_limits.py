@@ -116,8 +116,8 @@ def test_sweep_file_refused_in_validation(tmp_path, capsys, body, needle):
 @pytest.mark.parametrize("args, needle", [
     (["--target", str(TINY / "target")], "`--draft` must be a draft checkpoint with --target"),
     (["--draft", str(TINY / "draft")], "`--draft` must be given with --target"),
-    (["--draft", "no/such/draft"], "`--draft` must be given with --target"),
-    (["--method", "autoregressive", "--target", "no/such/target"], "`--target` must be a local model checkpoint"),
+    (["--draft", "no/such/draft"], "`--draft` must be a model folder or a shipped model name"),  # checked first
+    (["--method", "autoregressive", "--target", "no/such/target"], "`--target` must be a model folder or a shipped"),
     (["--prompt-vocab", "100000"], "`--prompt-vocab` must be an integer in [2, 259]"),
 ])
 def test_sample_model_options(tmp_path, capsys, args, needle):
