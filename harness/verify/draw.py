@@ -14,17 +14,18 @@ stream is seeded by :func:`harness.core.config.derive_seed` from the run seed an
 run's draws do not depend on which other runs share the command.
 
 Resume: each run's merged prefix of shards (every shard once the run is done) and each finished
-real-model run is pickled under ``<out>/_tmp_state/`` (:class:`RunState`) with the fingerprint of
-everything that determines its draws (:mod:`harness.core.fingerprint`: project code and sampler source by
-content, the scenario's resolved config, seed, draw counts, the shard scheme); an interrupted command
-picks up the saved shards whose fingerprint matches, draws the rest, says which on stderr and in the
-report, and the folder is removed once the report is written.
+real-model run is saved under ``<out>/_tmp_state/`` (:class:`RunState`; plain data and numeric arrays in an
+``.npz``, :mod:`harness.core.safestate`, never a pickle) with the fingerprint of everything that determines its
+draws (:mod:`harness.core.fingerprint`: project code and sampler source by content, the scenario's resolved
+config, seed, draw counts, the shard scheme) and the module files the sampler imported while drawing; an
+interrupted command picks up the saved shards whose fingerprint and module files match (checked before the
+rest of the file is decoded), draws the rest, says which on stderr and in the report, and the folder is removed
+once the report is written.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import sys
 import threading
 import time
@@ -35,13 +36,16 @@ import numpy as np
 import torch
 
 from harness import stats
+from harness.stats.lagged import LaggedTables
+from harness.stats.loglik import LoglikSums
 from harness.core.backends import Backend, SerialBackend, TaskLost
 from harness.verify.battery import Accumulator, plan_chunks
 from harness.core.config import derive_seed
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import scenario_law
-from harness.core.fingerprint import (code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint,
-                                      sampler_sources, short)
+from harness.core import safestate
+from harness.core.fingerprint import (changed_module_files, code_fingerprint, files_fingerprint, fingerprint,
+                                      sampler_fingerprint, sampler_sources, short)
 from harness.core.provenance import atomic_write_bytes
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
@@ -53,21 +57,30 @@ from specimpl.hf import TINY_PAIR_DIR
 from harness.controls.chain import VN_CONTROLS
 from specimpl.von_neumann import SNUG_M, TwoPeakDensity, two_peak_sampler
 
-__all__ = ["RunState", "ShardedRun", "draw_all", "draw_von_neumann", "SHARD_SCHEME"]
+__all__ = ["RunState", "ShardedRun", "draw_all", "draw_von_neumann", "SHARD_SCHEME", "STATE_TYPES"]
+
+# the dataclasses a saved shard may hold (harness.core.safestate builds only these, from their fields)
+STATE_TYPES = {c.__name__: c for c in (LoglikSums, LaggedTables, RealModelDraw, ExactModelDraw)}
 
 
 class RunState:
-    """Finished runs of an interrupted command, pickled under ``<out>/_tmp_state`` (no ``out``: none).
+    """Finished runs of an interrupted command, saved under ``<out>/_tmp_state`` (no ``out``: none).
 
-    A shard's file is named by its *slot* (which run on which scenario, :meth:`slot`) and holds the
-    *fingerprint* of what produced it (:mod:`harness.core.fingerprint`: the project's code, the sampler's
-    source, the scenario's resolved config, seed, draw counts and settings).  A shard is reused only when
-    its fingerprint equals the current one; otherwise it is stale, counted in :attr:`stale` and redrawn."""
+    A shard's file ``<slot>.npz`` (:mod:`harness.core.safestate`: plain data and numeric arrays, no pickle) is
+    named by its *slot* (which run on which scenario, :meth:`slot`) and its header holds the *fingerprint* of
+    what produced it (:mod:`harness.core.fingerprint`: the project's code, the sampler's source, the scenario's
+    resolved config, seed, draw counts and settings) and the files of the modules the sampler imported while it
+    drew (``modules``: path -> SHA-256, :func:`harness.core.fingerprint.loaded_module_files`).  The header is read
+    and checked first; a shard is decoded and reused only when its fingerprint equals the current one and every
+    one of those module files is unchanged; otherwise it is stale, counted in :attr:`stale` and redrawn.  Files of
+    another format (an old ``.pkl``) are never opened: counted in :attr:`foreign` and announced."""
 
     def __init__(self, out: Optional[Path], fresh: bool = False):
         self.dir = None if out is None else Path(out) / "_tmp_state"
         self.reused: list[str] = []  # slots reused from an earlier run of the same code
         self.stale: list[str] = []  # slots whose saved shard came from other code or settings (redrawn)
+        self.foreign: list[str] = []  # files in the folder not of the state format: never opened
+        self.modules: dict[str, dict] = {}  # slot -> the module files recorded with a reused shard
         self._code: Optional[str] = None
         self._samplers: dict = {}  # id(fn) -> its fingerprint; ('sources', id(fn)) -> its files' fingerprints
         self._sources: dict[str, dict] = {}  # fingerprint -> {source: its fingerprint} (to name what changed)
@@ -75,9 +88,10 @@ class RunState:
         self.run_fingerprint: Optional[str] = None  # code + sampler under test, as announced
         if self.dir is not None:
             if fresh and self.dir.exists():
-                for p in self.dir.glob("*.pkl"):
-                    p.unlink()
+                self._remove_files()
             self.dir.mkdir(parents=True, exist_ok=True)
+            self.foreign = sorted(p.name for p in self.dir.iterdir()
+                                  if p.suffix != safestate.SUFFIX and not p.name.startswith("_tmp"))
 
     @property
     def code(self) -> str:
@@ -112,22 +126,29 @@ class RunState:
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
     def load(self, slot: str, fp: str) -> Optional[dict]:
-        """The saved shard of ``slot`` when it was made with fingerprint ``fp``; None otherwise (a shard
-        with another fingerprint is recorded as stale and will be overwritten)."""
-        path = None if self.dir is None else self.dir / f"{slot}.pkl"
+        """The saved shard of ``slot`` when it was made with fingerprint ``fp`` and the module files it recorded
+        are unchanged; None otherwise (such a shard is recorded as stale and will be overwritten).  Only the
+        header is read until both hold."""
+        path = None if self.dir is None else self.dir / f"{slot}{safestate.SUFFIX}"
         if path is None or not path.is_file():
             return None
         try:
-            with open(path, "rb") as f:
-                saved = pickle.load(f)
-        except Exception:  # noqa: BLE001 - an unreadable shard is stale, never trusted
-            saved = None
-        if not isinstance(saved, dict) or saved.get("fingerprint") != fp:
+            head = safestate.read_header(path)
+        except safestate.StateFormatError:  # unreadable or not ours: stale, never trusted
+            head = {}
+        moved = changed_module_files(head.get("modules"))
+        if head.get("fingerprint") != fp or moved:
             self.stale.append(slot)
-            self.changed |= self._what_changed(saved.get("sources") if isinstance(saved, dict) else None, fp)
+            self.changed |= self._what_changed(head.get("sources"), fp) | {Path(m).name for m in moved}
+            return None
+        try:
+            saved = safestate.read_body(path, STATE_TYPES)
+        except safestate.StateFormatError:
+            self.stale.append(slot)
             return None
         self.reused.append(slot)
-        return saved["obj"]
+        self.modules[slot] = dict(head.get("modules") or {})
+        return saved
 
     def _what_changed(self, saved: Optional[dict], fp: str) -> set:
         """The names of the sources (a file by its name, 'project code', 'settings') whose fingerprint differs
@@ -138,15 +159,18 @@ class RunState:
         keys = set(saved) | set(now)
         return {k if k in ("project code", "settings") else Path(k).name for k in keys if saved.get(k) != now.get(k)}
 
-    def save(self, slot: str, fp: str, obj: dict) -> None:
+    def save(self, slot: str, fp: str, obj: dict, modules: Optional[dict] = None) -> None:
+        """Save ``obj`` for ``slot`` with fingerprint ``fp`` and ``modules`` (path -> SHA-256: the module files
+        the sampler imported while drawing it, checked again before a resumed run reuses it)."""
         if self.dir is not None:
-            atomic_write_bytes(self.dir / f"{slot}.pkl", pickle.dumps({"fingerprint": fp, "obj": obj,
-                                                                       "sources": self._sources.get(fp)}))
+            head = {"fingerprint": fp, "sources": self._sources.get(fp), "modules": modules or {}}
+            atomic_write_bytes(self.dir / f"{slot}{safestate.SUFFIX}", safestate.dumps(head, obj, STATE_TYPES))
 
     def summary(self) -> dict:
         """What was reused, for meta.json: shard counts and the run's fingerprint."""
         return {"reused_shards": len(self.reused), "stale_shards_redrawn": len(self.stale),
-                "fingerprint": self.run_fingerprint, "code_fingerprint": self._code}
+                "ignored_files": list(self.foreign), "fingerprint": self.run_fingerprint,
+                "code_fingerprint": self._code}
 
     def announcement(self) -> list[str]:
         """Lines saying what state was reused or ignored (empty when none was found)."""
@@ -160,13 +184,22 @@ class RunState:
                     "sampler source, project code, scenario, seed or draws changed")
             lines.append(f"ignored {len(self.stale)} saved draw shard{'s' * (len(self.stale) != 1)} made by other "
                          f"code or settings ({what}); redrawn (fingerprint now {fp})")
+        if self.foreign:
+            names = ", ".join(self.foreign[:3]) + (f" and {len(self.foreign) - 3} more" if len(self.foreign) > 3 else "")
+            lines.append(f"ignored {len(self.foreign)} file{'s' * (len(self.foreign) != 1)} in {self.dir} not in the "
+                         f"saved-state format ({names}): never opened (a pickled file can run code); removed with "
+                         f"the state folder")
         return lines
 
+    def _remove_files(self) -> None:
+        for p in self.dir.iterdir():
+            if p.is_file() and (p.suffix in (safestate.SUFFIX, ".pkl") or p.name.startswith("_tmp")):
+                p.unlink()
+
     def clear(self) -> None:
-        if self.dir is None:
+        if self.dir is None or not self.dir.is_dir():
             return
-        for p in self.dir.glob("*.pkl"):
-            p.unlink()
+        self._remove_files()
         try:
             self.dir.rmdir()
         except OSError:
@@ -200,6 +233,7 @@ class ShardedRun:
                                     settings.max_chunk, settings.pit_bins, settings.logprob_max, sc.joint_tokens,
                                     pair_bins, SEQUENTIAL_SCHEME, seq_level if run.sequential else 0.0)
         saved = state.load(self.slot, self.fp)
+        self.modules = dict(state.modules.get(self.slot) or {})  # module files its sampler imported while drawing
         if saved is not None:
             run.acc.merge(saved["acc"])
             if run.sequential is not None:
@@ -247,6 +281,7 @@ class ShardedRun:
                 failures.append((r.error, r.details))
             return
         run.acc.merge(r.statistics)
+        self.modules.update(r.modules)
         run.tokens += r.tokens
         run.positions += r.positions
         run.wall_s += r.wall_s
@@ -259,7 +294,8 @@ class ShardedRun:
         if run.error is None:
             self.state.save(self.slot, self.fp, {"acc": run.acc.statistics(), "done": self.next, "tokens": run.tokens,
                                                  "positions": run.positions, "wall_s": run.wall_s,
-                                                 "sequential": run.sequential.state() if run.sequential else None})
+                                                 "sequential": run.sequential.state() if run.sequential else None},
+                            self.modules)
         self.saved_at, self.saved_next = time.perf_counter(), self.next
 
 
@@ -375,9 +411,9 @@ def _load_real(rr: RealRun, spec: RealModelSpec, state: RunState) -> bool:
     return True
 
 
-def _save_real(rr: RealRun, spec: RealModelSpec, state: RunState) -> None:
+def _save_real(rr: RealRun, spec: RealModelSpec, state: RunState, modules: Optional[dict] = None) -> None:
     if rr.error is None:
-        state.save(*_real_slot(rr, spec, state), {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
+        state.save(*_real_slot(rr, spec, state), {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s}, modules)
 
 
 def _exact_slot(rr: RealRun, shard: int, n_rows: int, exact, config, state: RunState) -> tuple[str, str]:
@@ -430,7 +466,7 @@ def _take_exact(rr: RealRun, task: ExactTask, result, state: RunState) -> None:
     rr.wall_s += result.wall_s
     if result.draw.error is None:
         state.save(*_exact_slot(rr, task.shard, task.n_rows, task.spec, task.config, state),
-                   {"draw": dict(result.draw.__dict__)})
+                   {"draw": dict(result.draw.__dict__)}, result.modules)
 
 
 def _take_real(rr: RealRun, task, result, state: RunState) -> None:
@@ -444,7 +480,7 @@ def _take_real(rr: RealRun, task, result, state: RunState) -> None:
                                                       f"times ({result.reason})")
         return
     rr.draw, rr.wall_s = result.draw, result.wall_s
-    _save_real(rr, spec, state)
+    _save_real(rr, spec, state, result.modules)
 
 
 def _pair_fingerprint(state: RunState) -> Optional[str]:

@@ -24,7 +24,7 @@ import sys
 import time
 import traceback
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -32,6 +32,7 @@ import torch
 
 from harness.verify.battery import Accumulator
 from harness.core.config import derive_seed
+from harness.core.fingerprint import loaded_module_files
 from specimpl.autoregressive import autoregressive_generate
 from harness.laws.algorithms import Algorithm
 from harness.laws.scenarios import scenario_law
@@ -93,6 +94,7 @@ class ShardResult:
     wall_s: float
     error: Optional[str] = None
     details: str = ""
+    modules: dict = field(default_factory=dict)  # path -> SHA-256 of the modules loaded outside the libraries
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ class RealResult:
     index: int
     draw: object
     wall_s: float
+    modules: dict = field(default_factory=dict)  # path -> SHA-256 of the modules loaded outside the libraries
 
 
 # ------------------------------------------------------------------------------------ sampler recipes
@@ -309,7 +312,7 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
                       with_pit=not task.is_baseline, pit_max_lag=sc.k + 1)
     acc.add(tok, getattr(res, "stats", None))
     return ShardResult(task.run, task.shard, acc.statistics(compact=True), int((tok >= 0).sum()), task.positions,
-                       time.perf_counter() - tic)
+                       time.perf_counter() - tic, modules={} if task.is_baseline else loaded_module_files())
 
 
 def draw_real_task(task: RealTask) -> RealResult:
@@ -319,7 +322,7 @@ def draw_real_task(task: RealTask) -> RealResult:
                            max_new_tokens=spec.max_new_tokens, k=spec.k, config=spec.config,
                            prompt_lengths=spec.prompt_lengths, batch_size=task.batch_size, seed=task.seed,
                            name=task.label, progress=False, catch=True)
-    return RealResult(task.index, draw, time.perf_counter() - tic)
+    return RealResult(task.index, draw, time.perf_counter() - tic, loaded_module_files())
 
 
 def draw_exact_task(task: ExactTask) -> RealResult:
@@ -327,7 +330,7 @@ def draw_exact_task(task: ExactTask) -> RealResult:
     tic = time.perf_counter()
     draw = exact_model_draw(resolve_sampler(task.sampler), task.spec, n_sequences=task.n_rows, seed=task.seed,
                             config=task.config, name=task.label, catch=True)
-    return RealResult(task.index, draw, time.perf_counter() - tic)
+    return RealResult(task.index, draw, time.perf_counter() - tic, loaded_module_files())
 
 
 def _real_or_exact(task):
