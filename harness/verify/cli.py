@@ -65,8 +65,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "draws [real_model.exact] n_sequences per prompt)")
     ap.add_argument("--out", type=Path, help="report folder (default results/verify, or "
                                              "results/verify/custom/<sampler> with --sampler)")
-    add_backend_arguments(ap, "processes drawing the exact-law shards (default: every core; 1: in this process); "
-                              "the results do not depend on it")
+    add_backend_arguments(ap, "processes drawing the exact-law shards (default: every core; 1: in this process, "
+                              "except a --sampler's draws: on one worker process); the results do not depend on it")
+    ap.add_argument("--sampler-timeout", type=float, metavar="S",
+                    help="seconds one task of the sampler (a shard of draws, or a real-model run) may run on a worker "
+                         "before it is stopped and the run ends in exit 3 (default: 600 s + 10 ms per token the task "
+                         "draws; 0: no limit; not enforced on --backend ray)")
     add_common_arguments(ap)
 
 
@@ -129,6 +133,9 @@ def _choose(args) -> _Choice:
     """The options, checked; UsageError (naming the option or file: key) when they are bad."""
     check_common(args)
     check_unique(args.scenario, "--scenario")
+    timeout = getattr(args, "sampler_timeout", None)
+    check_option(timeout is None or (timeout >= 0 and timeout == timeout and timeout != float("inf")),
+                 "--sampler-timeout", timeout, "a finite number of seconds >= 0 (0: no limit)")
     for name, v in (("--draws", args.draws), ("--control-draws", args.control_draws),
                     ("--real-model-sequences", args.real_model_sequences)):
         check_option(v is None or v >= 2, name, v, "an integer >= 2")
@@ -227,4 +234,5 @@ def _verify(args, ch: _Choice, out: Path, backend: Backend, *, draws: Optional[i
         controls=controls and not args.sampler and not args.no_controls, out=out, fresh=args.fresh,
         figures=not args.no_figures,
         progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
-        real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm, backend=backend))
+        real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm, backend=backend,
+        sampler_timeout=getattr(args, "sampler_timeout", None)))

@@ -50,6 +50,7 @@ from harness.core.provenance import atomic_write_bytes
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
+from harness.verify.isolation import backend_for, lost_message, task_timeout
 from harness.verify.exactmodel import EXACT_PAIR_DIR, ExactModelDraw, remember_law, sequences_per_shard
 from harness.verify.shards import (ExactTask, LawTask, RealResult, RealTask, ShardTask, draw_task,
                                    draw_task_in_worker, sampler_recipe)
@@ -227,7 +228,7 @@ class ShardedRun:
         run.sequential = None if is_baseline or seq_level <= 0 else RunEProcess.for_accumulator(run.acc, seq_level)
         run.error, run.wall_s, run.tokens, run.positions = None, 0.0, 0, 0
         sizes = plan_chunks(run.draws, 1 if is_baseline else settings.min_chunks, settings.max_chunk)
-        self.n_shards, self.next, self.pending = len(sizes), 0, {}
+        self.n_shards, self.next, self.pending, self.failures = len(sizes), 0, {}, 0
         self.slot = RunState.slot(run.label, run.role, sc.name, seed)
         self.fp = state.fingerprint(run.sampler, SHARD_SCHEME, sc, run.draws, seed, is_baseline, settings.min_chunks,
                                     settings.max_chunk, settings.pit_bins, settings.logprob_max, sc.joint_tokens,
@@ -255,10 +256,17 @@ class ShardedRun:
         """Whether the run stopped early (lossy by its e-process): its later shards are not drawn."""
         return self.run.sequential is not None and self.run.sequential.stopped_at is not None
 
+    @property
+    def failed(self) -> bool:
+        """Whether a shard of the run failed (its sampler raised, exited, hung or lost its worker): the run ends in
+        an error whatever its other shards give, so those not started yet are never drawn."""
+        return self.failures > 0
+
     def take(self, shard: int, result) -> None:
         """A shard's result (a :class:`ShardResult`, or :class:`harness.core.backends.TaskLost`): merged once
         every shard before it is."""
         self.pending[shard] = result
+        self.failures += isinstance(result, TaskLost) or getattr(result, "error", None) is not None
         while self.next in self.pending and not self.stopped:
             self._fold(self.pending.pop(self.next))
             self.next += 1
@@ -272,7 +280,7 @@ class ShardedRun:
         if run.error is not None:  # the run ended at its first failed shard (the shards after it do not count)
             return
         if isinstance(r, TaskLost):
-            run.error = f"WorkerLost: the worker drawing shard {self.next} died {r.attempts} times ({r.reason})"
+            run.error = lost_message(r, f"shard {self.next}")
             return
         if r.error is not None:
             run.error = r.error
@@ -315,11 +323,12 @@ def _sharded_runs(rs: RunSet, seed: int, settings, state: RunState) -> list[Shar
 
 
 def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, backend: Backend,
-                    real: list[RealTask] = ()) -> None:
+                    real: list[RealTask] = (), sampler_timeout: Optional[float] = None) -> None:
     """Every shard of every exact-law run, and the real-model tasks ``real``, on ``backend`` (those whose
     sampler cannot leave this process are drawn here), the shards merged run by run in shard order.  The
     real-model runs go first (each is one long task), so the shards fill the cores around them."""
     jobs = _sharded_runs(rs, seed, settings, state)
+    limit = task_timeout(sampler_timeout)
     pbar.update(sum(j.resumed_positions for j in jobs))
     tasks = [*real, *(t for j in jobs for t in j.tasks)]
     remote = [t for t in tasks if t.portable]
@@ -330,30 +339,44 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
             _drop_from_bar(pbar, j, arrived)
 
     def skip(part, i):
-        return isinstance(part[i], ShardTask) and jobs[part[i].run].stopped
+        return isinstance(part[i], ShardTask) and (jobs[part[i].run].stopped or jobs[part[i].run].failed)
 
-    for part, where in ((remote, backend), (here, SerialBackend())):
-        fn = draw_task if isinstance(where, SerialBackend) else draw_task_in_worker
-        for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: skip(part, i)):
-            t = part[i]
-            if isinstance(t, LawTask):
-                if not isinstance(result, TaskLost):  # else: computed in this process when the tests are planned
-                    remember_law(t.spec, t.config, result)
-                continue
-            if isinstance(t, (RealTask, ExactTask)):
-                _take_real(rs.real_runs[t.index], t, result, state)
-                pbar.update(t.positions)
-                continue
-            job = jobs[t.run]
-            was_stopped = job.stopped
-            if not was_stopped:  # a shard that was in flight when its run stopped is not counted
-                pbar.update(t.positions)
-                arrived.add((t.run, t.shard))
-            job.take(t.shard, result)
-            if job.stopped and not was_stopped:
-                _drop_from_bar(pbar, job, arrived)
+    isolated, own = backend_for(backend, remote)  # a plug-in sampler never runs in this process (exit status)
+    try:
+        for part, where in ((remote, isolated), (here, SerialBackend())):
+            _draw_part(part, where, jobs, rs, state, pbar, arrived, skip, limit)
+    except BaseException:
+        if own:
+            isolated.close(abort=True)
+        raise
+    if own:
+        isolated.close()
     for j in jobs:
         j.save()
+
+
+def _draw_part(part: list, where: Backend, jobs: list, rs: RunSet, state: RunState, pbar, arrived: set, skip,
+               limit) -> None:
+    """The tasks ``part`` on backend ``where``, each result taken as it arrives."""
+    fn = draw_task if isinstance(where, SerialBackend) else draw_task_in_worker
+    for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: skip(part, i), timeout=limit):
+        t = part[i]
+        if isinstance(t, LawTask):
+            if not isinstance(result, TaskLost):  # else: computed in this process when the tests are planned
+                remember_law(t.spec, t.config, result)
+            continue
+        if isinstance(t, (RealTask, ExactTask)):
+            _take_real(rs.real_runs[t.index], t, result, state)
+            pbar.update(t.positions)
+            continue
+        job = jobs[t.run]
+        was_stopped = job.stopped
+        if not was_stopped:  # a shard that was in flight when its run stopped is not counted
+            pbar.update(t.positions)
+            arrived.add((t.run, t.shard))
+        job.take(t.shard, result)
+        if job.stopped and not was_stopped:
+            _drop_from_bar(pbar, job, arrived)
 
 
 def _drop_from_bar(pbar, job: ShardedRun, arrived: set) -> None:
@@ -459,9 +482,9 @@ def _real_tasks(rs: RunSet, state: RunState) -> tuple[list, list]:
 def _take_exact(rr: RealRun, task: ExactTask, result, state: RunState) -> None:
     """An exact-pair shard's result (or TaskLost) into its run, saved for resume."""
     if isinstance(result, TaskLost):
-        result = RealResult(task.index, ExactModelDraw(rr.label, None, None, len(task.spec.prompts), error=(
-            f"WorkerLost: the worker drawing exact-pair shard {task.shard} died {result.attempts} times "
-            f"({result.reason})")), 0.0)
+        result = RealResult(task.index, ExactModelDraw(rr.label, None, None, len(task.spec.prompts),
+                                                       error=lost_message(result, f"exact-pair shard {task.shard}")),
+                            0.0)
     rr.exact_parts[task.shard] = result.draw
     rr.wall_s += result.wall_s
     if result.draw.error is None:
@@ -476,8 +499,7 @@ def _take_real(rr: RealRun, task, result, state: RunState) -> None:
     spec = task.spec
     if isinstance(result, TaskLost):
         rr.draw = RealModelDraw(rr.label, None, rr.n_sequences, spec.max_new_tokens, spec.k, spec.config.describe(),
-                                None, 0.0, 0.0, error=f"WorkerLost: the worker drawing this run died {result.attempts} "
-                                                      f"times ({result.reason})")
+                                None, 0.0, 0.0, error=lost_message(result, "this run"))
         return
     rr.draw, rr.wall_s = result.draw, result.wall_s
     _save_real(rr, spec, state, result.modules)
@@ -510,9 +532,11 @@ def draw_von_neumann(proposals: int, seed: int, controls: bool = True) -> list[V
 
 # ------------------------------------------------------------------------------------------- all
 def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
-             backend: Optional[Backend] = None) -> None:
+             backend: Optional[Backend] = None, sampler_timeout: Optional[float] = None) -> None:
     """Draw every exact-law run (with its scenario's baseline) on ``backend`` (None: in this process), and
-    every real-model run of ``rs`` in this process, under one progress bar counted in tokens."""
+    every real-model run of ``rs`` in this process, under one progress bar counted in tokens.
+    ``sampler_timeout``: the seconds a sampler task may run on a worker (:func:`harness.verify.isolation.task_timeout`;
+    None: the default limit, 0: none)."""
     from tqdm import tqdm
     T_real = rs.real_model.max_new_tokens if rs.real_model is not None else 0
     J = rs.real_model.exact.n_tokens if rs.real_model is not None and rs.real_model.exact is not None else 0
@@ -529,7 +553,7 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
     spec = rs.real_model
     if rs.real_runs and spec.exact is not None and any(rr.exact_n for rr in rs.real_runs):
         real_tasks = [LawTask(spec.exact, spec.config), *real_tasks]  # the exact law, on a worker while others draw
-    _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend(), real_tasks)
+    _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend(), real_tasks, sampler_timeout)
     if real is not None:
         real.join()
     pbar.close()

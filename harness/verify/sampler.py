@@ -116,7 +116,8 @@ def sampler_failure(verdicts, sampler: Optional[Callable] = None,
     row = bad.iloc[0]
     first = " ".join(str(row.error).split())[:300]
     more = f" (and {len(bad) - 1} more run(s))" if len(bad) > 1 else ""
-    summary = f"the sampler failed on scenario {row.scenario!r}{more}: {first}"
+    name = f" {row.run}" if isinstance(getattr(row, "run", None), str) and row.run else ""
+    summary = f"the sampler{name} failed on scenario {row.scenario!r}{more}: {first}"
     details = "\n".join(tb for _, tb in getattr(sampler, "failures", []))
     if not details:
         details = "\n".join(f"{r.run} on {r.scenario}: {r.error}" for r in bad.itertuples())
