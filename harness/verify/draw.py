@@ -41,6 +41,7 @@ from harness.stats.loglik import LoglikSums
 from harness.core.backends import Backend, SerialBackend, TaskLost
 from harness.verify.battery import Accumulator, plan_chunks
 from harness.core.config import derive_seed
+from harness.core.errors import SamplerError
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import scenario_law
 from harness.core import safestate
@@ -50,9 +51,9 @@ from harness.core.provenance import atomic_write_bytes
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
-from harness.verify.isolation import backend_for, lost_message, task_timeout
+from harness.verify.isolation import backend_for, is_plugin_task, lost_message, not_from_generator, task_timeout
 from harness.verify.exactmodel import EXACT_PAIR_DIR, ExactModelDraw, remember_law, sequences_per_shard
-from harness.verify.shards import (ExactTask, LawTask, RealResult, RealTask, ShardTask, draw_task,
+from harness.verify.shards import (ExactTask, LawTask, PilotTask, RealResult, RealTask, ShardTask, draw_task,
                                    draw_task_in_worker, sampler_recipe)
 from specimpl.hf import TINY_PAIR_DIR
 from harness.controls.chain import VN_CONTROLS
@@ -330,6 +331,7 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
     jobs = _sharded_runs(rs, seed, settings, state)
     limit = task_timeout(sampler_timeout)
     pbar.update(sum(j.resumed_positions for j in jobs))
+    pilots = _pilots(jobs, seed)  # drawn first, alone: a sampler that fails it stops the run before any shard
     tasks = [*real, *(t for j in jobs for t in j.tasks)]
     remote = [t for t in tasks if t.portable]
     here = [t for t in tasks if not t.portable]
@@ -343,7 +345,7 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
 
     isolated, own = backend_for(backend, remote)  # a plug-in sampler never runs in this process (exit status)
     try:
-        for part, where in ((remote, isolated), (here, SerialBackend())):
+        for part, where in ((pilots, isolated), (remote, isolated), (here, SerialBackend())):
             _draw_part(part, where, jobs, rs, state, pbar, arrived, skip, limit)
     except BaseException:
         if own:
@@ -361,6 +363,10 @@ def _draw_part(part: list, where: Backend, jobs: list, rs: RunSet, state: RunSta
     fn = draw_task if isinstance(where, SerialBackend) else draw_task_in_worker
     for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: skip(part, i), timeout=limit):
         t = part[i]
+        if isinstance(t, PilotTask):
+            if isinstance(result, tuple) and result[0] == "differs":
+                raise SamplerError(not_from_generator(t.label, *result[1:]))
+            continue  # same, or failed (its shards say why)
         if isinstance(t, LawTask):
             if not isinstance(result, TaskLost):  # else: computed in this process when the tests are planned
                 remember_law(t.spec, t.config, result)
@@ -377,6 +383,18 @@ def _draw_part(part: list, where: Backend, jobs: list, rs: RunSet, state: RunSta
         job.take(t.shard, result)
         if job.stopped and not was_stopped:
             _drop_from_bar(pbar, job, arrived)
+
+
+def _pilots(jobs: list, seed: int) -> list[PilotTask]:
+    """The determinism check of each plug-in sampler (:class:`harness.verify.shards.PilotTask`), on the first
+    scenario it still has shards to draw on."""
+    out, seen = [], set()
+    for j in jobs:
+        t = j.tasks[0] if j.tasks else None
+        if t is not None and is_plugin_task(t) and t.sampler not in seen:
+            seen.add(t.sampler)
+            out.append(PilotTask(t.label, t.scenario, t.sampler, derive_seed(seed, "determinism", t.label) % 2**31))
+    return out
 
 
 def _drop_from_bar(pbar, job: ShardedRun, arrived: set) -> None:

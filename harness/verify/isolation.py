@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from harness.core.backends import Backend, LocalPool, SerialBackend, TaskLost
 from harness.core.fingerprint import PROJECT_PACKAGES
 
-__all__ = ["lost_message", "is_plugin_task", "task_timeout", "backend_for", "AUTO_TIMEOUT_S", "SECONDS_PER_TOKEN",
+__all__ = ["lost_message", "not_from_generator", "is_plugin_task", "task_timeout", "backend_for", "AUTO_TIMEOUT_S", "SECONDS_PER_TOKEN",
            "describe_timeout"]
 
 AUTO_TIMEOUT_S = 600.0  # the default limit of one sampler task, plus SECONDS_PER_TOKEN per token it draws
@@ -33,6 +33,15 @@ def lost_message(lost: TaskLost, what: str) -> str:
                 f"{what} (os._exit, or exit() in C code)")
     tries = f"{lost.attempts} time{'s' * (lost.attempts != 1)}"
     return f"WorkerLost: the worker drawing {what} {lost.reason} ({tries})"
+
+
+def not_from_generator(label: str, differ: int, total: int) -> str:
+    """The one line of a sampler whose output does not follow from its ``generator`` (the determinism check)."""
+    return (f"the sampler {label}'s output does not follow from its `generator`: two calls with generators of the "
+            f"same seed gave different tokens ({differ:,} of {total:,} differ), so it draws from a global RNG "
+            f"(torch.rand without generator=, numpy.random, random) or os.urandom; its draws would then depend on "
+            f"the worker count (workers can repeat each other's draws) and could not be resumed; pass `generator` "
+            f"to every random call")
 
 
 def is_plugin_task(task) -> bool:

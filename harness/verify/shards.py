@@ -41,7 +41,7 @@ from harness.verify.sampler import check_output
 from harness.verify.exactmodel import exact_model_draw, exact_model_law
 from harness.verify.realmodel import real_model_draw
 
-__all__ = ["ShardTask", "ShardResult", "RealTask", "ExactTask", "LawTask", "RealResult", "draw_exact_task", "draw_shard", "draw_shard_in_worker", "draw_real_task",
+__all__ = ["ShardTask", "ShardResult", "RealTask", "ExactTask", "LawTask", "PilotTask", "draw_pilot", "RealResult", "draw_exact_task", "draw_shard", "draw_shard_in_worker", "draw_real_task",
            "draw_task_in_worker", "sampler_recipe", "resolve_sampler"]
 
 
@@ -147,6 +147,24 @@ class ExactTask:
     @property
     def n_sequences(self) -> int:  # for ordering the tasks with the others (longest first)
         return self.n_rows
+
+
+@dataclass(frozen=True)
+class PilotTask:
+    """The determinism check of a plug-in sampler (:func:`draw_pilot`): ``B`` sequences of ``scenario`` drawn
+    twice by ``sampler`` (a recipe) with generators of the same ``seed``.  Drawn first; not part of any run."""
+
+    label: str
+    scenario: object
+    sampler: tuple
+    seed: int
+    B: int = 64
+    positions: int = 0  # not on the progress bar
+    n_sequences: int = 1 << 63  # ordered first
+
+    @property
+    def portable(self) -> bool:
+        return self.sampler[0] != "object"
 
 
 @dataclass(frozen=True)
@@ -315,6 +333,25 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
                        time.perf_counter() - tic, modules={} if task.is_baseline else loaded_module_files())
 
 
+def draw_pilot(task: PilotTask) -> tuple[str, int, int]:
+    """Call the sampler twice on ``task.B`` copies of the scenario's prompt, each time with a generator seeded
+    ``task.seed``: ("same", 0, n) when the tokens agree, ("differs", m, n) when m of the n tokens differ, and
+    ("failed", 0, 0) when a call raised or returned malformed output (the run's shards then say why)."""
+    sc = task.scenario
+    _, (target, draft) = _law_and_models(sc)
+    prompts = torch.tensor(list(sc.prompt), dtype=torch.long).unsqueeze(0).expand(task.B, -1).contiguous()  # (B, P)
+    fn, out = resolve_sampler(task.sampler), []
+    try:
+        for _ in range(2):
+            res = fn(target, draft, prompts.clone(), k=sc.k, max_new_tokens=sc.max_new_tokens, config=sc.config,
+                     eos_token_id=sc.eos_token_id, generator=torch.Generator().manual_seed(task.seed))
+            out.append(check_output(res, task.B, sc.max_new_tokens, target.vocab_size).clone())  # (B, N)
+    except Exception:  # noqa: BLE001 - a failing sampler is reported by its shards
+        return ("failed", 0, 0)
+    differ = int((out[0] != out[1]).sum())
+    return ("same" if differ == 0 else "differs", differ, int(out[0].numel()))
+
+
 def draw_real_task(task: RealTask) -> RealResult:
     """Draw one real-model run (the tiny pair loaded once per process) and score it."""
     spec, tic = task.spec, time.perf_counter()
@@ -341,10 +378,14 @@ def _real_or_exact(task):
 
 def draw_task_in_worker(task):
     """A worker's entry: a shard (:func:`draw_shard_in_worker`), a real-model run (:func:`draw_real_task`) or one
-    shard of it on the exact pair (:func:`draw_exact_task`)."""
+    shard of it on the exact pair (:func:`draw_exact_task`), or a determinism check (:func:`draw_pilot`)."""
+    if isinstance(task, PilotTask):
+        return draw_pilot(task)
     return _real_or_exact(task) if isinstance(task, (RealTask, ExactTask, LawTask)) else draw_shard_in_worker(task)
 
 
 def draw_task(task):
     """:func:`draw_task_in_worker` in the driver."""
+    if isinstance(task, PilotTask):
+        return draw_pilot(task)
     return _real_or_exact(task) if isinstance(task, (RealTask, ExactTask, LawTask)) else draw_shard(task)
