@@ -141,3 +141,34 @@ def test_workers_die_with_a_sigkilled_driver(tmp_path):
         for w in workers:  # never leave one behind, even when the test fails
             if _alive(w):
                 os.kill(w, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("prctl", [True, False])  # the kernel's parent-death signal, and the getppid watch alone
+def test_lifeline_ends_a_child_of_a_sigkilled_parent(prctl):
+    script = textwrap.dedent(f"""
+        import os, time
+        from harness.core.lifeline import die_with_parent
+        pid = os.fork()
+        if pid == 0:
+            die_with_parent(os.getppid(), {prctl})
+            time.sleep(120)
+            os._exit(0)
+        print(pid, flush=True)
+        time.sleep(120)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    child = int(parent.stdout.readline())
+    try:
+        time.sleep(0.5)
+        assert _alive(child)
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _alive(child):
+            time.sleep(0.1)
+        assert not _alive(child)
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
