@@ -142,7 +142,7 @@ def _choose(args) -> _Choice:
     settings = with_epsilon(load_settings(args.scenario_dir), args)
     if args.no_sequential:
         settings = replace(settings, sequential_alpha=0.0)
-    sampler = load_sampler(args.sampler) if args.sampler else None
+    sampler = load_sampler(args.sampler, trial=True) if args.sampler else None  # imported in a child first
     algorithm = _algorithm(getattr(args, "algorithm", None), sampler)
     names = args.scenario or list(settings.scenarios)
     rm_spec = real_model_spec(Path(args.scenario_dir) / "default.toml")

@@ -172,3 +172,18 @@ def test_lifeline_ends_a_child_of_a_sigkilled_parent(prctl):
     finally:
         if _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("top, says", [("import os\nos._exit(0)\n", "ended its process with exit status 0"),
+                                       ("raise ValueError('bad at import')\n", "ValueError: bad at import")])
+def test_import_time_exit_is_exit_2_naming_the_sampler(tmp_path, top, says):
+    """An os._exit(0) at import time ended the command with status 0 (the file is imported in the driver)."""
+    src = tmp_path / "s.py"
+    src.write_text(top + SIG + "    return None\n")
+    r = subprocess.run([sys.executable, "-m", "harness", "verify", "--sampler", f"{src}:fn", "--scenario", "base",
+                        "--draws", "2000", "--no-real-model", "--no-progress", "--out", str(tmp_path / "out")],
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "`--sampler`" in lines[0] and says in lines[0], r.stderr
