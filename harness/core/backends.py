@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from harness.core.errors import UsageError
+from harness.core.lifeline import die_with_parent
 from harness.core.options import check_option
 
 __all__ = ["add_backend_arguments", "check_backend_options", "Backend", "SerialBackend", "LocalPool", "RayBackend", "TaskLost", "make_backend", "BACKENDS", "limit_threads",
@@ -145,7 +146,6 @@ def limit_threads(threads: int) -> Callable[[], None]:
 def _pool_init(initializer: Optional[Callable], started=None, parent: Optional[int] = None,
                from_main_thread: bool = True) -> None:
     import signal
-    from harness.core.lifeline import die_with_parent
     if parent is not None:
         die_with_parent(parent, from_main_thread)  # a worker never outlives the command (SIGKILL of the driver)
     _STARTED[:] = [started]

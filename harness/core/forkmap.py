@@ -14,6 +14,8 @@ import multiprocessing
 import sys
 from typing import Callable
 
+from harness.core.lifeline import die_with_parent
+
 __all__ = ["fork_map", "fork_available"]
 
 _WORK: list = []  # the function the forked children call (set for the duration of one fork_map)
@@ -26,7 +28,6 @@ def fork_available() -> bool:
 
 def _child_init(parent: int = 0, from_main_thread: bool = True) -> None:
     import signal
-    from harness.core.lifeline import die_with_parent
     if parent:
         die_with_parent(parent, from_main_thread)  # a child never outlives the command (SIGKILL of the parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the children

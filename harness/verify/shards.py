@@ -333,7 +333,7 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
                        time.perf_counter() - tic, modules={} if task.is_baseline else loaded_module_files())
 
 
-def draw_pilot(task: PilotTask) -> tuple[str, int, int]:
+def draw_pilot(task: PilotTask, in_worker: bool = False) -> tuple[str, int, int]:
     """Call the sampler twice on ``task.B`` copies of the scenario's prompt, each time with a generator seeded
     ``task.seed``: ("same", 0, n) when the tokens agree, ("differs", m, n) when m of the n tokens differ, and
     ("failed", 0, 0) when a call raised or returned malformed output (the run's shards then say why)."""
@@ -346,6 +346,10 @@ def draw_pilot(task: PilotTask) -> tuple[str, int, int]:
             res = fn(target, draft, prompts.clone(), k=sc.k, max_new_tokens=sc.max_new_tokens, config=sc.config,
                      eos_token_id=sc.eos_token_id, generator=torch.Generator().manual_seed(task.seed))
             out.append(check_output(res, task.B, sc.max_new_tokens, target.vocab_size).clone())  # (B, N)
+    except (KeyboardInterrupt, SystemExit):
+        if not in_worker:  # in this process: the user's Ctrl-C, or the guard's business (draw_shard)
+            raise
+        return ("failed", 0, 0)
     except Exception:  # noqa: BLE001 - a failing sampler is reported by its shards
         return ("failed", 0, 0)
     differ = int((out[0] != out[1]).sum())
@@ -380,7 +384,7 @@ def draw_task_in_worker(task):
     """A worker's entry: a shard (:func:`draw_shard_in_worker`), a real-model run (:func:`draw_real_task`) or one
     shard of it on the exact pair (:func:`draw_exact_task`), or a determinism check (:func:`draw_pilot`)."""
     if isinstance(task, PilotTask):
-        return draw_pilot(task)
+        return draw_pilot(task, in_worker=True)
     return _real_or_exact(task) if isinstance(task, (RealTask, ExactTask, LawTask)) else draw_shard_in_worker(task)
 
 
