@@ -8,7 +8,10 @@ Saved state (a verify run's draw shards, a calibrate seed, a sweep cell) is keye
   file's bytes; for ``package.module:fn``, every ``.py`` file of its top-level package (or the module's
   own file when it is not in a package; for a third-party package installed in site-packages, its
   version and the module's file); and every imported module from outside the standard library,
-  site-packages and this project (:func:`user_module_files`: the helpers a sampler file imports);
+  site-packages and this project (:func:`user_module_files`: the helpers a sampler file imports); and, recorded
+  with each shard of draws by the process that drew it, the files of every such module loaded by then (a helper
+  imported inside the sampler's call included: :func:`loaded_module_files`, checked on resume by
+  :func:`changed_module_files`);
 * the resolved configuration (a scenario dataclass, a cell's settings: canonical JSON, :func:`canonical`),
   the seed and the draw counts — whatever the caller passes to :func:`fingerprint`.
 
@@ -170,7 +173,8 @@ def sampler_fingerprint(fn: Callable) -> str:
     a helper the sampler file imports is code that draws too; not for the project's own samplers, whose
     code is :func:`code_fingerprint`'s, nor installed packages).  A callable whose source cannot be read is
     fingerprinted by its name and those modules.  A module the sampler imports only later, inside a call,
-    is not seen here (import helpers at the top of the sampler file)."""
+    is not seen here: the process that draws records it with the draws (:func:`loaded_module_files`), and a
+    resumed run checks those files again (:func:`changed_module_files`) before it reuses the draws."""
     how, name, files, root, helpers = _sampler_parts(fn)
     return fingerprint(how, name, files_fingerprint(files, root) if files else None,
                        [[str(f), files_fingerprint([f])] for f in helpers])
