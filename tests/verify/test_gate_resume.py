@@ -86,7 +86,7 @@ GLOBAL_RNG = """
 """
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("workers", ["1", pytest.param("2", marks=pytest.mark.slow)])  # 2: ~65 s at load 12
 def test_sampler_ignoring_its_generator_is_exit_3(tmp_path, workers):
     src = tmp_path / "s.py"
     src.write_text(textwrap.dedent(GLOBAL_RNG))
