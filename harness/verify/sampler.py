@@ -93,8 +93,8 @@ def trial_import(spec: str, timeout: float = 600.0) -> None:
     import sys
     token = "specverify-trial-" + secrets.token_hex(8)
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, os.environ.get("PYTHONPATH", "").split(
-        os.pathsep))])}
+    path = [root, *(p for p in sys.path if p and Path(p).is_dir())]  # this process's imports (as a spawned worker's)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
     try:
         r = subprocess.run([sys.executable, "-c", _TRIAL, spec, token], capture_output=True, text=True, env=env,
                            timeout=timeout)
