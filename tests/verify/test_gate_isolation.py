@@ -42,6 +42,7 @@ def test_os_exit_0_at_one_worker_is_exit_3_naming_the_sampler(tmp_path):
     assert (tmp_path / "out" / "runs.csv").is_file()  # the report says what happened too
 
 
+@pytest.mark.slow  # 39 s at load 6-12 on 2 cores: two worker starts (the determinism check's worker is stopped too)
 def test_hang_past_sampler_timeout_is_exit_3(tmp_path):
     t0 = time.monotonic()
     r = _cli(tmp_path, "import time\ntime.sleep(3600)\n", "--workers", "1", "--sampler-timeout", "2")
