@@ -357,7 +357,7 @@ def _resume_swaps_sampler(ctx: Ctx):
     first = ctx.interrupt_when(p, ready, timeout=60)
     if first.out != "interrupted":
         return f"could not interrupt during alpha_one ({first.out}, {describe(first)})", False
-    n_saved = len([f for f in saved() if "tmp" in str(f.relative_to(out)) or f.suffix == ".pkl"])
+    n_saved = len([f for f in saved() if "tmp" in str(f.relative_to(out)) or f.suffix in (".pkl", ".npz")])
     ctx.write("my.py", LOSSY_SAMPLER)
     second = ctx.harness("verify", "--sampler", "my.py:fn", "--scenario", "base", "--draws", 20000, *QUIET,
                          "--out", "out", timeout=60)
@@ -1155,9 +1155,9 @@ def _helper_stale(ctx: Ctx):
         if not alpha_one.exists():
             return False
         t0.append(time.monotonic())
-        return len(list(out.glob("_tmp_state/*.pkl"))) >= 2 or time.monotonic() - t0[0] > 3.0
+        return len(list(out.glob("_tmp_state/*.npz"))) >= 2 or time.monotonic() - t0[0] > 3.0
     first = ctx.interrupt_when(p, ready, timeout=80)
-    n_saved = len(list(out.glob("_tmp_state/*.pkl")))
+    n_saved = len(list(out.glob("_tmp_state/*.npz")))
     if first.out != "interrupted":
         return f"could not interrupt during alpha_one ({first.out}, {describe(first)})", False
     ctx.write("helper.py", HELPER_LOSSY)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from harness.core.errors import UsageError
+from harness.core.lifeline import die_with_parent
 from harness.core.options import check_option
 
 __all__ = ["add_backend_arguments", "check_backend_options", "Backend", "SerialBackend", "LocalPool", "RayBackend", "TaskLost", "make_backend", "BACKENDS", "limit_threads",
@@ -49,10 +50,15 @@ ABORT_GRACE_S = 30.0  # an interrupted pool waits this long for the tasks in fli
 
 @dataclass(frozen=True)
 class TaskLost:
-    """In place of a result: the task's worker died ``attempts`` times (``reason``: the last failure)."""
+    """In place of a result: the task's worker died ``attempts`` times (``reason``: the last failure, a phrase
+    that follows "the worker drawing it ..."); ``exitcode``: the dead worker's exit status where it is known
+    (negative: the signal that killed it); ``timed_out``: the limit in seconds when the task ran past it
+    (``map_unordered(timeout=...)``) and its worker was stopped."""
 
     attempts: int
     reason: str
+    exitcode: Optional[int] = None
+    timed_out: Optional[float] = None
 
 
 def default_workers() -> int:
@@ -77,9 +83,12 @@ class Backend:
     workers = 1
 
     def map_unordered(self, fn: Callable, tasks: list, num_gpus: float = 0,
-                      skip: Optional[Callable[[int], bool]] = None) -> Iterator[tuple[int, object]]:
+                      skip: Optional[Callable[[int], bool]] = None,
+                      timeout: Optional[Callable[[object], Optional[float]]] = None) -> Iterator[tuple[int, object]]:
         """(index, fn(task)) for each task, in any order; a task for which ``skip(index)`` is true when its
-        turn to start comes is never started (and not yielded)."""
+        turn to start comes is never started (and not yielded).  ``timeout(task)``: the seconds a task may run
+        (None: no limit); one that runs longer is stopped and yields a :class:`TaskLost` with ``timed_out``
+        (enforced by :class:`LocalPool`; a task in this process, or on Ray, cannot be stopped)."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -102,9 +111,15 @@ class Backend:
 
 
 class SerialBackend(Backend):
-    """Every task in this process, in order."""
+    """Every task in this process, in order.  ``isolate_plugins`` (what ``--workers 1`` gives, :func:`make_backend`):
+    callers that run a plug-in sampler (code from outside the project) run its tasks on one worker process
+    instead (:class:`LocalPool` of 1), so that the sampler never runs in the process that decides the exit
+    status (:mod:`harness.verify.draw`)."""
 
-    def map_unordered(self, fn, tasks, num_gpus=0, skip=None):
+    def __init__(self, isolate_plugins: bool = False):
+        self.isolate_plugins = bool(isolate_plugins)
+
+    def map_unordered(self, fn, tasks, num_gpus=0, skip=None, timeout=None):
         for i, t in enumerate(tasks):
             if skip is None or not skip(i):
                 yield i, fn(t)
@@ -134,8 +149,12 @@ def limit_threads(threads: int) -> Callable[[], None]:
     return restore
 
 
-def _pool_init(initializer: Optional[Callable]) -> None:
+def _pool_init(initializer: Optional[Callable], started=None, parent: Optional[int] = None,
+               from_main_thread: bool = True) -> None:
     import signal
+    if parent is not None:
+        die_with_parent(parent, from_main_thread)  # a worker never outlives the command (SIGKILL of the driver)
+    _STARTED[:] = [started]
     limit_threads(1)
     signal.signal(signal.SIGINT, _forward_sigint)  # Ctrl-C is the driver's: it stops the pool
     if initializer is not None:
@@ -153,12 +172,39 @@ def _forward_sigint(signum, frame) -> None:
 
 
 _FORWARDED: list = []  # a worker passes on its first SIGINT only
+_STARTED: list = [None]  # a worker's channel to the driver: (task key, pid, start time) as each task starts
+
+
+def _tracked_call(fn: Callable, key: int, task):
+    """``fn(task)`` in a pool worker, after telling the driver which process started it and when (so that the
+    driver can name the task whose worker died, and stop one that runs past its time)."""
+    if _STARTED[0] is not None:
+        _STARTED[0].put((key, os.getpid(), time.monotonic()))
+    return fn(task)
+
+
+def _death(code: Optional[int]) -> str:
+    """What an exit status says about how a worker ended."""
+    import signal
+    if code is None:
+        return "died (how is unknown)"
+    if code >= 0:
+        return (f"exited by itself with status {code} in the middle of a task (os._exit, or exit() in C code: "
+                f"nothing of harness ends a worker)")
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"was killed by {name}" + (" (the out-of-memory killer, or kill -9)" if name == "SIGKILL" else "")
 
 
 class LocalPool(Backend):
     """A process pool of ``workers`` spawned processes; at most ``window`` tasks in flight (their results
     wait in memory until taken).  A worker that dies breaks the pool: it is restarted and the lost
-    tasks are resubmitted (each up to ``retries`` times)."""
+    tasks are resubmitted (each up to ``retries`` times, when it was killed by a signal; a worker that exited by
+    itself, or a task past its time limit, is not retried: that is the task's doing).  Each worker tells the driver
+    which task it starts (:func:`_tracked_call`), so a dead worker's task is named and only it is counted as lost,
+    and dies with the driver (:mod:`harness.core.lifeline`)."""
 
     name = "local"
 
@@ -167,15 +213,25 @@ class LocalPool(Backend):
         self.workers, self.retries, self.initializer = int(workers), int(retries), initializer
         self._ctx = multiprocessing.get_context("spawn")
         self._pool: Optional[ProcessPoolExecutor] = None
+        self._started_q = None
+        self._procs: dict = {}  # pid -> Process of every worker started (their exit statuses once they end)
+        self._keys: dict = {}  # future -> its submission's key
+        self._started: dict = {}  # key -> (pid, start time) as the workers report them
+        self._timed_out: dict = {}  # key -> the limit it ran past (its worker was killed)
+        self._next_key = 0
         self.restarts = 0  # times the pool was restarted after a worker died
 
     def _executor(self) -> ProcessPoolExecutor:
+        import threading
         if self._pool is None:
+            if self._started_q is None:
+                self._started_q = self._ctx.SimpleQueue()
+            main = threading.current_thread() is threading.main_thread()
             self._pool = ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_pool_init,
-                                             initargs=(self.initializer,))
+                                             initargs=(self.initializer, self._started_q, os.getpid(), main))
         return self._pool
 
-    def map_unordered(self, fn, tasks, num_gpus=0, skip=None):
+    def map_unordered(self, fn, tasks, num_gpus=0, skip=None, timeout=None):
         todo = list(range(len(tasks)))[::-1]  # a stack: pop() gives the lowest index first
         lost = [0] * len(tasks)
         running: dict = {}
@@ -187,38 +243,112 @@ class LocalPool(Backend):
                     running[self._submit(fn, tasks[i])] = i
             if not running:
                 break
-            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            done, _ = wait(list(running), timeout=self._poll(running, tasks, timeout), return_when=FIRST_COMPLETED)
+            self._drain()
+            if not done:
+                self._stop_overdue(running, tasks, timeout)
+                continue
             broken = []
             for fut in done:
                 i = running.pop(fut)
                 try:
-                    yield i, fut.result()
+                    result = fut.result()
                 except BrokenProcessPool as e:
-                    broken.append((i, e))
+                    broken.append((i, fut, e))
+                    continue
+                self._started.pop(self._keys.pop(fut, None), None)
+                yield i, result
             if broken:
                 yield from self._recover(broken, running, todo, lost)
 
     def _submit(self, fn, task):
+        key, self._next_key = self._next_key, self._next_key + 1
         try:
-            return self._executor().submit(fn, task)
+            fut = self._executor().submit(_tracked_call, fn, key, task)
         except BrokenProcessPool:
             self._restart()
-            return self._executor().submit(fn, task)
+            fut = self._executor().submit(_tracked_call, fn, key, task)
+        self._procs.update(getattr(self._pool, "_processes", None) or {})
+        self._keys[fut] = key
+        return fut
+
+    def _drain(self) -> None:
+        """Take the workers' start reports."""
+        q = self._started_q
+        while q is not None and not q.empty():
+            key, pid, t0 = q.get()
+            self._started[key] = (pid, t0)
+
+    def _poll(self, running, tasks, timeout) -> Optional[float]:
+        """How long to wait for a result before looking at the running tasks' time again (None: no limit)."""
+        if timeout is None:
+            return None
+        now, left = time.monotonic(), [1.0]
+        for fut, i in running.items():
+            limit, start = timeout(tasks[i]), self._started.get(self._keys.get(fut))
+            if limit is not None and start is not None:
+                left.append(start[1] + limit - now)
+        return min(1.0, max(0.05, min(left)))
+
+    def _stop_overdue(self, running, tasks, timeout) -> None:
+        """Kill the worker of every task that has run past its limit (its future then fails: :meth:`_recover`)."""
+        if timeout is None:
+            return
+        import signal
+        now = time.monotonic()
+        for fut, i in running.items():
+            key = self._keys.get(fut)
+            limit, start = timeout(tasks[i]), self._started.get(key)
+            if limit is not None and start is not None and now - start[1] > limit and key not in self._timed_out:
+                self._timed_out[key] = limit
+                try:
+                    os.kill(start[0], signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def _culprits(self, inflight) -> dict:
+        """Of the in-flight futures, those whose own worker died: future -> that worker's exit status (empty when
+        no dead worker can be tied to a task).  Waits a moment for the pool to end the others (SIGTERM)."""
+        import signal
+        deadline = time.monotonic() + 2.0
+        for proc in list(self._procs.values()):
+            proc.join(max(0.0, deadline - time.monotonic()))
+        self._drain()
+        dead = {pid: p.exitcode for pid, p in self._procs.items()
+                if p.exitcode is not None and p.exitcode != -signal.SIGTERM}
+        out = {}
+        for fut in inflight:
+            start = self._started.get(self._keys.get(fut))
+            if start is not None and start[0] in dead:
+                out[fut] = dead[start[0]]
+        return out
 
     def _recover(self, broken, running, todo, lost):
         """A worker died: every task in flight is lost; restart the pool and queue them again (or give
-        up on a task lost ``retries`` times)."""
+        up on a task lost ``retries`` times).  The task whose worker died is counted as lost (not retried when
+        its worker exited by itself or ran past its time); the others in flight are queued again uncounted."""
         for fut, i in list(running.items()):
             if fut.done() and not fut.exception():
                 yield i, fut.result()
             else:
-                broken.append((i, fut.exception() if fut.done() else None))
+                broken.append((i, fut, fut.exception() if fut.done() else None))
             running.pop(fut)
+        culprits = self._culprits([fut for _, fut, _ in broken])
         self._restart()
-        for i, e in sorted(broken, reverse=True):
+        for i, fut, e in sorted(broken, key=lambda b: b[0], reverse=True):
+            key = self._keys.pop(fut, None)
+            if culprits and fut not in culprits:
+                todo.append(i)  # lost only because another task's worker died
+                continue
             lost[i] += 1
-            if lost[i] > self.retries:
-                yield i, TaskLost(lost[i], f"worker process died ({e or 'pool restarted'})")
+            code = culprits.get(fut)
+            if key in self._timed_out:
+                limit = self._timed_out[key]
+                yield i, TaskLost(lost[i], f"ran past its limit of {limit:g} s and was stopped", code, limit)
+            elif code is not None and (code >= 0 or lost[i] > self.retries):
+                yield i, TaskLost(lost[i], _death(code), code)
+            elif lost[i] > self.retries:
+                yield i, TaskLost(lost[i], f"died ({e or 'pool restarted'})")
             else:
                 todo.append(i)
         todo.sort(reverse=True)
@@ -228,6 +358,11 @@ class LocalPool(Backend):
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = None
+        for pid, proc in list(self._procs.items()):
+            if proc.exitcode is not None:
+                del self._procs[pid]
+            elif not proc.is_alive():
+                del self._procs[pid]
 
     def close(self, abort: bool = False) -> None:
         """Shut the pool down.  ``abort`` (interrupted): queued tasks are cancelled and the tasks in flight get
@@ -283,7 +418,7 @@ class RayBackend(Backend):
     def local_workers(self) -> int:
         return self._local
 
-    def map_unordered(self, fn, tasks, num_gpus=0, skip=None):
+    def map_unordered(self, fn, tasks, num_gpus=0, skip=None, timeout=None):
         remote = self.ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=self.retries)(_one_thread_call)
         todo = list(range(len(tasks)))[::-1]
         running: dict = {}
@@ -419,7 +554,7 @@ def _check_address(address: str, timeout: float = 5.0) -> None:
 
 def make_backend(backend: str = "local", workers: Optional[int] = None, address: Optional[str] = None) -> Backend:
     """The backend the options ask for (checked first: UsageError naming the option).  ``local`` with one
-    worker runs in this process."""
+    worker runs in this process, except a plug-in sampler's tasks (one worker process: ``isolate_plugins``)."""
     check_backend_options(backend, workers, address)
     if backend == "ray":
         try:
@@ -428,4 +563,4 @@ def make_backend(backend: str = "local", workers: Optional[int] = None, address:
             raise UsageError(f"`--address` must name a running Ray cluster; got {address!r} "
                              f"({' '.join(str(e).split())[:200]})") from None
     n = default_workers() if workers is None else workers
-    return SerialBackend() if n == 1 else LocalPool(n)
+    return SerialBackend(isolate_plugins=True) if n == 1 else LocalPool(n)

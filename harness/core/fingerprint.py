@@ -8,7 +8,10 @@ Saved state (a verify run's draw shards, a calibrate seed, a sweep cell) is keye
   file's bytes; for ``package.module:fn``, every ``.py`` file of its top-level package (or the module's
   own file when it is not in a package; for a third-party package installed in site-packages, its
   version and the module's file); and every imported module from outside the standard library,
-  site-packages and this project (:func:`user_module_files`: the helpers a sampler file imports);
+  site-packages and this project (:func:`user_module_files`: the helpers a sampler file imports); and, recorded
+  with each shard of draws by the process that drew it, the files of every such module loaded by then (a helper
+  imported inside the sampler's call included: :func:`loaded_module_files`, checked on resume by
+  :func:`changed_module_files`);
 * the resolved configuration (a scenario dataclass, a cell's settings: canonical JSON, :func:`canonical`),
   the seed and the draw counts — whatever the caller passes to :func:`fingerprint`.
 
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 __all__ = ["fingerprint", "canonical", "code_fingerprint", "sampler_fingerprint", "files_fingerprint", "short",
-           "PROJECT_PACKAGES", "user_module_files"]
+           "PROJECT_PACKAGES", "user_module_files", "loaded_module_files", "changed_module_files", "file_sha256"]
 
 PROJECT_PACKAGES = ("harness", "specimpl")
 _SUFFIXES = (".py", ".toml")
@@ -153,7 +156,7 @@ def user_module_files() -> list[Path]:
     out = set()
     for name, mod in list(sys.modules.items()):
         f = getattr(mod, "__file__", None)
-        if not f or name == "__main__" or name.split(".")[0] in PROJECT_PACKAGES or not f.endswith(".py"):
+        if not f or name in ("__main__", "__mp_main__") or name.split(".")[0] in PROJECT_PACKAGES or not f.endswith(".py"):
             continue
         path = Path(f).resolve()
         if any(part in ("site-packages", "dist-packages") for part in path.parts) or \
@@ -170,7 +173,8 @@ def sampler_fingerprint(fn: Callable) -> str:
     a helper the sampler file imports is code that draws too; not for the project's own samplers, whose
     code is :func:`code_fingerprint`'s, nor installed packages).  A callable whose source cannot be read is
     fingerprinted by its name and those modules.  A module the sampler imports only later, inside a call,
-    is not seen here (import helpers at the top of the sampler file)."""
+    is not seen here: the process that draws records it with the draws (:func:`loaded_module_files`), and a
+    resumed run checks those files again (:func:`changed_module_files`) before it reuses the draws."""
     how, name, files, root, helpers = _sampler_parts(fn)
     return fingerprint(how, name, files_fingerprint(files, root) if files else None,
                        [[str(f), files_fingerprint([f])] for f in helpers])
@@ -192,3 +196,42 @@ def sampler_sources(fn: Callable) -> dict:
     fingerprint: what a resumed run compares to name the file that changed."""
     _, _, files, _, helpers = _sampler_parts(fn)
     return {str(f): files_fingerprint([f]) for f in [*files, *helpers]}
+
+
+# ------------------------------------------------------------------ modules a sampler imports while it runs
+_HASHES: dict = {}  # (path, mtime_ns, size) -> SHA-256 of the file (per process)
+_LOADED: list = [-1, {}]  # [len(sys.modules) when last computed, its {path: SHA-256}]
+
+
+def file_sha256(path) -> Optional[str]:
+    """SHA-256 of a file's bytes (cached on its mtime and size); None when it cannot be read."""
+    try:
+        st = Path(path).stat()
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        if key not in _HASHES:
+            _HASHES[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return _HASHES[key]
+    except OSError:
+        return None
+
+
+def loaded_module_files() -> dict[str, str]:
+    """Path -> SHA-256 of every module loaded in this process from outside the standard library, site-packages
+    and this project (:func:`user_module_files`), recomputed only when ``sys.modules`` grew.  A worker sends it
+    back with each shard, so a helper that the sampler imports *inside* its call (which
+    :func:`sampler_fingerprint`, computed before any call, cannot see) is recorded with the draws it made and
+    checked again (:func:`changed_module_files`) before a resumed run reuses them."""
+    if _LOADED[0] != len(sys.modules):
+        _LOADED[1] = {str(p): file_sha256(p) for p in user_module_files()}
+        _LOADED[0] = len(sys.modules)
+    return dict(_LOADED[1])
+
+
+def changed_module_files(modules) -> list[str]:
+    """Of ``modules`` (path -> SHA-256, as :func:`loaded_module_files` recorded them), the paths whose file now
+    differs, is gone or cannot be read (all of them when ``modules`` is not such a mapping)."""
+    if modules is None:
+        return []
+    if not isinstance(modules, dict):
+        return ["(unreadable module list)"]
+    return sorted(str(p) for p, h in modules.items() if not isinstance(p, str) or file_sha256(p) != h)

@@ -14,6 +14,8 @@ import multiprocessing
 import sys
 from typing import Callable
 
+from harness.core.lifeline import die_with_parent
+
 __all__ = ["fork_map", "fork_available"]
 
 _WORK: list = []  # the function the forked children call (set for the duration of one fork_map)
@@ -24,8 +26,10 @@ def fork_available() -> bool:
     return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
-def _child_init() -> None:
+def _child_init(parent: int = 0, from_main_thread: bool = True) -> None:
     import signal
+    if parent:
+        die_with_parent(parent, from_main_thread)  # a child never outlives the command (SIGKILL of the parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the children
     try:
         import torch
@@ -46,7 +50,10 @@ def fork_map(fn: Callable[[int], object], n: int, workers: int, chunksize: int =
     _WORK.append(fn)
     try:
         ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(min(workers, n), initializer=_child_init) as pool:
+        import os
+        import threading
+        main = threading.current_thread() is threading.main_thread()
+        with ctx.Pool(min(workers, n), initializer=_child_init, initargs=(os.getpid(), main)) as pool:
             return list(pool.imap(_call, range(n), chunksize=max(1, chunksize)))
     finally:
         _WORK.clear()

@@ -73,8 +73,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", type=Path, help="report folder (default: runs/verify/<sampler-scenarios>-<hash of the "
                                              "options>, a folder per set of options; the committed reference is "
                                              "written only by --out results/verify)")
-    add_backend_arguments(ap, "processes drawing the exact-law shards (default: every core; 1: in this process); "
-                              "the results do not depend on it")
+    add_backend_arguments(ap, "processes drawing the exact-law shards (default: every core; 1: in this process, "
+                              "except a --sampler's draws: on one worker process); the results do not depend on it")
+    ap.add_argument("--sampler-timeout", type=float, metavar="S",
+                    help="seconds one task of the sampler (a shard of draws, or a real-model run) may run on a worker "
+                         "before it is stopped and the run ends in exit 3 (default: 600 s + 10 ms per token the task "
+                         "draws; 0: no limit; not enforced on --backend ray)")
     add_common_arguments(ap)
 
 
@@ -137,13 +141,16 @@ def _choose(args) -> _Choice:
     """The options, checked; UsageError (naming the option or file: key) when they are bad."""
     check_common(args)
     check_unique(args.scenario, "--scenario")
+    timeout = getattr(args, "sampler_timeout", None)
+    check_option(timeout is None or (timeout >= 0 and timeout == timeout and timeout != float("inf")),
+                 "--sampler-timeout", timeout, "a finite number of seconds >= 0 (0: no limit)")
     for name, v in (("--draws", args.draws), ("--control-draws", args.control_draws),
                     ("--real-model-sequences", args.real_model_sequences), ("--until-certified", args.until_certified)):
         check_option(v is None or 2 <= v <= MAX_SEQUENCES, name, v, f"an integer in [2, {MAX_SEQUENCES:,}] ({SEQUENCES_WHY})")
     settings = with_epsilon(load_settings(args.scenario_dir), args)
     if args.no_sequential:
         settings = replace(settings, sequential_alpha=0.0)
-    sampler = load_sampler(args.sampler) if args.sampler else None
+    sampler = load_sampler(args.sampler, trial=True) if args.sampler else None  # imported in a child first
     algorithm = _algorithm(getattr(args, "algorithm", None), sampler)
     names = args.scenario or list(settings.scenarios)
     rm_spec = real_model_spec(Path(args.scenario_dir) / "default.toml")
@@ -253,4 +260,5 @@ def _verify(args, ch: _Choice, out: Path, backend: Backend, *, draws: Optional[i
         figures=not args.no_figures,
         progress=not args.no_progress, scenario_dir=args.scenario_dir, real_model=ch.real_model,
         real_model_sequences=args.real_model_sequences, algorithm=ch.algorithm, backend=backend,
-        rerun=rerun("verify", args, ch.settings.seed if args.seed is None else args.seed)))
+        rerun=rerun("verify", args, ch.settings.seed if args.seed is None else args.seed),
+        sampler_timeout=getattr(args, "sampler_timeout", None)))

@@ -14,17 +14,18 @@ stream is seeded by :func:`harness.core.config.derive_seed` from the run seed an
 run's draws do not depend on which other runs share the command.
 
 Resume: each run's merged prefix of shards (every shard once the run is done) and each finished
-real-model run is pickled under ``<out>/_tmp_state/`` (:class:`RunState`) with the fingerprint of
-everything that determines its draws (:mod:`harness.core.fingerprint`: project code and sampler source by
-content, the scenario's resolved config, seed, draw counts, the shard scheme); an interrupted command
-picks up the saved shards whose fingerprint matches, draws the rest, says which on stderr and in the
-report, and the folder is removed once the report is written.
+real-model run is saved under ``<out>/_tmp_state/`` (:class:`RunState`; plain data and numeric arrays in an
+``.npz``, :mod:`harness.core.safestate`, never a pickle) with the fingerprint of everything that determines its
+draws (:mod:`harness.core.fingerprint`: project code and sampler source by content, the scenario's resolved
+config, seed, draw counts, the shard scheme) and the module files the sampler imported while drawing; an
+interrupted command picks up the saved shards whose fingerprint and module files match (checked before the
+rest of the file is decoded), draws the rest, says which on stderr and in the report, and the folder is removed
+once the report is written.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import sys
 import threading
 import time
@@ -35,39 +36,53 @@ import numpy as np
 import torch
 
 from harness import stats
+from harness.stats.lagged import LaggedTables
+from harness.stats.loglik import LoglikSums
 from harness.core.backends import Backend, SerialBackend, TaskLost
 from harness.verify.battery import Accumulator, plan_chunks
 from harness.core.config import derive_seed
+from harness.core.errors import SamplerError
 from harness.laws.ngram import ExactLaw
 from harness.laws.scenarios import scenario_law
-from harness.core.fingerprint import (code_fingerprint, files_fingerprint, fingerprint, sampler_fingerprint,
-                                      sampler_sources, short)
+from harness.core import safestate
+from harness.core.fingerprint import (changed_module_files, code_fingerprint, files_fingerprint, fingerprint,
+                                      sampler_fingerprint, sampler_sources, short)
 from harness.core.provenance import atomic_write_bytes
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
+from harness.verify.isolation import backend_for, is_plugin_task, lost_message, not_from_generator, task_timeout
 from harness.verify.exactmodel import EXACT_PAIR_DIR, ExactModelDraw, remember_law, sequences_per_shard
-from harness.verify.shards import (ExactTask, LawTask, RealResult, RealTask, ShardTask, draw_task,
+from harness.verify.shards import (ExactTask, LawTask, PilotTask, RealResult, RealTask, ShardTask, draw_task,
                                    draw_task_in_worker, sampler_recipe)
 from specimpl.hf import TINY_PAIR_DIR
 from harness.controls.chain import VN_CONTROLS
 from specimpl.von_neumann import SNUG_M, TwoPeakDensity, two_peak_sampler
 
-__all__ = ["RunState", "ShardedRun", "draw_all", "draw_von_neumann", "SHARD_SCHEME"]
+__all__ = ["RunState", "ShardedRun", "draw_all", "draw_von_neumann", "SHARD_SCHEME", "STATE_TYPES"]
+
+# the dataclasses a saved shard may hold (harness.core.safestate builds only these, from their fields)
+STATE_TYPES = {c.__name__: c for c in (LoglikSums, LaggedTables, RealModelDraw, ExactModelDraw)}
 
 
 class RunState:
-    """Finished runs of an interrupted command, pickled under ``<out>/_tmp_state`` (no ``out``: none).
+    """Finished runs of an interrupted command, saved under ``<out>/_tmp_state`` (no ``out``: none).
 
-    A shard's file is named by its *slot* (which run on which scenario, :meth:`slot`) and holds the
-    *fingerprint* of what produced it (:mod:`harness.core.fingerprint`: the project's code, the sampler's
-    source, the scenario's resolved config, seed, draw counts and settings).  A shard is reused only when
-    its fingerprint equals the current one; otherwise it is stale, counted in :attr:`stale` and redrawn."""
+    A shard's file ``<slot>.npz`` (:mod:`harness.core.safestate`: plain data and numeric arrays, no pickle) is
+    named by its *slot* (which run on which scenario, :meth:`slot`) and its header holds the *fingerprint* of
+    what produced it (:mod:`harness.core.fingerprint`: the project's code, the sampler's source, the scenario's
+    resolved config, seed, draw counts and settings) and the files of the modules the sampler imported while it
+    drew (``modules``: path -> SHA-256, :func:`harness.core.fingerprint.loaded_module_files`).  The header is read
+    and checked first; a shard is decoded and reused only when its fingerprint equals the current one and every
+    one of those module files is unchanged; otherwise it is stale, counted in :attr:`stale` and redrawn.  Files of
+    another format (an old ``.pkl``) are never opened: counted in :attr:`foreign` and announced."""
 
     def __init__(self, out: Optional[Path], fresh: bool = False):
         self.dir = None if out is None else Path(out) / "_tmp_state"
         self.reused: list[str] = []  # slots reused from an earlier run of the same code
         self.stale: list[str] = []  # slots whose saved shard came from other code or settings (redrawn)
+        self.foreign: list[str] = []  # files in the folder not of the state format: never opened
+        self.modules: dict[str, dict] = {}  # slot -> the module files recorded with a reused shard
         self._code: Optional[str] = None
         self._samplers: dict = {}  # id(fn) -> its fingerprint; ('sources', id(fn)) -> its files' fingerprints
         self._sources: dict[str, dict] = {}  # fingerprint -> {source: its fingerprint} (to name what changed)
@@ -75,9 +90,10 @@ class RunState:
         self.run_fingerprint: Optional[str] = None  # code + sampler under test, as announced
         if self.dir is not None:
             if fresh and self.dir.exists():
-                for p in self.dir.glob("*.pkl"):
-                    p.unlink()
+                self._remove_files()
             self.dir.mkdir(parents=True, exist_ok=True)
+            self.foreign = sorted(p.name for p in self.dir.iterdir()
+                                  if p.suffix != safestate.SUFFIX and not p.name.startswith("_tmp"))
 
     @property
     def code(self) -> str:
@@ -112,22 +128,29 @@ class RunState:
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
     def load(self, slot: str, fp: str) -> Optional[dict]:
-        """The saved shard of ``slot`` when it was made with fingerprint ``fp``; None otherwise (a shard
-        with another fingerprint is recorded as stale and will be overwritten)."""
-        path = None if self.dir is None else self.dir / f"{slot}.pkl"
+        """The saved shard of ``slot`` when it was made with fingerprint ``fp`` and the module files it recorded
+        are unchanged; None otherwise (such a shard is recorded as stale and will be overwritten).  Only the
+        header is read until both hold."""
+        path = None if self.dir is None else self.dir / f"{slot}{safestate.SUFFIX}"
         if path is None or not path.is_file():
             return None
         try:
-            with open(path, "rb") as f:
-                saved = pickle.load(f)
-        except Exception:  # noqa: BLE001 - an unreadable shard is stale, never trusted
-            saved = None
-        if not isinstance(saved, dict) or saved.get("fingerprint") != fp:
+            head = safestate.read_header(path)
+        except safestate.StateFormatError:  # unreadable or not ours: stale, never trusted
+            head = {}
+        moved = changed_module_files(head.get("modules"))
+        if head.get("fingerprint") != fp or moved:
             self.stale.append(slot)
-            self.changed |= self._what_changed(saved.get("sources") if isinstance(saved, dict) else None, fp)
+            self.changed |= self._what_changed(head.get("sources"), fp) | {Path(m).name for m in moved}
+            return None
+        try:
+            saved = safestate.read_body(path, STATE_TYPES)
+        except safestate.StateFormatError:
+            self.stale.append(slot)
             return None
         self.reused.append(slot)
-        return saved["obj"]
+        self.modules[slot] = dict(head.get("modules") or {})
+        return saved
 
     def _what_changed(self, saved: Optional[dict], fp: str) -> set:
         """The names of the sources (a file by its name, 'project code', 'settings') whose fingerprint differs
@@ -138,15 +161,18 @@ class RunState:
         keys = set(saved) | set(now)
         return {k if k in ("project code", "settings") else Path(k).name for k in keys if saved.get(k) != now.get(k)}
 
-    def save(self, slot: str, fp: str, obj: dict) -> None:
+    def save(self, slot: str, fp: str, obj: dict, modules: Optional[dict] = None) -> None:
+        """Save ``obj`` for ``slot`` with fingerprint ``fp`` and ``modules`` (path -> SHA-256: the module files
+        the sampler imported while drawing it, checked again before a resumed run reuses it)."""
         if self.dir is not None:
-            atomic_write_bytes(self.dir / f"{slot}.pkl", pickle.dumps({"fingerprint": fp, "obj": obj,
-                                                                       "sources": self._sources.get(fp)}))
+            head = {"fingerprint": fp, "sources": self._sources.get(fp), "modules": modules or {}}
+            atomic_write_bytes(self.dir / f"{slot}{safestate.SUFFIX}", safestate.dumps(head, obj, STATE_TYPES))
 
     def summary(self) -> dict:
         """What was reused, for meta.json: shard counts and the run's fingerprint."""
         return {"reused_shards": len(self.reused), "stale_shards_redrawn": len(self.stale),
-                "fingerprint": self.run_fingerprint, "code_fingerprint": self._code}
+                "ignored_files": list(self.foreign), "fingerprint": self.run_fingerprint,
+                "code_fingerprint": self._code}
 
     def announcement(self) -> list[str]:
         """Lines saying what state was reused or ignored (empty when none was found)."""
@@ -160,13 +186,22 @@ class RunState:
                     "sampler source, project code, scenario, seed or draws changed")
             lines.append(f"ignored {len(self.stale)} saved draw shard{'s' * (len(self.stale) != 1)} made by other "
                          f"code or settings ({what}); redrawn (fingerprint now {fp})")
+        if self.foreign:
+            names = ", ".join(self.foreign[:3]) + (f" and {len(self.foreign) - 3} more" if len(self.foreign) > 3 else "")
+            lines.append(f"ignored {len(self.foreign)} file{'s' * (len(self.foreign) != 1)} in {self.dir} not in the "
+                         f"saved-state format ({names}): never opened (a pickled file can run code); removed with "
+                         f"the state folder")
         return lines
 
+    def _remove_files(self) -> None:
+        for p in self.dir.iterdir():
+            if p.is_file() and (p.suffix in (safestate.SUFFIX, ".pkl") or p.name.startswith("_tmp")):
+                p.unlink()
+
     def clear(self) -> None:
-        if self.dir is None:
+        if self.dir is None or not self.dir.is_dir():
             return
-        for p in self.dir.glob("*.pkl"):
-            p.unlink()
+        self._remove_files()
         try:
             self.dir.rmdir()
         except OSError:
@@ -194,12 +229,13 @@ class ShardedRun:
         run.sequential = None if is_baseline or seq_level <= 0 else RunEProcess.for_accumulator(run.acc, seq_level)
         run.error, run.wall_s, run.tokens, run.positions = None, 0.0, 0, 0
         sizes = plan_chunks(run.draws, 1 if is_baseline else settings.min_chunks, settings.max_chunk)
-        self.n_shards, self.next, self.pending = len(sizes), 0, {}
+        self.n_shards, self.next, self.pending, self.failures = len(sizes), 0, {}, 0
         self.slot = RunState.slot(run.label, run.role, sc.name, seed)
         self.fp = state.fingerprint(run.sampler, SHARD_SCHEME, sc, run.draws, seed, is_baseline, settings.min_chunks,
                                     settings.max_chunk, settings.pit_bins, settings.logprob_max, sc.joint_tokens,
                                     pair_bins, SEQUENTIAL_SCHEME, seq_level if run.sequential else 0.0)
         saved = state.load(self.slot, self.fp)
+        self.modules = dict(state.modules.get(self.slot) or {})  # module files its sampler imported while drawing
         if saved is not None:
             run.acc.merge(saved["acc"])
             if run.sequential is not None:
@@ -221,10 +257,17 @@ class ShardedRun:
         """Whether the run stopped early (lossy by its e-process): its later shards are not drawn."""
         return self.run.sequential is not None and self.run.sequential.stopped_at is not None
 
+    @property
+    def failed(self) -> bool:
+        """Whether a shard of the run failed (its sampler raised, exited, hung or lost its worker): the run ends in
+        an error whatever its other shards give, so those not started yet are never drawn."""
+        return self.failures > 0
+
     def take(self, shard: int, result) -> None:
         """A shard's result (a :class:`ShardResult`, or :class:`harness.core.backends.TaskLost`): merged once
         every shard before it is."""
         self.pending[shard] = result
+        self.failures += isinstance(result, TaskLost) or getattr(result, "error", None) is not None
         while self.next in self.pending and not self.stopped:
             self._fold(self.pending.pop(self.next))
             self.next += 1
@@ -238,7 +281,7 @@ class ShardedRun:
         if run.error is not None:  # the run ended at its first failed shard (the shards after it do not count)
             return
         if isinstance(r, TaskLost):
-            run.error = f"WorkerLost: the worker drawing shard {self.next} died {r.attempts} times ({r.reason})"
+            run.error = lost_message(r, f"shard {self.next}")
             return
         if r.error is not None:
             run.error = r.error
@@ -247,6 +290,7 @@ class ShardedRun:
                 failures.append((r.error, r.details))
             return
         run.acc.merge(r.statistics)
+        self.modules.update(r.modules)
         run.tokens += r.tokens
         run.positions += r.positions
         run.wall_s += r.wall_s
@@ -259,7 +303,8 @@ class ShardedRun:
         if run.error is None:
             self.state.save(self.slot, self.fp, {"acc": run.acc.statistics(), "done": self.next, "tokens": run.tokens,
                                                  "positions": run.positions, "wall_s": run.wall_s,
-                                                 "sequential": run.sequential.state() if run.sequential else None})
+                                                 "sequential": run.sequential.state() if run.sequential else None},
+                            self.modules)
         self.saved_at, self.saved_next = time.perf_counter(), self.next
 
 
@@ -279,12 +324,14 @@ def _sharded_runs(rs: RunSet, seed: int, settings, state: RunState) -> list[Shar
 
 
 def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, backend: Backend,
-                    real: list[RealTask] = ()) -> None:
+                    real: list[RealTask] = (), sampler_timeout: Optional[float] = None) -> None:
     """Every shard of every exact-law run, and the real-model tasks ``real``, on ``backend`` (those whose
     sampler cannot leave this process are drawn here), the shards merged run by run in shard order.  The
     real-model runs go first (each is one long task), so the shards fill the cores around them."""
     jobs = _sharded_runs(rs, seed, settings, state)
+    limit = task_timeout(sampler_timeout)
     pbar.update(sum(j.resumed_positions for j in jobs))
+    pilots = _pilots(jobs, seed)  # drawn first, alone: a sampler that fails it stops the run before any shard
     tasks = [*real, *(t for j in jobs for t in j.tasks)]
     remote = [t for t in tasks if t.portable]
     here = [t for t in tasks if not t.portable]
@@ -294,30 +341,60 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
             _drop_from_bar(pbar, j, arrived)
 
     def skip(part, i):
-        return isinstance(part[i], ShardTask) and jobs[part[i].run].stopped
+        return isinstance(part[i], ShardTask) and (jobs[part[i].run].stopped or jobs[part[i].run].failed)
 
-    for part, where in ((remote, backend), (here, SerialBackend())):
-        fn = draw_task if isinstance(where, SerialBackend) else draw_task_in_worker
-        for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: skip(part, i)):
-            t = part[i]
-            if isinstance(t, LawTask):
-                if not isinstance(result, TaskLost):  # else: computed in this process when the tests are planned
-                    remember_law(t.spec, t.config, result)
-                continue
-            if isinstance(t, (RealTask, ExactTask)):
-                _take_real(rs.real_runs[t.index], t, result, state)
-                pbar.update(t.positions)
-                continue
-            job = jobs[t.run]
-            was_stopped = job.stopped
-            if not was_stopped:  # a shard that was in flight when its run stopped is not counted
-                pbar.update(t.positions)
-                arrived.add((t.run, t.shard))
-            job.take(t.shard, result)
-            if job.stopped and not was_stopped:
-                _drop_from_bar(pbar, job, arrived)
+    isolated, own = backend_for(backend, remote)  # a plug-in sampler never runs in this process (exit status)
+    try:
+        for part, where in ((pilots, isolated), (remote, isolated), (here, SerialBackend())):
+            _draw_part(part, where, jobs, rs, state, pbar, arrived, skip, limit)
+    except BaseException:
+        if own:
+            isolated.close(abort=True)
+        raise
+    if own:
+        isolated.close()
     for j in jobs:
         j.save()
+
+
+def _draw_part(part: list, where: Backend, jobs: list, rs: RunSet, state: RunState, pbar, arrived: set, skip,
+               limit) -> None:
+    """The tasks ``part`` on backend ``where``, each result taken as it arrives."""
+    fn = draw_task if isinstance(where, SerialBackend) else draw_task_in_worker
+    for i, result in where.map_unordered(fn, part, skip=lambda i, part=part: skip(part, i), timeout=limit):
+        t = part[i]
+        if isinstance(t, PilotTask):
+            if isinstance(result, tuple) and result[0] == "differs":
+                raise SamplerError(not_from_generator(t.label, *result[1:]))
+            continue  # same, or failed (its shards say why)
+        if isinstance(t, LawTask):
+            if not isinstance(result, TaskLost):  # else: computed in this process when the tests are planned
+                remember_law(t.spec, t.config, result)
+            continue
+        if isinstance(t, (RealTask, ExactTask)):
+            _take_real(rs.real_runs[t.index], t, result, state)
+            pbar.update(t.positions)
+            continue
+        job = jobs[t.run]
+        was_stopped = job.stopped
+        if not was_stopped:  # a shard that was in flight when its run stopped is not counted
+            pbar.update(t.positions)
+            arrived.add((t.run, t.shard))
+        job.take(t.shard, result)
+        if job.stopped and not was_stopped:
+            _drop_from_bar(pbar, job, arrived)
+
+
+def _pilots(jobs: list, seed: int) -> list[PilotTask]:
+    """The determinism check of each plug-in sampler (:class:`harness.verify.shards.PilotTask`), on the first
+    scenario it still has shards to draw on."""
+    out, seen = [], set()
+    for j in jobs:
+        t = j.tasks[0] if j.tasks else None
+        if t is not None and is_plugin_task(t) and t.sampler not in seen:
+            seen.add(t.sampler)
+            out.append(PilotTask(t.label, t.scenario, t.sampler, derive_seed(seed, "determinism", t.label) % 2**31))
+    return out
 
 
 def _drop_from_bar(pbar, job: ShardedRun, arrived: set) -> None:
@@ -375,9 +452,9 @@ def _load_real(rr: RealRun, spec: RealModelSpec, state: RunState) -> bool:
     return True
 
 
-def _save_real(rr: RealRun, spec: RealModelSpec, state: RunState) -> None:
+def _save_real(rr: RealRun, spec: RealModelSpec, state: RunState, modules: Optional[dict] = None) -> None:
     if rr.error is None:
-        state.save(*_real_slot(rr, spec, state), {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s})
+        state.save(*_real_slot(rr, spec, state), {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s}, modules)
 
 
 def _exact_slot(rr: RealRun, shard: int, n_rows: int, exact, config, state: RunState) -> tuple[str, str]:
@@ -423,14 +500,14 @@ def _real_tasks(rs: RunSet, state: RunState) -> tuple[list, list]:
 def _take_exact(rr: RealRun, task: ExactTask, result, state: RunState) -> None:
     """An exact-pair shard's result (or TaskLost) into its run, saved for resume."""
     if isinstance(result, TaskLost):
-        result = RealResult(task.index, ExactModelDraw(rr.label, None, None, len(task.spec.prompts), error=(
-            f"WorkerLost: the worker drawing exact-pair shard {task.shard} died {result.attempts} times "
-            f"({result.reason})")), 0.0)
+        result = RealResult(task.index, ExactModelDraw(rr.label, None, None, len(task.spec.prompts),
+                                                       error=lost_message(result, f"exact-pair shard {task.shard}")),
+                            0.0)
     rr.exact_parts[task.shard] = result.draw
     rr.wall_s += result.wall_s
     if result.draw.error is None:
         state.save(*_exact_slot(rr, task.shard, task.n_rows, task.spec, task.config, state),
-                   {"draw": dict(result.draw.__dict__)})
+                   {"draw": dict(result.draw.__dict__)}, result.modules)
 
 
 def _take_real(rr: RealRun, task, result, state: RunState) -> None:
@@ -440,11 +517,10 @@ def _take_real(rr: RealRun, task, result, state: RunState) -> None:
     spec = task.spec
     if isinstance(result, TaskLost):
         rr.draw = RealModelDraw(rr.label, None, rr.n_sequences, spec.max_new_tokens, spec.k, spec.config.describe(),
-                                None, 0.0, 0.0, error=f"WorkerLost: the worker drawing this run died {result.attempts} "
-                                                      f"times ({result.reason})")
+                                None, 0.0, 0.0, error=lost_message(result, "this run"))
         return
     rr.draw, rr.wall_s = result.draw, result.wall_s
-    _save_real(rr, spec, state)
+    _save_real(rr, spec, state, result.modules)
 
 
 def _pair_fingerprint(state: RunState) -> Optional[str]:
@@ -474,9 +550,11 @@ def draw_von_neumann(proposals: int, seed: int, controls: bool = True) -> list[V
 
 # ------------------------------------------------------------------------------------------- all
 def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
-             backend: Optional[Backend] = None) -> None:
+             backend: Optional[Backend] = None, sampler_timeout: Optional[float] = None) -> None:
     """Draw every exact-law run (with its scenario's baseline) on ``backend`` (None: in this process), and
-    every real-model run of ``rs`` in this process, under one progress bar counted in tokens."""
+    every real-model run of ``rs`` in this process, under one progress bar counted in tokens.
+    ``sampler_timeout``: the seconds a sampler task may run on a worker (:func:`harness.verify.isolation.task_timeout`;
+    None: the default limit, 0: none)."""
     from tqdm import tqdm
     T_real = rs.real_model.max_new_tokens if rs.real_model is not None else 0
     J = rs.real_model.exact.n_tokens if rs.real_model is not None and rs.real_model.exact is not None else 0
@@ -493,7 +571,7 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
     spec = rs.real_model
     if rs.real_runs and spec.exact is not None and any(rr.exact_n for rr in rs.real_runs):
         real_tasks = [LawTask(spec.exact, spec.config), *real_tasks]  # the exact law, on a worker while others draw
-    _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend(), real_tasks)
+    _draw_scenarios(rs, seed, settings, state, pbar, backend or SerialBackend(), real_tasks, sampler_timeout)
     if real is not None:
         real.join()
     pbar.close()

@@ -61,7 +61,8 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
            real_model: Optional[RealModelSpec] = None, real_model_sequences: Optional[int] = None,
            real_model_controls: Optional[bool] = None, algorithm: Optional[str] = None,
            backend: Optional[Backend] = None, note: Optional[dict] = None,
-           rerun: Optional[Callable[[dict], str]] = None) -> VerifyResult:
+           rerun: Optional[Callable[[dict], str]] = None,
+           sampler_timeout: Optional[float] = None) -> VerifyResult:
     """Run the battery; write the report to ``out`` (None: write nothing).  See :mod:`harness.verify`.
 
     ``sampler`` None: the reference sampler, and (with ``controls``) every control; ``von_neumann``
@@ -75,7 +76,9 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     join the run.  ``backend``: where the exact-law shards are drawn (:mod:`harness.core.backends`; None: in
     this process); the results do not depend on it.  ``note``: recorded in the config (a round of
     :mod:`harness.verify.until`).  ``rerun``: options -> the command line that draws with them, for the advice of
-    an inconclusive verdict (:func:`harness.core.verdict.rerun_command`; None: the options are named alone)."""
+    an inconclusive verdict (:func:`harness.core.verdict.rerun_command`; None: the options are named alone).
+    ``sampler_timeout``: seconds a sampler task may run on a worker process
+    (:func:`harness.verify.isolation.task_timeout`; None: the default limit, 0: none)."""
     t_start = time.perf_counter()
     if full and not getattr(settings, "full", False):
         settings = replace(settings, full=True)  # the scenario files' full_epsilon_* apply
@@ -95,7 +98,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
                                      controls if real_model_controls is None else real_model_controls,
                                      exact_n=0 if ex is None else (ex.full_n_sequences if full else ex.n_sequences))
     state = RunState(out, fresh)
-    draw_all(rs, seed, settings, state, progress, backend)
+    draw_all(rs, seed, settings, state, progress, backend, sampler_timeout)
     with_von_neumann = sampler is None if von_neumann is None else von_neumann
     if with_von_neumann:
         rs.vn = draw_von_neumann(sizes.von_neumann_proposals, seed, controls)

@@ -28,7 +28,7 @@ import torch
 from harness.core.errors import SamplerError, UsageError, user_interrupted
 from specimpl.speculative import PAD
 
-__all__ = ["load_sampler", "check_output", "guard_sampler", "sampler_failure", "SamplerSpecError",
+__all__ = ["load_sampler", "trial_import", "check_output", "guard_sampler", "sampler_failure", "SamplerSpecError",
            "SamplerOutputError", "SamplerCallError", "SIGNATURE"]
 
 SIGNATURE = "fn(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator)"
@@ -48,10 +48,14 @@ class SamplerCallError(RuntimeError):
     """A sampler call ended in ``SystemExit`` or in a ``KeyboardInterrupt`` of its own."""
 
 
-def load_sampler(spec: str) -> Callable:
-    """Import 'package.module:function' (or 'path/to/file.py:function'); errors name ``--sampler``."""
+def load_sampler(spec: str, trial: bool = False, trial_timeout: float = 600.0) -> Callable:
+    """Import 'package.module:function' (or 'path/to/file.py:function'); errors name ``--sampler``.  ``trial``
+    (the ``verify`` command): import it in a child process first (:func:`trial_import`), so that an import that
+    ends its process or hangs is a usage error here, not an exit status of its choosing."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise SamplerSpecError(f"`--sampler` must be {_FORMS}; got {spec!r}")
+    if trial:
+        trial_import(spec, trial_timeout)
     mod_name, fn_name = spec.split(":")
     mod = _import_file(mod_name, spec) if mod_name.endswith(".py") else _import_module(mod_name, spec)
     fn = getattr(mod, fn_name, None)
@@ -62,6 +66,48 @@ def load_sampler(spec: str) -> Callable:
         raise SamplerSpecError(f"`--sampler` must name a callable; got {spec!r} ({type(fn).__name__})")
     _check_signature(fn, spec)
     return guard_sampler(fn)
+
+
+_TRIAL = """
+import sys
+from harness.verify.sampler import SamplerSpecError, load_sampler
+try:
+    load_sampler(sys.argv[1])
+except SamplerSpecError as e:
+    sys.stderr.write("\\n" + sys.argv[2] + " " + str(e))
+    sys.stderr.flush()
+    sys.exit(2)
+sys.stdout.write(sys.argv[2])
+sys.stdout.flush()
+"""
+
+
+def trial_import(spec: str, timeout: float = 600.0) -> None:
+    """Import and check ``--sampler`` ``spec`` in a child process: SamplerSpecError (exit 2, naming ``--sampler``)
+    when that fails, ends the child (``os._exit``, ``exit()`` in C code, a signal) before the import is done, or
+    takes longer than ``timeout`` seconds.  Code that runs at import time then cannot end the command that judges
+    the sampler with an exit status of its choosing."""
+    import os
+    import secrets
+    import subprocess
+    import sys
+    token = "specverify-trial-" + secrets.token_hex(8)
+    root = str(Path(__file__).resolve().parents[2])
+    path = [root, *(p for p in sys.path if p and Path(p).is_dir())]  # this process's imports (as a spawned worker's)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
+    try:
+        r = subprocess.run([sys.executable, "-c", _TRIAL, spec, token], capture_output=True, text=True, env=env,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SamplerSpecError(f"`--sampler`: importing {spec!r} did not finish within {timeout:g} s") from None
+    if r.returncode == 0 and r.stdout.endswith(token):
+        return
+    if r.returncode == 2 and token in r.stderr:
+        raise SamplerSpecError(r.stderr.rsplit(token, 1)[1].strip())
+    how = (f"exit status {r.returncode}" if r.returncode >= 0 else f"signal {-r.returncode}")
+    last = " ".join((r.stderr.strip().splitlines() or [""])[-1].split())[:200]
+    raise SamplerSpecError(f"`--sampler`: importing {spec!r} ended its process with {how} before the import "
+                           f"finished (os._exit, or exit() in C code, at import time){': ' + last if last else ''}")
 
 
 def _check_signature(fn: Callable, spec: str) -> None:
@@ -116,7 +162,8 @@ def sampler_failure(verdicts, sampler: Optional[Callable] = None,
     row = bad.iloc[0]
     first = " ".join(str(row.error).split())[:300]
     more = f" (and {len(bad) - 1} more run(s))" if len(bad) > 1 else ""
-    summary = f"the sampler failed on scenario {row.scenario!r}{more}: {first}"
+    name = f" {row.run}" if isinstance(getattr(row, "run", None), str) and row.run else ""
+    summary = f"the sampler{name} failed on scenario {row.scenario!r}{more}: {first}"
     details = "\n".join(tb for _, tb in getattr(sampler, "failures", []))
     if not details:
         details = "\n".join(f"{r.run} on {r.scenario}: {r.error}" for r in bad.itertuples())

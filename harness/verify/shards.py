@@ -24,7 +24,7 @@ import sys
 import time
 import traceback
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -32,6 +32,7 @@ import torch
 
 from harness.verify.battery import Accumulator
 from harness.core.config import derive_seed
+from harness.core.fingerprint import loaded_module_files
 from specimpl.autoregressive import autoregressive_generate
 from harness.laws.algorithms import Algorithm
 from harness.laws.scenarios import scenario_law
@@ -40,7 +41,7 @@ from harness.verify.sampler import check_output
 from harness.verify.exactmodel import exact_model_draw, exact_model_law
 from harness.verify.realmodel import real_model_draw
 
-__all__ = ["ShardTask", "ShardResult", "RealTask", "ExactTask", "LawTask", "RealResult", "draw_exact_task", "draw_shard", "draw_shard_in_worker", "draw_real_task",
+__all__ = ["ShardTask", "ShardResult", "RealTask", "ExactTask", "LawTask", "PilotTask", "draw_pilot", "RealResult", "draw_exact_task", "draw_shard", "draw_shard_in_worker", "draw_real_task",
            "draw_task_in_worker", "sampler_recipe", "resolve_sampler"]
 
 
@@ -93,6 +94,7 @@ class ShardResult:
     wall_s: float
     error: Optional[str] = None
     details: str = ""
+    modules: dict = field(default_factory=dict)  # path -> SHA-256 of the modules loaded outside the libraries
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,24 @@ class ExactTask:
 
 
 @dataclass(frozen=True)
+class PilotTask:
+    """The determinism check of a plug-in sampler (:func:`draw_pilot`): ``B`` sequences of ``scenario`` drawn
+    twice by ``sampler`` (a recipe) with generators of the same ``seed``.  Drawn first; not part of any run."""
+
+    label: str
+    scenario: object
+    sampler: tuple
+    seed: int
+    B: int = 64
+    positions: int = 0  # not on the progress bar
+    n_sequences: int = 1 << 63  # ordered first
+
+    @property
+    def portable(self) -> bool:
+        return self.sampler[0] != "object"
+
+
+@dataclass(frozen=True)
 class LawTask:
     """The exact pair's enumerated law (:func:`harness.verify.exactmodel.exact_model_law`) as a task: computed on a
     worker while the others draw (model loading is not thread-safe, so not in a thread of the driver)."""
@@ -167,6 +187,7 @@ class RealResult:
     index: int
     draw: object
     wall_s: float
+    modules: dict = field(default_factory=dict)  # path -> SHA-256 of the modules loaded outside the libraries
 
 
 # ------------------------------------------------------------------------------------ sampler recipes
@@ -309,7 +330,30 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
                       with_pit=not task.is_baseline, pit_max_lag=sc.k + 1)
     acc.add(tok, getattr(res, "stats", None))
     return ShardResult(task.run, task.shard, acc.statistics(compact=True), int((tok >= 0).sum()), task.positions,
-                       time.perf_counter() - tic)
+                       time.perf_counter() - tic, modules={} if task.is_baseline else loaded_module_files())
+
+
+def draw_pilot(task: PilotTask, in_worker: bool = False) -> tuple[str, int, int]:
+    """Call the sampler twice on ``task.B`` copies of the scenario's prompt, each time with a generator seeded
+    ``task.seed``: ("same", 0, n) when the tokens agree, ("differs", m, n) when m of the n tokens differ, and
+    ("failed", 0, 0) when a call raised or returned malformed output (the run's shards then say why)."""
+    sc = task.scenario
+    _, (target, draft) = _law_and_models(sc)
+    prompts = torch.tensor(list(sc.prompt), dtype=torch.long).unsqueeze(0).expand(task.B, -1).contiguous()  # (B, P)
+    fn, out = resolve_sampler(task.sampler), []
+    try:
+        for _ in range(2):
+            res = fn(target, draft, prompts.clone(), k=sc.k, max_new_tokens=sc.max_new_tokens, config=sc.config,
+                     eos_token_id=sc.eos_token_id, generator=torch.Generator().manual_seed(task.seed))
+            out.append(check_output(res, task.B, sc.max_new_tokens, target.vocab_size).clone())  # (B, N)
+    except (KeyboardInterrupt, SystemExit):
+        if not in_worker:  # in this process: the user's Ctrl-C, or the guard's business (draw_shard)
+            raise
+        return ("failed", 0, 0)
+    except Exception:  # noqa: BLE001 - a failing sampler is reported by its shards
+        return ("failed", 0, 0)
+    differ = int((out[0] != out[1]).sum())
+    return ("same" if differ == 0 else "differs", differ, int(out[0].numel()))
 
 
 def draw_real_task(task: RealTask) -> RealResult:
@@ -319,7 +363,7 @@ def draw_real_task(task: RealTask) -> RealResult:
                            max_new_tokens=spec.max_new_tokens, k=spec.k, config=spec.config,
                            prompt_lengths=spec.prompt_lengths, batch_size=task.batch_size, seed=task.seed,
                            name=task.label, progress=False, catch=True)
-    return RealResult(task.index, draw, time.perf_counter() - tic)
+    return RealResult(task.index, draw, time.perf_counter() - tic, loaded_module_files())
 
 
 def draw_exact_task(task: ExactTask) -> RealResult:
@@ -327,7 +371,7 @@ def draw_exact_task(task: ExactTask) -> RealResult:
     tic = time.perf_counter()
     draw = exact_model_draw(resolve_sampler(task.sampler), task.spec, n_sequences=task.n_rows, seed=task.seed,
                             config=task.config, name=task.label, catch=True)
-    return RealResult(task.index, draw, time.perf_counter() - tic)
+    return RealResult(task.index, draw, time.perf_counter() - tic, loaded_module_files())
 
 
 def _real_or_exact(task):
@@ -338,10 +382,14 @@ def _real_or_exact(task):
 
 def draw_task_in_worker(task):
     """A worker's entry: a shard (:func:`draw_shard_in_worker`), a real-model run (:func:`draw_real_task`) or one
-    shard of it on the exact pair (:func:`draw_exact_task`)."""
+    shard of it on the exact pair (:func:`draw_exact_task`), or a determinism check (:func:`draw_pilot`)."""
+    if isinstance(task, PilotTask):
+        return draw_pilot(task, in_worker=True)
     return _real_or_exact(task) if isinstance(task, (RealTask, ExactTask, LawTask)) else draw_shard_in_worker(task)
 
 
 def draw_task(task):
     """:func:`draw_task_in_worker` in the driver."""
+    if isinstance(task, PilotTask):
+        return draw_pilot(task)
     return _real_or_exact(task) if isinstance(task, (RealTask, ExactTask, LawTask)) else draw_shard(task)

@@ -56,7 +56,7 @@ def test_edited_sampler_is_redrawn(tmp_path, keep_state, capsys):
     src.write_text(textwrap.dedent(GOOD))
     first, _ = _run(src, tmp_path / "out", capsys)
     assert first.verdicts.verdict.iloc[0] in ("certified", "inconclusive")  # not lossy (too few draws to certify)
-    assert len(list((tmp_path / "out" / "_tmp_state").glob("*.pkl"))) == 2  # sampler + target-only baseline
+    assert len(list((tmp_path / "out" / "_tmp_state").glob("*.npz"))) == 2  # sampler + target-only baseline
     src.write_text(textwrap.dedent(LOSSY))
     second, err = _run(src, tmp_path / "out", capsys)
     assert not second.passed  # redrawn with the lossy code and caught, not PASSed from the old draws

@@ -1,0 +1,99 @@
+"""Saved state cannot run code (issue 45, item 2): the resume state of `verify` is plain data in ``.npz`` files
+(harness.core.safestate) whose header is checked before anything else is decoded; a planted pickle, under its
+old name or the new one, is never loaded and the run says so."""
+import pickle
+import textwrap
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from harness.core import safestate
+from harness.laws.scenarios import load_scenario, load_settings
+from harness.verify import draw as drawmod
+from harness.verify.pipeline import verify
+from harness.verify.sampler import load_sampler
+
+GOOD = """
+    from specimpl import speculative_generate
+
+    def fn(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id=None, generator=None):
+        return speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, config=config,
+                                    eos_token_id=eos_token_id, generator=generator)
+"""
+
+
+class Hostile:
+    """Unpickling this creates the marker file (a stand-in for any command)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _run(src, out):
+    return verify(sampler=load_sampler(f"{src}:fn"), sampler_label="my.py:fn", scenarios=[load_scenario("base")],
+                  settings=load_settings(), draws=2000, controls=False, out=out, figures=False, progress=False,
+                  von_neumann=False)
+
+
+def test_planted_pickles_never_run(tmp_path, monkeypatch, capsys):
+    src = tmp_path / "my.py"
+    src.write_text(textwrap.dedent(GOOD))
+    out, marker = tmp_path / "out", tmp_path / "marker"
+    monkeypatch.setattr(drawmod.RunState, "clear", lambda self: None)  # keep the state, as an interrupted run does
+    first = _run(src, out)
+    saved = sorted((out / "_tmp_state").glob("*.npz"))
+    assert len(saved) == 2  # the sampler's run and its target-only baseline
+    hostile = pickle.dumps({"fingerprint": "x", "obj": Hostile(marker)})
+    saved[0].write_bytes(hostile)  # a pickle under the new name
+    (saved[1].with_suffix(".pkl")).write_bytes(hostile)  # the old format, beside a good shard
+    with np.load(saved[1], allow_pickle=False) as z:  # and a good shard's header replaced by an object array
+        members = {k: z[k] for k in z.files}
+    members["header"] = np.array([Hostile(marker)], dtype=object)
+    bad = out / "_tmp_state" / ("0" * 16 + ".npz")
+    np.savez(bad, **members)
+    capsys.readouterr()
+    second = _run(src, out)
+    err = capsys.readouterr().err
+    assert not marker.exists()  # nothing ran
+    with pytest.raises(safestate.StateFormatError):
+        safestate.read_header(bad)  # an object array is refused by numpy (allow_pickle=False), not unpickled
+    assert not marker.exists()
+    assert second.meta["resume"]["stale_shards_redrawn"] == 1 and second.meta["resume"]["reused_shards"] == 1
+    assert second.meta["resume"]["ignored_files"] == [saved[1].with_suffix(".pkl").name]
+    assert "not in the saved-state format" in err and "never opened" in err
+    assert second.table.pvalue.tolist() == first.table.pvalue.tolist()  # redrawn: the same draws
+    monkeypatch.undo()
+    drawmod.RunState(out).clear()
+    assert not (out / "_tmp_state").exists()  # the planted files go with the folder
+    assert not marker.exists()
+
+
+@dataclass
+class Point:
+    x: int
+    y: np.ndarray
+
+
+def test_safestate_round_trip_and_refusals(tmp_path):
+    obj = {"a": np.arange(6, dtype=np.int64).reshape(2, 3), "t": (1, 2.5, None, "s"), 3: [np.float32(1.5)],
+           "p": Point(4, np.zeros(2, np.uint8)), "c": np.complex128(1 + 2j), "nan": float("nan")}
+    path = tmp_path / "s.npz"
+    path.write_bytes(safestate.dumps({"fingerprint": "f"}, obj, {"Point": Point}))
+    assert safestate.read_header(path)["fingerprint"] == "f"
+    back = safestate.read_body(path, {"Point": Point})
+    assert back["t"] == (1, 2.5, None, "s") and back[3][0].dtype == np.float32 and back["c"] == 1 + 2j
+    assert np.array_equal(back["a"], obj["a"]) and back["a"].dtype == np.int64 and np.isnan(back["nan"])
+    assert isinstance(back["p"], Point) and back["p"].x == 4 and back["p"].y.dtype == np.uint8
+    with pytest.raises(safestate.StateFormatError, match="Point"):
+        safestate.read_body(path)  # a dataclass not on the caller's list is not built
+    with pytest.raises(TypeError):
+        safestate.dumps({}, {"f": object()})
+    with pytest.raises(TypeError):
+        safestate.dumps({}, np.array([object()], dtype=object))
+    path.write_bytes(b"not a zip")
+    with pytest.raises(safestate.StateFormatError):
+        safestate.read_header(path)
