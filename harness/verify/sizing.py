@@ -28,7 +28,7 @@ import numpy as np
 from harness.verify.battery import plan_chunks
 from harness.verify.epsilon import epsilons_for
 from harness.verify.runs import UNDER_TEST
-from harness.verify.verdicts import _gof_law, certifier_for
+from harness.verify.verdicts import gof_law, certifier_for
 
 __all__ = ["DrawPlan", "plan_draws", "inconclusive_rate", "estimate_seconds", "GROWTH", "MAX_GROWTH", "MARGIN"]
 
@@ -63,7 +63,7 @@ def _bounds_of(result, r, settings) -> list[tuple]:
     eps = epsilons_for(settings, r.scenario)
     t = result.table
     gof = t[(t.run == r.label) & (t.scenario == r.scenario.name) & (t.family == "gof")]
-    law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
+    law_of = gof_law(r.acc.law, r.acc.joint_tokens)
     return [(test, int(pos), eps.for_test(test), lambda test=test, pos=int(pos): law_of(test, pos))
             for test, pos in zip(gof.test, gof.position)]
 

@@ -40,7 +40,7 @@ from harness.verify.epsilon import Epsilons, epsilons_for
 from harness.verify.runs import MUST_BE_CAUGHT, RealRun, RunSet, RunSpec, VonNeumannRun
 
 __all__ = ["RunVerdict", "TVPart", "PITPart", "AcceptancePart", "CertificatePart", "RUN_COLUMNS", "Certifier", "certifier_for", "exact_verdict", "real_verdict",
-           "von_neumann_verdict", "verdict_table", "passes", "standing", "certify_size", "PLANNED_RATE"]
+           "von_neumann_verdict", "verdict_table", "passes", "standing", "certify_size", "PLANNED_RATE", "gof_law"]
 
 NAN = math.nan
 
@@ -312,8 +312,10 @@ def _outcome(lossy: bool, certified: bool) -> str:
     return "lossy" if lossy else ("certified" if certified else "inconclusive")
 
 
-def _gof_law(law, J: int):
-    """test name, position -> the exact law a gof test of this run is against (for the planner)."""
+def gof_law(law, J: int):
+    """test name, position -> the exact law a gof test of this run is against: ``position`` (the marginal at
+    ``pos``), ``pair`` (the pair at ``pos``, ``pos`` + 1), ``joint[a:b]`` (the window [a, b)); used by the planners
+    (:func:`certify_size`, :mod:`harness.verify.sizing`) and by :func:`harness.verify.outcome.top_cells`."""
     def law_of(test: str, pos: int):
         if test == "position":
             return law.marginals()[pos]
@@ -352,7 +354,7 @@ def _bounds_of(r: RunSpec, sub: pd.DataFrame, c: Certifier) -> tuple[pd.DataFram
 def _planned(r: RunSpec, gof: pd.DataFrame, e: np.ndarray, c: Certifier, scale: float = 1.0) -> tuple:
     """(draws that certify, P(inconclusive) bound, its normal approximation) of a lossless sampler of ``r``'s law
     at ``scale`` x the sequences drawn: the bound planners of every gof row, the rates summed over them."""
-    law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
+    law_of = gof_law(r.acc.law, r.acc.joint_tokens)
     keys = list(zip(gof.test, gof.position.astype(int), e.astype(float),
                     np.maximum(2, np.round(gof.n.to_numpy(np.float64) * scale)).astype(int)))
     draws = float(max(c.draws_for(r.scenario.name, t, p, x, lambda t=t, p=p: law_of(t, p)) for t, p, x, _ in keys))
