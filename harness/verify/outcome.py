@@ -177,7 +177,8 @@ def carriers(r: RunSpec, test: str, top: int = 3) -> str:
 def unexpected_losses(verdicts: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``runs.csv`` found lossy that must not be: the runs under test, then the lossless controls (a
     buggy control is meant to be lossy; a peer is reported, not judged)."""
-    lossy = verdicts[~verdicts.role.isin(MUST_BE_CAUGHT + ("peer",)) & verdicts.verdict.astype(str).str.startswith("lossy")]
+    judged = ~verdicts.role.isin(MUST_BE_CAUGHT + ("peer",))
+    lossy = verdicts[judged & verdicts.verdict.astype(str).str.startswith("lossy")]
     return lossy.sort_values("role", key=lambda r: ~r.isin(UNDER_TEST), kind="stable")
 
 
