@@ -19,6 +19,7 @@ from harness import Inconclusive, Lossy, assert_lossless, verify_sampler, verify
 from harness.core.models import resolve_model
 from harness.laws.transformer import load_model, transition_matrix
 from harness.samples.format import FORMAT
+from harness.verify.outcome import command_verdict
 from specimpl import speculative_generate
 from specimpl.sampling import SamplingConfig
 
@@ -56,6 +57,7 @@ def small_run():
 def test_too_few_draws_is_inconclusive(small_run):
     r = small_run
     assert r.verdict == "inconclusive" and not r.passed and not r.planned
+    assert r.verdict == command_verdict(r.runs)  # the command's verdict, from the same rows
     assert r.epsilon == {"position": 0.02, "pair": 0.04, "joint": 0.08} and r.confidence == pytest.approx(0.999)
     assert r.certify_draws is not None and r.certify_draws > 10 * r.draws
     assert set(r.runs.role) == {"sampler"} and len(r.runs) == 1  # no bug controls for a user's sampler
