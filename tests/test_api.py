@@ -12,11 +12,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness import Inconclusive, Lossy, assert_lossless, verify_sampler, verify_samples
+from harness.core.models import resolve_model
+from harness.laws.transformer import load_model, transition_matrix
 from harness.samples.format import FORMAT
+from harness.verify.outcome import command_verdict
 from specimpl import speculative_generate
+from specimpl.sampling import SamplingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "test_my_sampler.py"
@@ -52,6 +57,7 @@ def small_run():
 def test_too_few_draws_is_inconclusive(small_run):
     r = small_run
     assert r.verdict == "inconclusive" and not r.passed and not r.planned
+    assert r.verdict == command_verdict(r.runs)  # the command's verdict, from the same rows
     assert r.epsilon == {"position": 0.02, "pair": 0.04, "joint": 0.08} and r.confidence == pytest.approx(0.999)
     assert r.certify_draws is not None and r.certify_draws > 10 * r.draws
     assert set(r.runs.role) == {"sampler"} and len(r.runs) == 1  # no bug controls for a user's sampler
@@ -122,3 +128,38 @@ def test_verify_samples_two_sample_mode(tmp_path):
     assert shifted.verdict == "lossy" and not shifted.passed and (tmp_path / "rep" / "tests.csv").is_file()
     with pytest.raises(ValueError, match="exactly one of `target` and `baseline`"):
         verify_samples(a)
+
+
+def _markov_file(path: Path, n: int, seed: int, T: int = 4) -> Path:
+    """``n`` completions of ``T`` tokens after each of two prompts, drawn from the shipped Markov target's law."""
+    P = transition_matrix(load_model(Path(resolve_model("exact-markov"))), SamplingConfig())  # (V, V)
+    rng = np.random.default_rng(seed)
+    controls = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": T, "seed": None}
+    rows = []
+    for i, prompt in enumerate([[13, 0, 4, 2, 7], [13, 5, 5, 1]]):
+        x = np.full(n, prompt[-1])
+        toks = []
+        for _ in range(T):
+            x = (rng.random(n)[:, None] > np.cumsum(P[x], axis=1)).sum(1).clip(max=P.shape[0] - 1)  # (n,)
+            toks.append(x)
+        rows += [{"format": FORMAT, "request_id": f"p{i}-s{j}", "prompt_id": f"p{i}", "prompt_ids": prompt,
+                  "output_ids": [int(t) for t in out], "finish_reason": "length", "controls": controls,
+                  "logprobs": None, "engine": {"name": "numpy"}} for j, out in enumerate(np.stack(toks, 1))]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_verify_samples_takes_shipped_model_names(tmp_path, monkeypatch):
+    """``target`` takes the short names of ``python -m harness models`` as ``--target`` does: the same verdict and
+    tests as with the folder; an unknown name is a ValueError naming ``target``; out=None writes nothing."""
+    monkeypatch.chdir(tmp_path)
+    path = _markov_file(tmp_path / "m.jsonl", 300, seed=5)
+    by_name = verify_samples(path, target="exact-markov", exact=True)
+    by_path = verify_samples(path, target=resolve_model("exact-markov"), exact=True)
+    assert by_name.mode == "exact" and by_name.verdict == by_path.verdict != "lossy"
+    pd.testing.assert_frame_equal(by_name.tests, by_path.tests)
+    scored = verify_samples(path, target="exact-markov")
+    assert scored.mode == "scored" and scored.verdict != "lossy" and scored.completions == 600
+    assert not (tmp_path / "runs").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["m.jsonl"]
+    with pytest.raises(ValueError, match="`target` must be a model folder or a shipped model name .*'no-such-model'"):
+        verify_samples(path, target="no-such-model")

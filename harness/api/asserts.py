@@ -82,10 +82,10 @@ def _check_controls(res: Verification) -> None:
 
 
 def _lossy_message(res: Verification) -> str:
-    loss = res.tv_hat
-    where = f": {loss} (interval at simultaneous confidence {res.confidence:g})" if loss is not None else ""
-    return (f"{res.sampler or 'the sampler'} is lossy{where}; rejected by {res.caught_by or 'a loss test'} "
-            f"(family-wise false-alarm rate <= {res.meta.get('config', {}).get('family_alpha', 'family_alpha')}; "
+    loss = f": {res.tv_hat}" if res.tv_hat is not None else ""
+    alpha = res.meta.get("config", {}).get("family_alpha", "family_alpha")
+    return (f"{res.sampler or 'the sampler'} is lossy{loss}; rejected by {res.caught_by or 'a loss test'} "
+            f"(interval at simultaneous confidence {res.confidence:g}; family-wise false-alarm rate <= {alpha}; "
             f"{res.draws:,} draws per scenario, seed {res.seed})")
 
 

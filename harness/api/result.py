@@ -1,11 +1,15 @@
 """What :func:`harness.api.verify_sampler` returns: the verdict, its certificate, the estimated loss and the tables.
 
-The verdict is three-valued, as in ``runs.csv`` (:mod:`harness.verify.verdicts`), over the runs of the sampler
-under test (one per scenario):
+The verdict is the ``verify`` command's (:func:`harness.verify.outcome.command_verdict` over the rows of
+``runs.csv``, the words of :mod:`harness.core.verdict`); without bug controls (the default) its runs are the
+sampler's, one per scenario:
 
     certified     no loss test rejects and every TV upper bound of every scenario lies below its ε
     lossy         a loss test of some scenario rejects after Holm (the family-wise false-alarm budget holds)
     inconclusive  neither: more draws would decide (``certify_draws`` says how many)
+
+With ``controls=True`` the controls count as in the command: a lossless control found lossy or a buggy control
+certified makes it lossy, a buggy control neither caught nor certified inconclusive.
 """
 from __future__ import annotations
 
@@ -15,18 +19,20 @@ from typing import Literal, Optional
 
 import pandas as pd
 
+from harness.core.verdict import VERDICTS
+
 __all__ = ["Verdict", "Loss", "Verification", "VERDICTS"]
 
-Verdict = Literal["certified", "lossy", "inconclusive"]
-VERDICTS = ("certified", "lossy", "inconclusive")
+Verdict = Literal["certified", "lossy", "inconclusive"]  # harness.core.verdict.VERDICTS
 
 
 @dataclass(frozen=True)
 class Loss:
     """The estimated TV between the sampler's law and the target's, and where: the scenario, the test
     (``position``, ``pair``, ``joint[a:b]``) and its position, the point estimate with its simultaneous
-    confidence interval [lower, upper], and the cells (tokens) whose observed share departs most from the
-    exact law (:func:`harness.verify.where.top_cells`)."""
+    confidence interval [lower, upper] (``runs.csv``'s ``tv_best*`` for a lossy run, ``tv_position_*``
+    otherwise), and the cells (:class:`harness.verify.outcome.Cell`: tokens, observed share, exact probability)
+    whose observed share departs most from the exact law (:func:`harness.verify.outcome.top_cells`)."""
 
     scenario: str
     test: str
@@ -42,9 +48,9 @@ class Loss:
                             else "")
 
     def __str__(self) -> str:
-        cells = "; tokens " + "; ".join(str(c) for c in self.cells) if self.cells else ""
-        return (f"TV {self.estimate:.4g} (interval {self.lower:.4g}-{self.upper:.4g}) at {self.where} "
-                f"of scenario {self.scenario!r}{cells}")
+        cells = "; " + "; ".join(str(c) for c in self.cells) if self.cells else ""
+        return (f"TV ≈ {self.estimate:.3g} [{self.lower:.3g}, {self.upper:.3g}] at {self.where} of scenario "
+                f"{self.scenario!r}{cells}")
 
 
 @dataclass(frozen=True)

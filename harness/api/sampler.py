@@ -26,11 +26,11 @@ from harness.core.config import derive_seed
 from harness.core.options import check_option, check_out
 from harness.core.threads import with_threads
 from harness.laws.scenarios import SCENARIO_DIR, list_scenarios, load_scenario, load_settings
+from harness.verify.outcome import top_cells, unexpected_losses
 from harness.verify.pipeline import VerifyResult, verify
 from harness.verify.runs import UNDER_TEST
 from harness.verify.sampler import SIGNATURE, guard_sampler, sampler_failure
 from harness.verify.sizing import DrawPlan, estimate_seconds, plan_draws
-from harness.verify.where import top_cells
 
 __all__ = ["verify_sampler", "PILOT_DRAWS", "DEFAULT_BUDGET_S", "DEFAULT_INCONCLUSIVE_RATE"]
 
@@ -188,37 +188,40 @@ def _check_budget(plan: DrawPlan, pilot: VerifyResult, budget_s: Optional[float]
 
 def _verification(res: VerifyResult, settings, name: str, scenarios: tuple, draws: int, planned: bool, seed: int,
                   wall: float, rate: float) -> Verification:
-    """The :class:`Verification` of a finished run (its runs under test judged together)."""
+    """The :class:`Verification` of a finished run: the command's verdict (``res.verdict``, judged by
+    :func:`harness.verify.outcome.judge` over every row of ``runs.csv``, as ``verify`` does), the loss of the first
+    run found lossy that must not be (:func:`harness.verify.outcome.unexpected_losses`)."""
     v = res.verdicts
     under = v[v.role.isin(UNDER_TEST)]
-    outcome = list(under.certificate)
-    verdict = "lossy" if "lossy" in outcome else ("certified" if outcome and all(
-        c == "certified" for c in outcome) else "inconclusive")
-    lossy_run = under[under.certificate == "lossy"].iloc[0] if verdict == "lossy" else None
-    certify = plan_draws(res, settings, rate).draws if verdict == "inconclusive" else None
+    lossy = unexpected_losses(v) if res.verdict == "lossy" else v.iloc[:0]
+    lossy_run = lossy.iloc[0] if len(lossy) else None
+    certify = plan_draws(res, settings, rate).draws if res.verdict == "inconclusive" else None
     return Verification(
-        verdict=verdict, epsilon={k: float(under[f"epsilon_{k}"].max()) for k in EPSILON_KEYS},
-        confidence=float(under.cert_confidence.max()), tv_hat=_loss(res, lossy_run), runs=v.reset_index(drop=True),
-        tests=res.table.reset_index(drop=True), certify_draws=certify, draws=draws, planned=planned,
-        scenarios=scenarios, seed=seed, wall_s=wall, out=res.out, meta=res.meta,
+        verdict=res.verdict, epsilon={k: float(under[f"epsilon_{k}"].max()) for k in EPSILON_KEYS},
+        confidence=float(under.cert_confidence.max()), tv_hat=_loss(res, under, lossy_run),
+        runs=v.reset_index(drop=True), tests=res.table.reset_index(drop=True), certify_draws=certify, draws=draws,
+        planned=planned, scenarios=scenarios, seed=seed, wall_s=wall, out=res.out, meta=res.meta,
         caught_by=str(lossy_run.caught_by) if lossy_run is not None else "", sampler=name)
 
 
-def _loss(res: VerifyResult, lossy_run: Optional[pd.Series]) -> Optional[Loss]:
-    """The estimated loss: the lossy run's most clearly non-zero TV (largest lower bound), else the largest
-    per-position estimate of the runs under test."""
-    t = res.table
-    gof = t[(t.family == "gof") & t.role.isin(UNDER_TEST)]
-    if lossy_run is not None:
-        gof = gof[(gof.run == lossy_run.run) & (gof.scenario == lossy_run.scenario)]
-        rows = gof.sort_values(["tv_lower", "tv_hat"], ascending=False)
+def _loss(res: VerifyResult, under: pd.DataFrame, lossy_run: Optional[pd.Series]) -> Optional[Loss]:
+    """The estimated loss, read from ``runs.csv``'s row (:mod:`harness.verify.verdicts` computes it): the lossy
+    run's most clearly non-zero TV (``tv_best*``: the largest lower bound), else the largest per-position
+    estimate of the runs under test (``tv_position_*``); the tokens that carry it from
+    :func:`harness.verify.outcome.top_cells`."""
+    if lossy_run is not None and isinstance(lossy_run.tv_best_test, str) and lossy_run.tv_best_test:
+        row, test = lossy_run, lossy_run.tv_best_test
+        estimate, lower, upper = row.tv_best, row.tv_best_lower, row.tv_best_upper
     else:
-        rows = gof[gof.test == "position"].sort_values("tv_hat", ascending=False)
-    if not len(rows):
-        return None
-    row = rows.iloc[0]
-    pos = int(row.position)
+        rows = under[under.tv_position_max.notna()]
+        if not len(rows):
+            return None
+        row = rows.loc[rows.tv_position_max.idxmax()]
+        test = f"position[{int(row.tv_position_max_at)}]"
+        estimate, lower, upper = row.tv_position_max, row.tv_position_lower, row.tv_position_upper
     spec = next((r for r in res.runs if r.label == row.run and r.scenario.name == row.scenario), None)
-    cells = tuple(top_cells(spec.acc, row.test, pos)) if spec is not None and spec.acc is not None else ()
-    return Loss(scenario=str(row.scenario), test=str(row.test), position=pos if pos >= 0 else None,
-                estimate=float(row.tv_hat), lower=float(row.tv_lower), upper=float(row.tv_upper), cells=cells)
+    name, _, arg = test.rstrip("]").partition("[")
+    joint = name == "joint"
+    return Loss(scenario=str(row.scenario), test=test if joint else name, position=None if joint else int(arg),
+                estimate=float(estimate), lower=float(lower), upper=float(upper),
+                cells=tuple(top_cells(spec, test)) if spec is not None else ())

@@ -18,9 +18,11 @@ import pandas as pd
 
 from harness.api.result import Verdict
 from harness.core.errors import UsageError
+from harness.core.models import resolve_model
 from harness.core.options import check_option
 from harness.samples.report import write_report
-from harness.samples.verify_cli import add_arguments, verify_samples as _verify_samples
+from harness.core.outdir import claim_out
+from harness.samples.verify_cli import add_arguments, advice, check_args, verify_samples as _verify_samples
 
 __all__ = ["verify_samples", "SamplesVerification"]
 
@@ -60,7 +62,9 @@ def verify_samples(path: Union[str, Path], *, target: Optional[str] = None, epsi
     """Judge the sample file ``path`` against ``target`` (a model path or name) or against ``baseline``.
 
     path       the sample file under test
-    target     scored mode: the target model that scores every output token (exclusive with ``baseline``)
+    target     scored mode: the target model that scores every output token (exclusive with ``baseline``): a
+               model folder, a cached hub id or a shipped short name (``tiny``, ``exact``, ``exact-markov``, ...:
+               ``python -m harness models`` lists them), as ``--target`` takes
     epsilon    tolerance of the per-position certificate (default 0.05)
     baseline   two-sample mode: a sample file of the same prompts and controls with speculation off
     exact      with ``target``: test against its exact law, enumerated in float64 (small-vocabulary models)
@@ -79,14 +83,19 @@ def verify_samples(path: Union[str, Path], *, target: Optional[str] = None, epsi
     if (target is None) == (baseline is None):
         raise ValueError(f"exactly one of `target` and `baseline` must be given; got target={target!r}, "
                          f"baseline={baseline!r}")
+    if target is not None:  # a shipped short name -> its folder (ValueError naming `target` otherwise)
+        target = resolve_model(target, "target")
     argv = ["--samples", str(path), "--epsilon", repr(float(epsilon)), "--seed", str(int(seed))]
     argv += ["--target", str(target)] if target is not None else ["--baseline", str(baseline)]
     argv += (["--exact"] if exact else []) + ([] if alpha is None else ["--alpha", repr(float(alpha))])
     argv += ([] if progress else ["--no-progress"]) + ([] if out is None else ["--out", str(out)])
     args = _parse(argv)
+    check_args(args)  # the command's checks (UsageError, a ValueError, naming the option); resolves short names
+    if out is not None:
+        claim_out(args, "verify-samples", quiet=True)  # checked writable and locked, as the command does
     res = _verify_samples(args)
     if out is not None:
-        write_report(Path(out), res, args)
+        write_report(Path(out), res, args, advice(res, args))  # summary.md as the command writes it
     cert = res.certificate
     return SamplesVerification(
         verdict=cert.verdict, epsilon=float(cert.epsilon), confidence=float(cert.confidence), mode=res.mode,

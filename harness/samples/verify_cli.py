@@ -57,7 +57,7 @@ from harness.samples.plan import plan_two_sample, position_cells
 from harness.samples.report import write_report
 from harness.stats.collisions import matched_identity_permutation_test
 
-__all__ = ["add_arguments", "run", "verify_samples", "SamplesVerdict"]
+__all__ = ["add_arguments", "check_args", "run", "verify_samples", "SamplesVerdict"]
 
 PLANNED_EPSILONS = (0.05, 0.01)  # scored mode also plans these (meta.json bounds.completions_needed_at)
 
@@ -298,15 +298,15 @@ def _max_bound(table, key: str) -> float:
 
 
 def verify_samples(args) -> SamplesVerdict:
-    """The verdict of the options ``args`` (scored, exact or two-sample mode); ``info['prompts']``: the prompts of
-    the sample file (the unit of the advice's completions per prompt)."""
+    """The verdict of the options ``args`` (checked by :func:`check_args`; scored, exact or two-sample mode), writing
+    nothing (:func:`run` claims the report folder); ``info['prompts']``: the prompts of the sample file (the unit of
+    the advice's completions per prompt)."""
     settings = _settings(args.alpha)
     records = read_samples(args.samples)
     _one_law(records, args.samples)
     _one_prompt_per_id(records, args.samples)
     if args.target is None or args.exact:
         _one_eos_policy(records, args.samples, args.eos_token_id)
-    claim_out(args, "verify-samples", ("samples",))  # --out, or runs/verify-samples/<name>-<hash>; locked
     if args.target is not None and args.exact:
         res = exact(records, args.target, args, settings)
     elif args.target is not None:
@@ -320,7 +320,9 @@ def verify_samples(args) -> SamplesVerdict:
     return res
 
 
-def _check(args) -> None:
+def check_args(args) -> None:
+    """Every option of ``args`` checked before any work (UsageError naming it); ``--target`` resolved: a shipped
+    short name (``tiny``, ``exact-markov``, ...: :func:`harness.core.models.resolve_model`) -> its folder."""
     check_option(0 < args.epsilon < 1, "--epsilon", args.epsilon, "a number in (0, 1)")
     if args.alpha is not None:
         check_option(0 < args.alpha < 1, "--alpha", args.alpha, "a number in (0, 1)")
@@ -369,7 +371,8 @@ def advice(res: SamplesVerdict, args) -> list[str]:
 
 def run(args) -> int:
     """0 certified, 1 lossy, 4 inconclusive; UsageError (2) for bad input, SamplerError (3) for a failed model."""
-    _check(args)
+    check_args(args)
+    claim_out(args, "verify-samples", ("samples",))  # --out, or runs/verify-samples/<name>-<hash>; locked
     res = verify_samples(args)
     todo = advice(res, args)
     write_report(args.out, res, args, todo)

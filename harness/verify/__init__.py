@@ -26,9 +26,10 @@ after a rejection must be caught; a draft cache that is never rolled back, lossl
 catalogue.  The report (``results/verify/``) holds the table of tests, a markdown summary, the
 per-position observed/expected tables and PIT histograms, and figures drawn from those tables.
 
-Exit status (:mod:`harness.core.errors`): 0 when every scenario is judged lossless and (without ``--sampler``)
-every buggy control is caught and every lossless control passes; 1 otherwise; 2 for bad arguments or
-scenario files (before any work); 3 when the sampler under test failed (raised, exited, returned
+Exit status (:mod:`harness.core.errors`, :mod:`harness.core.verdict`): 0 (PASS) when every run is as its role
+requires, 1 (LOSSY) when a run is lossy that must not be (or a buggy control certified), 4 (INCONCLUSIVE) when
+nothing is lossy but a run that must certify did not (or a buggy control was neither caught nor certified); 2 for
+bad arguments or scenario files (before any work); 3 when the sampler under test failed (raised, exited, returned
 malformed output; traceback in ``<out>/error.log``); 130 when interrupted.
 
 The library entry point is :func:`harness.verify.pipeline.verify`; the command is :mod:`harness.verify.cli`.
@@ -40,6 +41,7 @@ One module per step:
     draw       drawing every run, with resume
     family     the family of tests, their levels and the Holm adjustment
     verdicts   one verdict per run (``runs.csv``)
+    outcome    the command's verdict from those rows, the loss and the tokens that carry it, the draws that certify
     report     tables, summary and figures of the report folder
     pipeline   :func:`verify`: the steps above in order
     pit        ``python -m harness pit``: the real-model catalogue through the same family
@@ -52,7 +54,6 @@ and what the steps rest on:
     calibrate, calibrate_null            ``python -m harness calibrate``: the battery's false-alarm rate
     numerics, numerics_floor             ``python -m harness numerics``: the numerics floor
     sizing     the draws that certify a lossless sampler, and their time (the Python API's planner)
-    where      the cells (tokens) that carry a loss
 
 May import: :mod:`harness.controls`, :mod:`harness.laws`, :mod:`harness.stats`, :mod:`harness.core`; never
 :mod:`harness.speedup` or :mod:`harness.samples`.

@@ -25,9 +25,10 @@ import pandas as pd
 from harness.core.verdict import combine
 from harness.verify.realmodel import REAL_MODEL_SCENARIO
 from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST, RunSet, RunSpec
-from harness.verify.verdicts import PLANNED_RATE, Certifier, certify_size, standing
+from harness.verify.verdicts import PLANNED_RATE, Certifier, certify_size, gof_law, standing
 
-__all__ = ["Outcome", "Need", "judge", "command_verdict", "carriers", "loss_estimate", "tally"]
+__all__ = ["Outcome", "Need", "Cell", "END", "judge", "command_verdict", "carriers", "top_cells", "loss_estimate",
+           "tally", "unexpected_losses"]
 
 _VERDICT_OF = {"ok": "certified", "inconclusive": "inconclusive", "failed": "lossy"}
 
@@ -110,58 +111,82 @@ def loss_estimate(v) -> str:
             f"{v.cert_confidence:g}) on {v.tv_best_test}")
 
 
-def _symbol(s: int, W: int) -> str:
-    return "end" if s == W - 1 else str(s)
+END = "end"  # the symbol after EOS (or past the sequence's end), the last of the law's n_symbols
 
 
-def _counts_and_law(r: RunSpec, test: str) -> Optional[tuple[np.ndarray, np.ndarray, int]]:
-    """(observed counts, exact law, tokens per cell) of the gof test named ``test`` ('position[2]', 'pair[0]',
-    'joint[a:b]') of run ``r``: the same tallies and law its test used (:func:`harness.verify.battery.plan_tests`)."""
-    acc, law = r.acc, r.acc.law
-    name, _, arg = test.rstrip("]").partition("[")
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a gof test: its tokens (ids; :data:`END` for the padding after EOS), the run's observed share
+    and the exact probability."""
+
+    tokens: tuple
+    observed: float
+    expected: float
+
+    def __str__(self) -> str:
+        name = ", ".join(str(t) for t in self.tokens)
+        one = len(self.tokens) == 1
+        return (f"{'token' if one else 'tokens'} {name if one else f'({name})'}: observed {100 * self.observed:.3g} % "
+                f"vs exact {100 * self.expected:.3g} %")
+
+
+def _counts(r: RunSpec, name: str, arg: str) -> Optional[np.ndarray]:
+    """The run's tallies behind the gof test ``name[arg]`` ('position', '2'; 'pair', '0'; 'joint', 'a:b'): the
+    same its test used (:func:`harness.verify.battery.plan_tests`); None for a window it does not keep."""
+    acc = r.acc
     if name == "position":
-        return acc.counts[int(arg)], law.marginals()[int(arg)], 1
+        return acc.counts[int(arg)]
     if name == "pair":
-        return acc.pairs[int(arg)], law.pair_marginals()[int(arg)], 2
-    a, b = (int(x) for x in arg.split(":"))
+        return acc.pairs[int(arg)]
+    a = int(arg.split(":")[0])
     lg = acc.lagged
     if a == 0:
-        counts = acc.joint
-    elif 1 <= a <= acc.windows.shape[0]:
-        counts = acc.windows[a - 1]
-    elif lg is not None and a == lg.tail_offset:
-        counts = lg.tail_joint
-    else:
-        return None
-    return counts, law.joint_at(a, b - a), b - a
+        return acc.joint
+    if 1 <= a <= acc.windows.shape[0]:
+        return acc.windows[a - 1]
+    return lg.tail_joint if lg is not None and a == lg.tail_offset else None
+
+
+def top_cells(r: RunSpec, test: str, top: int = 3) -> list:
+    """The ``top`` cells (:class:`Cell`) of ``r``'s gof test ``test`` ('position[2]', 'pair[0]', 'joint[a:b]': as
+    ``runs.csv``'s ``tv_best_test``) whose observed share departs most from the exact law (its law:
+    :func:`harness.verify.verdicts.gof_law`), largest first; [] when the run drew nothing or the counts are not kept."""
+    if r.acc is None or r.acc.n <= 0:
+        return []
+    name, _, arg = test.rstrip("]").partition("[")
+    counts = _counts(r, name, arg)
+    if counts is None:
+        return []
+    joint = name == "joint"
+    law_of = gof_law(r.acc.law, r.acc.joint_tokens)
+    P = np.asarray(law_of(test if joint else name, -1 if joint else int(arg)), np.float64).ravel()  # (cells,)
+    q = np.asarray(counts, dtype=np.float64).ravel() / max(float(np.sum(counts)), 1.0)  # (cells,)
+    W = r.acc.law.n_symbols
+    J = {"position": 1, "pair": 2}.get(name) or int(arg.split(":")[1]) - int(arg.split(":")[0])  # tokens per cell
+    cells = np.argsort(-np.abs(q - P), kind="stable")[:top]
+    return [Cell(tuple(END if int(t) == W - 1 else int(t) for t in np.unravel_index(int(c), (W,) * J)),
+                 float(q[c]), float(P[c])) for c in cells]
 
 
 def carriers(r: RunSpec, test: str, top: int = 3) -> str:
-    """The cells of ``r``'s law ``test`` whose observed share departs most from the exact one: 'tokens (3, end):
-    observed 14.1 % vs exact 9.8 %; ...' (tokens by id, 'end' the padding after EOS)."""
-    got = _counts_and_law(r, test) if r.acc is not None and r.acc.n > 0 else None
-    if got is None:
-        return ""
-    counts, P, J = got
-    q = np.asarray(counts, dtype=np.float64) / max(float(np.sum(counts)), 1.0)
-    W = r.acc.law.n_symbols
-    cells = np.argsort(-np.abs(q - P), kind="stable")[:top]
-    words = []
-    for c in cells:
-        toks = np.unravel_index(int(c), (W,) * J)
-        name = ", ".join(_symbol(int(t), W) for t in toks)
-        words.append(f"{'token' if J == 1 else 'tokens'} {name if J == 1 else f'({name})'}: observed "
-                     f"{100 * q[c]:.3g} % vs exact {100 * P[c]:.3g} %")
-    return "; ".join(words)
+    """The cells of ``r``'s law ``test`` whose observed share departs most from the exact one (:func:`top_cells`),
+    in words: 'tokens (3, end): observed 14.1 % vs exact 9.8 %; ...' ('' when none)."""
+    return "; ".join(str(c) for c in top_cells(r, test, top))
+
+
+def unexpected_losses(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``runs.csv`` found lossy that must not be: the runs under test, then the lossless controls (a
+    buggy control is meant to be lossy; a peer is reported, not judged)."""
+    judged = ~verdicts.role.isin(MUST_BE_CAUGHT + ("peer",))
+    lossy = verdicts[judged & verdicts.verdict.astype(str).str.startswith("lossy")]
+    return lossy.sort_values("role", key=lambda r: ~r.isin(UNDER_TEST), kind="stable")
 
 
 def _loss_lines(rs: RunSet, verdicts: pd.DataFrame) -> tuple:
-    """For each run found lossy that must not be (under test, a lossless control): its loss and where it is."""
+    """For each run found lossy that must not be (:func:`unexpected_losses`): its loss and where it is."""
     runs = {(r.label, r.scenario.name): r for r in rs.runs}
     lines = []
-    for v in verdicts.itertuples():
-        if v.role in MUST_BE_CAUGHT or v.role == "peer" or not str(v.verdict).startswith("lossy"):
-            continue
+    for v in unexpected_losses(verdicts).itertuples():
         r = runs.get((v.run, v.scenario))
         located = r is not None and isinstance(v.tv_best_test, str) and bool(v.tv_best_test)
         where = carriers(r, v.tv_best_test) if located else ""

@@ -7,11 +7,12 @@ The Python API (:func:`harness.api.verify_sampler`) sizes a run it was given no 
    laws, and the wall time of the drawing at two sizes on this machine.  Their verdicts are thrown away: the plan below depends
    on the laws, ε and δ only, never on the pilot's counts, so the real run that follows keeps its own error
    budgets untouched;
-2. :func:`plan_draws`: for every run under test and every TV bound of it (per position, per pair, per
-   J-window), the planner :func:`harness.verify.battery.tv_interval_n_for` gives the draws at which a
-   lossless sampler's *expected* bound reaches ε (about half of such runs certify there: ``half_certify``);
-   from there the size grows in steps of 15 % until the rigorous bound on P(inconclusive | lossless sampler),
-   summed over the run's bounds (:func:`harness.verify.battery.tv_interval_inconclusive`, as in ``runs.csv``'s
+2. :func:`plan_draws`: for every run under test, :func:`harness.verify.verdicts.plan_run` (the planner of the
+   command's inconclusive advice too): for every TV bound of it (per position, per pair, per J-window), the
+   planner :func:`harness.verify.battery.tv_interval_n_for` gives the draws at which a lossless sampler's
+   *expected* bound reaches ε (about half of such runs certify there: ``half_certify``); from there the size
+   grows in steps of 15 % until the rigorous bound on P(inconclusive | lossless sampler), summed over the run's
+   bounds (:func:`harness.verify.battery.tv_interval_inconclusive`, as in ``runs.csv``'s
    ``cert_inconclusive_rate``), is at most the requested ``rate``.
 
 :func:`estimate_seconds` extrapolates the pilots' timing: the drawing fitted as a cost per sampler call plus a
@@ -23,17 +24,12 @@ import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-import numpy as np
-
 from harness.verify.battery import plan_chunks
-from harness.verify.epsilon import epsilons_for
 from harness.verify.runs import UNDER_TEST
-from harness.verify.verdicts import _gof_law, certifier_for
+from harness.verify.verdicts import GROWTH, MAX_GROWTH, Certifier, certifier_for, inconclusive_bound, plan_run
 
 __all__ = ["DrawPlan", "plan_draws", "inconclusive_rate", "estimate_seconds", "GROWTH", "MAX_GROWTH", "MARGIN"]
 
-GROWTH = 1.15  # step of the search above the half-certify size
-MAX_GROWTH = 64.0  # the search stops at this multiple of the half-certify size (the plan then says its rate)
 MARGIN = 1.25  # the time estimate's safety factor
 
 
@@ -58,65 +54,44 @@ class DrawPlan:
         return self.inconclusive_rate <= self.target_rate
 
 
-def _bounds_of(result, r, settings) -> list[tuple]:
-    """(test, position, ε, probs thunk) of every TV bound (gof row) of run ``r`` in ``result.table``."""
-    eps = epsilons_for(settings, r.scenario)
+def _certifier(result, settings) -> Certifier:
+    """The certifier of ``result``'s runs (their ε and the bounds' miss probability), as the pipeline judged them."""
+    return certifier_for(SimpleNamespace(runs=result.runs), settings, float(result.meta["config"]["tv_delta_each"]))
+
+
+def _under_test(result):
+    """(run, its weight: the scenario's share of ``draws``) of every run under test of ``result`` with TV bounds."""
     t = result.table
-    gof = t[(t.run == r.label) & (t.scenario == r.scenario.name) & (t.family == "gof")]
-    law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
-    return [(test, int(pos), eps.for_test(test), lambda test=test, pos=int(pos): law_of(test, pos))
-            for test, pos in zip(gof.test, gof.position)]
-
-
-def _rate(cert, r, bounds: list, n: int) -> float:
-    """Rigorous upper bound on P(inconclusive | lossless) of run ``r`` at ``n`` sequences: summed over its bounds."""
-    name = r.scenario.name
-    return min(1.0, float(np.sum([cert.inconclusive_for(name, t, p, e, n, probs)[0] for t, p, e, probs in bounds])))
-
-
-def _run_plan(cert, r, bounds: list, rate: float) -> tuple[int, int, float]:
-    """(half-certify sequences, planned sequences, rigorous P(inconclusive) there) of one run."""
-    half = max(cert.draws_for(r.scenario.name, t, p, e, probs) for t, p, e, probs in bounds)
-    n, r_n = half, _rate(cert, r, bounds, half)
-    while r_n > rate and n < MAX_GROWTH * half:
-        n = int(math.ceil(n * GROWTH))
-        r_n = _rate(cert, r, bounds, n)
-    return half, n, r_n
-
-
-def _under_test(result, settings):
-    """(run, its bounds, its weight) of every run under test of ``result`` that has TV bounds."""
     for r in result.runs:
         if r.role not in UNDER_TEST or r.acc is None or r.error is not None:
             continue
-        bounds = _bounds_of(result, r, settings)
-        if bounds:
-            yield r, bounds, float(r.draws) / float(result.meta["config"]["draws"])  # the scenario's share
+        if ((t.run == r.label) & (t.scenario == r.scenario.name) & (t.family == "gof")).any():
+            yield r, float(r.draws) / float(result.meta["config"]["draws"])
 
 
 def inconclusive_rate(result, settings, draws: int) -> float:
     """The largest, over the runs under test of ``result``, rigorous bound on P(inconclusive | lossless sampler)
-    at ``draws`` per scenario (x each scenario's weight)."""
-    cert = certifier_for(SimpleNamespace(runs=result.runs), settings, float(result.meta["config"]["tv_delta_each"]))
-    return max((_rate(cert, r, b, max(2, round(draws * w))) for r, b, w in _under_test(result, settings)), default=0.0)
+    at ``draws`` per scenario (x each scenario's weight): :func:`harness.verify.verdicts.inconclusive_bound`."""
+    cert = _certifier(result, settings)
+    return max((inconclusive_bound(r, result.table, cert, max(2, round(draws * w))) for r, w in _under_test(result)),
+               default=0.0)
 
 
 def plan_draws(result, settings, rate: float = 1e-3) -> DrawPlan:
     """The :class:`DrawPlan` of the runs under test of ``result`` (a :class:`harness.verify.pipeline.VerifyResult`
     of the same scenarios, sampler and ``settings``: a pilot, or a finished run) for a lossless sampler to
-    certify with probability ≥ 1 - ``rate`` (rigorous bound, summed over each run's bounds; the plan's rate is
-    the largest over its scenarios)."""
-    delta = float(result.meta["config"]["tv_delta_each"])
-    cert = certifier_for(SimpleNamespace(runs=result.runs), settings, delta)
+    certify with probability ≥ 1 - ``rate``: each run's :func:`harness.verify.verdicts.plan_run` (the planner the
+    command's advice uses), the plan's rate the largest over its scenarios."""
+    cert = _certifier(result, settings)
     per, draws, half_draws, worst = {}, 0, 0, 0.0
-    for r, bounds, weight in _under_test(result, settings):
-        half, n, r_n = _run_plan(cert, r, bounds, rate)
-        per[r.scenario.name] = (n, r_n)
+    for r, weight in _under_test(result):
+        half, n, r_n = plan_run(r, result.table, cert, rate)
+        per[r.scenario.name] = (int(n), r_n)
         draws = max(draws, int(math.ceil(n / weight)))
         half_draws = max(half_draws, int(math.ceil(half / weight)))
         worst = max(worst, r_n)
     return DrawPlan(draws=draws, half_certify=half_draws, inconclusive_rate=worst, target_rate=float(rate),
-                    delta_each=delta, per_scenario=per)
+                    delta_each=cert.delta, per_scenario=per)
 
 
 def _work(result, settings, draws: int) -> tuple[int, int]:

@@ -40,7 +40,8 @@ from harness.verify.epsilon import Epsilons, epsilons_for
 from harness.verify.runs import MUST_BE_CAUGHT, RealRun, RunSet, RunSpec, VonNeumannRun
 
 __all__ = ["RunVerdict", "TVPart", "PITPart", "AcceptancePart", "CertificatePart", "RUN_COLUMNS", "Certifier", "certifier_for", "exact_verdict", "real_verdict",
-           "von_neumann_verdict", "verdict_table", "passes", "standing", "certify_size", "PLANNED_RATE"]
+           "von_neumann_verdict", "verdict_table", "passes", "standing", "certify_size", "PLANNED_RATE", "gof_law",
+           "plan_run", "inconclusive_bound", "GROWTH", "MAX_GROWTH"]
 
 NAN = math.nan
 
@@ -312,8 +313,10 @@ def _outcome(lossy: bool, certified: bool) -> str:
     return "lossy" if lossy else ("certified" if certified else "inconclusive")
 
 
-def _gof_law(law, J: int):
-    """test name, position -> the exact law a gof test of this run is against (for the planner)."""
+def gof_law(law, J: int):
+    """test name, position -> the exact law a gof test of this run is against: ``position`` (the marginal at
+    ``pos``), ``pair`` (the pair at ``pos``, ``pos`` + 1), ``joint[a:b]`` (the window [a, b)); used by the planners
+    (:func:`certify_size`, :mod:`harness.verify.sizing`) and by :func:`harness.verify.outcome.top_cells`."""
     def law_of(test: str, pos: int):
         if test == "position":
             return law.marginals()[pos]
@@ -352,7 +355,7 @@ def _bounds_of(r: RunSpec, sub: pd.DataFrame, c: Certifier) -> tuple[pd.DataFram
 def _planned(r: RunSpec, gof: pd.DataFrame, e: np.ndarray, c: Certifier, scale: float = 1.0) -> tuple:
     """(draws that certify, P(inconclusive) bound, its normal approximation) of a lossless sampler of ``r``'s law
     at ``scale`` x the sequences drawn: the bound planners of every gof row, the rates summed over them."""
-    law_of = _gof_law(r.acc.law, r.acc.joint_tokens)
+    law_of = gof_law(r.acc.law, r.acc.joint_tokens)
     keys = list(zip(gof.test, gof.position.astype(int), e.astype(float),
                     np.maximum(2, np.round(gof.n.to_numpy(np.float64) * scale)).astype(int)))
     draws = float(max(c.draws_for(r.scenario.name, t, p, x, lambda t=t, p=p: law_of(t, p)) for t, p, x, _ in keys))
@@ -362,23 +365,42 @@ def _planned(r: RunSpec, gof: pd.DataFrame, e: np.ndarray, c: Certifier, scale: 
 
 
 PLANNED_RATE = 0.05  # certify_size: the P(inconclusive | lossless) a suggested size is planned to
+GROWTH = 1.15  # plan_run: the step of the search above the half-certify size
+MAX_GROWTH = 64.0  # plan_run: the search stops at this multiple of the half-certify size (its rate says so)
 
 
-def certify_size(r: RunSpec, table: pd.DataFrame, c: Certifier, rate: float = PLANNED_RATE) -> float:
-    """Sequences at which a lossless sampler of ``r``'s law ends certified with probability >= 1 - ``rate``: the
-    rigorous bound on P(inconclusive) (:func:`harness.verify.battery.tv_interval_inconclusive`, summed over the
-    run's bounds; the normal approximation understates the tail: on the tiny scenario's first position at 4,321
-    sequences it gives 6e-4 where 2,000 simulated runs give 9e-3 and the bound 1e-2), searched upward from the
-    planner's ``certify_draws`` (where about half certify) in steps of 1.25x, at most 16x (NaN: no gof rows)."""
+def plan_run(r: RunSpec, table: pd.DataFrame, c: Certifier, rate: float = PLANNED_RATE) -> tuple[float, float, float]:
+    """(half-certify sequences, planned sequences, the rigorous P(inconclusive) bound there) of a lossless sampler of
+    exact-law run ``r``'s law: the planner's ``certify_draws`` (every expected bound at its ε: about half certify),
+    then steps of :data:`GROWTH` until the rigorous bound on P(inconclusive), summed over the run's bounds
+    (:func:`harness.verify.battery.tv_interval_inconclusive`; the normal approximation understates the tail: on the
+    tiny scenario's first position at 4,321 sequences it gives 6e-4 where 2,000 simulated runs give 9e-3 and the
+    bound 1e-2), is at most ``rate``, at most :data:`MAX_GROWTH` x (NaN: no gof rows).  The one planner of a size:
+    the command's advice (:func:`certify_size`) and the Python API's (:mod:`harness.verify.sizing`)."""
+    gof, _, e = _bounds_of(r, _rows_of(table, r.label, r.scenario.name), c)
+    if not len(gof) or r.acc is None or r.acc.n == 0:
+        return NAN, NAN, NAN
+    half = math.ceil(_planned(r, gof, e, c)[0])
+    n, r_n = half, inconclusive_bound(r, table, c, half)
+    while r_n > rate and n < MAX_GROWTH * half:
+        n = math.ceil(n * GROWTH)
+        r_n = inconclusive_bound(r, table, c, n)
+    return float(half), float(n), r_n
+
+
+def inconclusive_bound(r: RunSpec, table: pd.DataFrame, c: Certifier, n: int) -> float:
+    """The rigorous bound on P(inconclusive | lossless sampler) of exact-law run ``r`` at ``n`` sequences: summed
+    over its bounds (``runs.csv``'s ``cert_inconclusive_rate`` at the run's own size); NaN without gof rows."""
     gof, _, e = _bounds_of(r, _rows_of(table, r.label, r.scenario.name), c)
     if not len(gof) or r.acc is None or r.acc.n == 0:
         return NAN
-    n0 = _planned(r, gof, e, c)[0]
-    for f in 1.25 ** np.arange(13):
-        n = math.ceil(n0 * f)
-        if _planned(r, gof, e, c, n / r.acc.n)[1] <= rate:
-            return float(n)
-    return float(math.ceil(n0 * 16))
+    return _planned(r, gof, e, c, n / r.acc.n)[1]
+
+
+def certify_size(r: RunSpec, table: pd.DataFrame, c: Certifier, rate: float = PLANNED_RATE) -> float:
+    """Sequences at which a lossless sampler of ``r``'s law ends certified with probability >= 1 - ``rate`` by the
+    rigorous bound (:func:`plan_run`; NaN: no gof rows)."""
+    return plan_run(r, table, c, rate)[1]
 
 
 def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier) -> dict:

@@ -6,6 +6,7 @@ import pytest
 from harness.laws.scenarios import load_scenario, load_settings
 from harness.verify.pipeline import verify
 from harness.verify.sizing import GROWTH, MARGIN, estimate_seconds, inconclusive_rate, plan_draws
+from harness.verify.verdicts import PLANNED_RATE
 from specimpl import speculative_generate
 
 
@@ -30,6 +31,17 @@ def test_plan_reaches_its_rate_and_no_earlier(pilot):
     if plan.draws > plan.half_certify:  # the search stops at its first size under the rate: one step less misses it
         assert inconclusive_rate(res, s, int(plan.draws / GROWTH) - 1) > 1e-3
     assert inconclusive_rate(res, s, plan.half_certify // 4) > 1e-3  # far fewer draws: a lossless run rarely certifies
+
+
+def test_the_commands_advice_is_the_apis_plan(pilot):
+    """One planner: the size an inconclusive ``verify`` suggests (outcome's needs, at P(inconclusive) <= 0.05) is
+    the API's plan at that rate, and it reaches the rate where one step less does not."""
+    res, s = pilot
+    assert res.verdict == "inconclusive" and len(res.outcome.needs) == 1  # 2,000 draws: the plan at 0.05 asks ~6.6 k
+    plan = plan_draws(res, s, PLANNED_RATE)
+    assert res.outcome.needs[0].needed == plan.draws == plan.per_scenario["base"][0] > plan.half_certify
+    one_step_less = int(plan.draws / GROWTH) - 1
+    assert inconclusive_rate(res, s, plan.draws) <= PLANNED_RATE < inconclusive_rate(res, s, one_step_less)
 
 
 def _pilot(draws: int, draw_s: float, total_s: float):
