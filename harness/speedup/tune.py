@@ -369,7 +369,8 @@ def _confirm_md(conf: pd.DataFrame) -> str:
               f"({r.predicted_lo:.3f}–{r.predicted_hi:.3f}) | {r.measured_speedup:.3f} ({r.measured_lo:.3f}–"
               f"{r.measured_hi:.3f}) | {'yes' if r.chosen else ''} | "
               f"{('ties off' if r.chosen else 'yes') if r.ties_pick else ''} |" for r in conf.itertuples()]
-    ties = [f"{int(L)}/{int(B)}: {tie_note(g)}" for (L, B), g in conf.groupby(["context", "batch"]) if tie_note(g)]
+    ties = [f"{int(L)}/{int(B)}: {tie_note(g).removeprefix('tie within noise with ')}"
+            for (L, B), g in conf.groupby(["context", "batch"]) if tie_note(g)]
     lines += [f"\nTie within noise at (context/batch) {'; '.join(ties)}: the pick is the point estimate; more "
               "`--confirm-repeats` or `--confirm-prompts` may separate them."] if ties else []
     offs = ~conf.groupby(["context", "batch"]).chosen.any()

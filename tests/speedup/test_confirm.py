@@ -197,5 +197,5 @@ def test_tune_names_a_tie_within_noise_in_its_recommendation():
     out = confirmed(rec, conf, grid).set_index("batch")
     assert out.loc[1, "tie"] == "tie within noise with chain, k = 2, off (target-only)" and out.loc[4, "tie"] == ""
     md = _confirm_md(conf)
-    assert "Tie within noise at (context/batch) 32/1: tie within noise with chain, k = 2, off (target-only)" in md
+    assert "Tie within noise at (context/batch) 32/1: chain, k = 2, off (target-only): the pick" in md
     assert "32/4" not in md.split("Tie within noise")[-1]
