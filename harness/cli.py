@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import tempfile
+import textwrap
 import traceback
 from pathlib import Path
 from typing import Optional
@@ -67,7 +68,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
-    parser = _Parser(prog="python -m harness", description=__doc__.split("\n\n")[0], epilog=EPILOG,
+    description = textwrap.fill(f"`python -m harness <command>`: {', '.join(COMMANDS)}.  `<command> --help`: its "
+                                "options.", 88, break_on_hyphens=False, break_long_words=False)  # names kept whole
+    parser = _Parser(prog="python -m harness", description=description, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="<command>", title="commands")
     mods = {}
