@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 import tempfile
+import textwrap
 import traceback
 from pathlib import Path
 from typing import Optional
@@ -48,6 +50,19 @@ COMMANDS = {
 EPILOG = "exit status (every command):\n" + "\n".join(f"  {code:<4d} {what}" for code, what in EXIT_CODES.items())
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written, and every option's default shown: ``(default: ...)`` appended where the help
+    does not already name its default and the option has one (not None, not a flag's False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default is None or default is False or default == argparse.SUPPRESS
+                or not action.option_strings or isinstance(action, argparse._HelpAction)):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error reported on one line (exit 2)."""
 
@@ -56,18 +71,24 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
-    parser = _Parser(prog="python -m harness", description=__doc__.splitlines()[0], epilog=EPILOG,
+    description = textwrap.fill(f"`python -m harness <command>`: {', '.join(COMMANDS)}.  `<command> --help`: its "
+                                "options.", 88, break_on_hyphens=False, break_long_words=False)  # names kept whole
+    parser = _Parser(prog="python -m harness", description=description, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<command>", title="commands")
     mods = {}
     for name, (modname, help_) in COMMANDS.items():
         mods[name] = importlib.import_module(modname)
-        mods[name].add_arguments(sub.add_parser(name, help=help_, epilog=EPILOG,
-                                                formatter_class=argparse.RawDescriptionHelpFormatter))
+        sp = sub.add_parser(name, help=help_, description=help_, epilog=EPILOG, formatter_class=HelpFormatter)
+        mods[name].add_arguments(sp)
+        for action in sp._actions:  # an option without help text still shows its default
+            if action.help is None and action.option_strings and action.default not in (None, False):
+                action.help = "default: %(default)s"
     return parser, mods
 
 
 def main(argv=None) -> int:
+    quiet_libraries()  # before the command modules are imported (and transformers with them)
     parser, mods = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -76,7 +97,6 @@ def main(argv=None) -> int:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     prog = f"python -m harness {args.command}"
     args.argv = argv[argv.index(args.command) + 1:]  # the command's own options, for the rerun it may suggest
-    quiet_libraries(args)
     with sigint_flag(), held_outputs():
         try:
             return int(mods[args.command].run(args) or 0)
@@ -99,13 +119,31 @@ def main(argv=None) -> int:
             return EXIT_FAILED
 
 
-def quiet_libraries(args) -> None:
-    """``--no-progress`` also silences transformers' "Loading weights" bars: huggingface_hub's switch,
-    which transformers reads when it is imported (here and in worker processes, which inherit it)."""
-    if getattr(args, "no_progress", False):
-        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-        if "transformers" in sys.modules:
-            sys.modules["transformers"].utils.logging.disable_progress_bar()
+def quiet_libraries(args=None) -> None:
+    """Silence third-party noise on our paths, keep our own output and warnings: transformers' "Loading weights"
+    bars (huggingface_hub's switch, which transformers reads when it is imported, here and in worker processes,
+    which inherit it; our own bars stay, ``--no-progress`` turns those off) and the one deprecation transformers
+    logs for every ``generate`` call given a generation config and arguments (:class:`_DropDeprecation`).  Other
+    transformers warnings still print.  ``args``: the parsed command line (unused; kept for callers)."""
+    logger = logging.getLogger(_DropDeprecation.LOGGER)  # the logger transformers.get_logger(__name__) returns
+    if not any(isinstance(f, _DropDeprecation) for f in logger.filters):
+        logger.addFilter(_DropDeprecation())
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # a user's HF_HUB_DISABLE_PROGRESS_BARS=0 keeps them
+    if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1" and "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
+class _DropDeprecation(logging.Filter):
+    """Drops transformers' "Passing `generation_config` together with generation-related arguments ... is
+    deprecated" record (logged by transformers.generation.utils; about transformers' API, nothing a user of the
+    harness acts on); every other record passes."""
+
+    LOGGER = "transformers.generation.utils"
+    MESSAGES = ("Passing `generation_config` together with generation-related arguments",)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not any(m in text for m in self.MESSAGES)
 
 
 def _out_dir(args) -> Optional[Path]:

@@ -226,20 +226,21 @@ def test_help_documents_the_contract(capsys):
     assert "130" in capsys.readouterr().out
 
 
-def test_no_progress_silences_transformers_bars(monkeypatch):
-    """--no-progress turns transformers' weight-loading bars off too (they printed before)."""
-    import argparse
-
+def test_transformers_bars_silenced_on_our_paths(monkeypatch):
+    """transformers' weight-loading bars are off on every command (they interleaved with our own bar), unless the
+    user's environment asks for them (HF_HUB_DISABLE_PROGRESS_BARS=0)."""
     import transformers
 
     from harness.cli import quiet_libraries
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
     transformers.utils.logging.enable_progress_bar()
     try:
-        quiet_libraries(argparse.Namespace(no_progress=False))
-        assert transformers.utils.logging.is_progress_bar_enabled()
-        quiet_libraries(argparse.Namespace(no_progress=True))
+        quiet_libraries()
         assert not transformers.utils.logging.is_progress_bar_enabled()
         assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+        transformers.utils.logging.enable_progress_bar()
+        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
+        quiet_libraries()
+        assert transformers.utils.logging.is_progress_bar_enabled()
     finally:
         transformers.utils.logging.enable_progress_bar()

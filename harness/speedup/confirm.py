@@ -16,8 +16,11 @@ highest, on the pair and machine the recommendation is for, and recommends the m
   ran once (:func:`measured_speedups`).  The units are few where B >= P (one batch: units = passes); t keeps
   the interval honest there (3 units: t = 4.30), where a bootstrap over 3 units would be far too narrow;
 * the pick (:func:`pick`): the configuration of highest measured S, or off where none exceeds 1.  The pick is
-  the point estimate; its interval and the runner-up's are in confirm.csv, so a user sees where two
-  configurations are within the run's own noise.
+  the point estimate; where its interval overlaps a rival's (another configuration's, or target-only's S = 1)
+  the pick is a *tie within noise* (:func:`noise_ties`): confirm.csv's ``ties_pick`` marks each rival whose
+  interval overlaps the pick's (on the pick's own row: its interval holds 1, it ties target-only), and tune's
+  recommendation names them ("tie within noise with ...").  Overlapping intervals are the conservative reading:
+  the run cannot tell the two apart; more ``--confirm-repeats`` or ``--confirm-prompts`` may.
 
 It measures only the shortlist: a configuration the model ranks below the N-th is never timed.
 """
@@ -36,7 +39,8 @@ import torch
 from harness.laws.algorithms import Algorithm
 from specimpl.autoregressive import autoregressive_generate
 
-__all__ = ["shortlist", "confirm_prompts", "time_arms", "measured_speedups", "pick", "confirm", "arm_name", "OFF"]
+__all__ = ["shortlist", "confirm_prompts", "time_arms", "measured_speedups", "pick", "noise_ties", "tie_note", "confirm",
+           "arm_name", "OFF"]
 
 OFF = "off (target-only)"
 
@@ -111,6 +115,32 @@ def pick(measured: pd.DataFrame) -> str:
     return str(measured.sort_values("measured_speedup", ascending=False, kind="stable").arm.iloc[0])
 
 
+def noise_ties(measured: pd.DataFrame, chosen: str) -> dict:
+    """Per arm of ``measured``: whether it ties the pick ``chosen`` within the run's noise.  A rival arm ties where
+    its interval overlaps the pick's; the pick's own entry says whether its interval holds 1 (it ties target-only);
+    where :data:`OFF` is the pick, an arm ties where its interval holds 1.  An arm without an interval (one unit)
+    cannot be told apart: it ties."""
+    lo, hi = measured.set_index("arm").measured_lo, measured.set_index("arm").measured_hi
+    unknown = lambda a: not (np.isfinite(lo[a]) and np.isfinite(hi[a]))  # noqa: E731
+    holds_one = {a: unknown(a) or lo[a] <= 1.0 <= hi[a] for a in lo.index}
+    if chosen == OFF:
+        return holds_one
+    return {a: holds_one[a] if a == chosen else
+            (unknown(a) or unknown(chosen) or (lo[a] <= hi[chosen] and hi[a] >= lo[chosen])) for a in lo.index}
+
+
+def tie_note(conf: pd.DataFrame) -> str:
+    """'' or 'tie within noise with <rivals>' for one (context, batch) of confirm.csv (its ``ties_pick`` column;
+    '' for a table without one, as those committed before it)."""
+    if "ties_pick" not in conf:
+        return ""
+    pick_rows = conf[conf.chosen]
+    rivals = [arm_name(r.algorithm, r.k) for r in conf.itertuples() if r.ties_pick and not r.chosen]
+    if len(pick_rows) and bool(pick_rows.ties_pick.iloc[0]):
+        rivals.append(OFF)
+    return f"tie within noise with {', '.join(rivals)}" if rivals else ""
+
+
 def arm_name(algorithm: str, k: int) -> str:
     """A configuration's name in tune's tables ('chain, k = 2')."""
     return f"{algorithm}, k = {int(k)}"
@@ -139,6 +169,7 @@ def confirm(target, draft, short: pd.DataFrame, prompts, *, max_new_tokens: int,
                       seed=seed + B)
         m = measured_speedups(t)
         chosen = pick(m)
+        ties = noise_ties(m, chosen) if len(m) else {}
         pred = {arm_name(c.algorithm, c.k): (c.algorithm, int(c.k), float(c.speedup), float(c.speedup_lo),
                                               float(c.speedup_hi)) for c in cands.itertuples()}
         for r in m.itertuples():
@@ -146,6 +177,6 @@ def confirm(target, draft, short: pd.DataFrame, prompts, *, max_new_tokens: int,
             rows.append({"context": L, "batch": B, "algorithm": a, "k": k, "predicted_speedup": s, "predicted_lo": lo,
                          "predicted_hi": hi, "measured_speedup": r.measured_speedup, "measured_lo": r.measured_lo,
                          "measured_hi": r.measured_hi, "units": r.units, "prompts": len(ps), "repeats": repeats,
-                         "chosen": r.arm == chosen})
+                         "chosen": r.arm == chosen, "ties_pick": bool(ties[r.arm])})
         timings.append(t.assign(context=L, batch=B))
     return pd.DataFrame(rows), pd.concat(timings, ignore_index=True)

@@ -65,7 +65,7 @@ from harness.speedup.roofline.speedup import crossover_batch
 from harness.speedup.costmodel_run import RunCosts, run_grid, run_interval
 from harness.speedup.costmodel_calibrate import TargetOnlyError, calibrate, profile_solo_runs, sweep_target_only
 from harness.speedup.roofline.fidelity import bound_of, fits_of
-from harness.speedup.confirm import OFF, arm_name, confirm, shortlist
+from harness.speedup.confirm import OFF, arm_name, confirm, shortlist, tie_note
 from harness.core.atomic import staged_report
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.core.figures import results_line
@@ -340,13 +340,14 @@ def confirmed(rec: pd.DataFrame, conf: pd.DataFrame, grid: pd.DataFrame) -> pd.D
     """The recommendation replaced by the measured pick at each (context, batch) :func:`confirm` timed: the model's
     own kept as ``model_recommendation`` (and ``model_algorithm``, ``model_k``); ``speedup`` (and its interval) is
     the predicted S of the pick (of the model's best where the pick is off), ``measured_speedup`` its measured S
-    (1 for off)."""
+    (1 for off); ``tie``: '' or the rivals the pick ties within the run's noise (:func:`harness.speedup.confirm.tie_note`)."""
     rec = rec.assign(model_recommendation=rec.recommendation, model_algorithm=rec.algorithm, model_k=rec.k,
-                     measured_speedup=np.nan, measured_lo=np.nan, measured_hi=np.nan)
+                     measured_speedup=np.nan, measured_lo=np.nan, measured_hi=np.nan, tie="")
     for i, r in rec.iterrows():
         c = conf[(conf.context == r.context) & (conf.batch == r.batch)]
         if c.empty:
             continue
+        rec.loc[i, "tie"] = tie_note(c)
         ch = c[c.chosen]
         if ch.empty:
             rec.loc[i, ["recommendation", "speculate", "measured_speedup", "measured_lo", "measured_hi"]] = \
@@ -366,12 +367,18 @@ def confirmed(rec: pd.DataFrame, conf: pd.DataFrame, grid: pd.DataFrame) -> pd.D
 def _confirm_md(conf: pd.DataFrame) -> str:
     lines = ["", "Measured (`--confirm`: target-only and the model's best-ranked configurations timed side by side on "
              "this machine, wall time; S = tokens/s over target-only's, summed over passes and prompt batches; 95 % "
-             "Student t interval over the per-(pass, batch) ratios; the recommendation above is the measured best, off where none exceeds 1):",
-             "", "| context | batch | configuration | predicted S (95 %) | measured S (95 %) | chosen |",
-             "|---|---|---|---|---|---|"]
+             "Student t interval over the per-(pass, batch) ratios; the recommendation above is the measured best, off where none exceeds 1; "
+             "*within noise*: the interval overlaps the pick's, or on the pick's row holds 1, i.e. the run cannot tell them apart):",
+             "", "| context | batch | configuration | predicted S (95 %) | measured S (95 %) | chosen | within noise of the pick |",
+             "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.context} | {r.batch} | {arm_name(r.algorithm, r.k)} | {r.predicted_speedup:.3f} "
               f"({r.predicted_lo:.3f}–{r.predicted_hi:.3f}) | {r.measured_speedup:.3f} ({r.measured_lo:.3f}–"
-              f"{r.measured_hi:.3f}) | {'yes' if r.chosen else ''} |" for r in conf.itertuples()]
+              f"{r.measured_hi:.3f}) | {'yes' if r.chosen else ''} | "
+              f"{('ties off' if r.chosen else 'yes') if r.ties_pick else ''} |" for r in conf.itertuples()]
+    ties = [f"{int(L)}/{int(B)}: {tie_note(g).removeprefix('tie within noise with ')}"
+            for (L, B), g in conf.groupby(["context", "batch"]) if tie_note(g)]
+    lines += [f"\nTie within noise at (context/batch) {'; '.join(ties)}: the pick is the point estimate; more "
+              "`--confirm-repeats` or `--confirm-prompts` may separate them."] if ties else []
     offs = ~conf.groupby(["context", "batch"]).chosen.any()
     lines += [f"\nOff (target-only) chosen at (context, batch) {[tuple(int(v) for v in i) for i in offs[offs].index]}: "
               "no measured configuration exceeds 1."] if offs.any() else []
@@ -385,8 +392,9 @@ def _md(rec: pd.DataFrame, off: pd.DataFrame, alpha: pd.DataFrame, header: str) 
              "target-only steps, no prefill, no cut.", "",
              "| context | batch | recommendation | S (95 %) | steady-state S | goodput tok/s (spec / target-only) | E | c |",
              "|---|---|---|---|---|---|---|---|"]
-    pick = (lambda r: r.recommendation if "model_recommendation" not in rec or r.model_recommendation ==
+    pick = (lambda r: (r.recommendation if "model_recommendation" not in rec or r.model_recommendation ==
             r.recommendation else f"{r.recommendation} (measured; the model's: {r.model_recommendation})")
+            + (f"; {r.tie}" if getattr(r, "tie", "") else ""))
     lines += [f"| {r.context} | {r.batch} | {pick(r)} | {r.speedup:.3f} ({r.speedup_lo:.3f}–{r.speedup_hi:.3f}) "
               f"| {r.speedup_steady:.3f} | {r.goodput_spec:.4g} / {r.goodput_ar:.4g} | {r.tokens_per_round:.3f} | {r.c:.3f} |"
               for r in rec.itertuples()]

@@ -52,6 +52,7 @@ from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealMod
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
 from harness.verify.isolation import backend_for, is_plugin_task, lost_message, not_from_generator, task_timeout
+from harness.verify.progress import CostBar, kind_of
 from harness.verify.exactmodel import EXACT_PAIR_DIR, ExactModelDraw, remember_law, sequences_per_shard
 from harness.verify.shards import (ExactTask, LawTask, PilotTask, RealResult, RealTask, ShardTask, draw_task,
                                    draw_task_in_worker, sampler_recipe)
@@ -373,12 +374,12 @@ def _draw_part(part: list, where: Backend, jobs: list, rs: RunSet, state: RunSta
             continue
         if isinstance(t, (RealTask, ExactTask)):
             _take_real(rs.real_runs[t.index], t, result, state)
-            pbar.update(t.positions)
+            pbar.update(t.positions, kind_of(t), getattr(result, "wall_s", None))
             continue
         job = jobs[t.run]
         was_stopped = job.stopped
         if not was_stopped:  # a shard that was in flight when its run stopped is not counted
-            pbar.update(t.positions)
+            pbar.update(t.positions, "law", getattr(result, "wall_s", None))
             arrived.add((t.run, t.shard))
         job.take(t.shard, result)
         if job.stopped and not was_stopped:
@@ -399,8 +400,7 @@ def _pilots(jobs: list, seed: int) -> list[PilotTask]:
 
 def _drop_from_bar(pbar, job: ShardedRun, arrived: set) -> None:
     """A run stopped early: the positions of its shards that will not be counted leave the bar's total."""
-    pbar.total -= sum(t.positions for t in job.tasks if (t.run, t.shard) not in arrived)
-    pbar.refresh()
+    pbar.drop(sum(t.positions for t in job.tasks if (t.run, t.shard) not in arrived))
 
 
 # -------------------------------------------------------------------------------------- real model
@@ -430,8 +430,9 @@ def _draw_real_runs(tasks: list[RealTask], rs: RunSet, state: RunState, pbar) ->
     """The real-model runs whose sampler cannot leave this process, one after another (each seeded by its own
     generators: the draws do not depend on what runs beside them)."""
     for task in tasks:
-        _take_real(rs.real_runs[task.index], task, draw_task(task), state)
-        pbar.update(task.positions)
+        result = draw_task(task)
+        _take_real(rs.real_runs[task.index], task, result, state)
+        pbar.update(task.positions, kind_of(task), getattr(result, "wall_s", None))
 
 
 def _real_slot(rr: RealRun, spec: RealModelSpec, state: RunState) -> tuple[str, str]:
@@ -552,21 +553,19 @@ def draw_von_neumann(proposals: int, seed: int, controls: bool = True) -> list[V
 def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
              backend: Optional[Backend] = None, sampler_timeout: Optional[float] = None) -> None:
     """Draw every exact-law run (with its scenario's baseline) on ``backend`` (None: in this process), and
-    every real-model run of ``rs`` in this process, under one progress bar counted in tokens.
+    every real-model run of ``rs`` in this process, under one progress bar counted in expected work
+    (:class:`harness.verify.progress.CostBar`: a real-model token weighs thousands of exact-law tokens).
     ``sampler_timeout``: the seconds a sampler task may run on a worker (:func:`harness.verify.isolation.task_timeout`;
     None: the default limit, 0: none)."""
-    from tqdm import tqdm
-    T_real = rs.real_model.max_new_tokens if rs.real_model is not None else 0
-    J = rs.real_model.exact.n_tokens if rs.real_model is not None and rs.real_model.exact is not None else 0
-    P = len(rs.real_model.exact.prompts) if J else 0
-    total = sum(r.draws * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]) + \
-        sum(rr.n_sequences * T_real + rr.exact_n * P * J for rr in rs.real_runs)
-    pbar = tqdm(total=total, unit="tok", unit_scale=True, desc="verify: drawing", disable=not progress,
-                file=sys.stderr, mininterval=1.0, smoothing=0.1)
     under_test = [r.sampler for r in [*rs.runs, *rs.real_runs] if r.role in UNDER_TEST]
     if state.run_fingerprint is None and state.dir is not None:
         state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
     real_tasks, real_here = _real_tasks(rs, state) if rs.real_runs else ([], [])
+    totals = {"law": sum(r.draws * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]),
+              "real": 0, "exact": 0}
+    for t in [*real_tasks, *real_here]:  # those still to draw (a resumed run's saved ones are not counted)
+        totals[kind_of(t)] += t.positions
+    pbar = CostBar(totals, "verify: drawing", progress, lanes=getattr(backend, "workers", 1) + bool(real_here))
     real = _Background(_draw_real_runs, real_here, rs, state, pbar) if real_here else None
     spec = rs.real_model
     if rs.real_runs and spec.exact is not None and any(rr.exact_n for rr in rs.real_runs):

@@ -579,10 +579,24 @@ def _grid_figure(d: pd.DataFrame, panel, row_height: float, title: str, path: Pa
         panel(ax, g, f"{run} / {scen}" if run != "reference" else scen)
     for ax in axes.ravel()[len(groups):]:
         ax.axis("off")
+    if panel is _residual_panel:
+        _symbol_legend(fig, d, height)
     fig.suptitle(title, fontsize=9, y=1 - 0.07 / height)
     written = atomic_savefig(fig, path, meta, dpi=110)
     plt.close(fig)
     return written
+
+
+def _symbol_legend(fig, d: pd.DataFrame, height: float) -> None:
+    """The legend of :func:`_residual_panel`'s colours: one entry per symbol (token id) drawn, under the title."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    cmap = plt.get_cmap("tab10")
+    symbols = sorted(int(s) for s in d.symbol.unique())
+    handles = [Line2D([], [], ls="", marker="o", ms=3, color=cmap(min(s, 9) / 9)) for s in symbols]
+    fig.legend(handles, [f"symbol {s}" for s in symbols], loc="upper center", ncol=min(len(symbols), 12),
+               fontsize=6, frameon=False, bbox_to_anchor=(0.5, 1 - 0.2 / height), handletextpad=0.1,
+               columnspacing=0.8)
 
 
 def _residual_panel(ax, d, title):

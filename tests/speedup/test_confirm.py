@@ -140,6 +140,8 @@ def test_tune_confirm_on_the_tiny_pair_writes_the_measured_pick(tmp_path):
     best = conf.sort_values("measured_speedup").iloc[-1]
     want = f"chain, k = {best.k}" if best.measured_speedup > 1 else OFF
     assert rec.recommendation == want and "model_recommendation" in rec
+    from harness.speedup.confirm import tie_note
+    assert conf.ties_pick.dtype == bool and (rec.tie if isinstance(rec.tie, str) else "") == tie_note(conf)
     t = pd.read_csv(out / "confirm_timings.csv")
     assert set(t.arm) == {"ar", "chain, k = 1", "chain, k = 2"} and len(t) == 3 * 2
 
@@ -154,3 +156,47 @@ def test_bad_confirm_options_are_exit_2(capsys, tmp_path, args, needle):
     assert main(["tune", "--target", T, "--draft", D, *args, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+def _measured(rows):
+    return pd.DataFrame([{"arm": a, "measured_speedup": s, "measured_lo": lo, "measured_hi": hi, "units": 3}
+                         for a, s, lo, hi in rows])
+
+
+def test_noise_ties_flag_overlapping_intervals_and_target_only():
+    from harness.speedup.confirm import noise_ties
+    # issue 40's run: the pick at 1.080 (0.881-1.329) straddles 1 and its rivals
+    m = _measured([("chain, k = 2", 1.080, 0.881, 1.329), ("chain, k = 4", 1.05, 0.95, 1.10),
+                   ("chain, k = 1", 0.80, 0.70, 0.85)])
+    assert pick(m) == "chain, k = 2"
+    assert noise_ties(m, "chain, k = 2") == {"chain, k = 2": True, "chain, k = 4": True, "chain, k = 1": False}
+    # a clear pick: its interval above 1 and above every rival's
+    clear = _measured([("a", 1.5, 1.4, 1.6), ("b", 1.2, 1.1, 1.3)])
+    assert noise_ties(clear, "a") == {"a": False, "b": False}
+    # off picked: an arm whose interval reaches 1 ties it
+    off = _measured([("a", 0.97, 0.90, 1.03), ("b", 0.8, 0.7, 0.9)])
+    assert pick(off) == OFF and noise_ties(off, OFF) == {"a": True, "b": False}
+    # one unit, no interval: cannot be told apart
+    assert noise_ties(_measured([("a", 1.3, float("nan"), float("nan"))]), "a") == {"a": True}
+
+
+def test_tune_names_a_tie_within_noise_in_its_recommendation():
+    from harness.speedup.confirm import tie_note
+    from harness.speedup.tune import _confirm_md, recommend
+    grid = _grid()
+    rec, _ = recommend(grid, [1, 4])
+    conf = pd.DataFrame([{"context": 32, "batch": 1, "algorithm": "chain", "k": 4, "measured_speedup": 1.08,
+                          "measured_lo": 0.88, "measured_hi": 1.33, "chosen": True, "ties_pick": True},
+                         {"context": 32, "batch": 1, "algorithm": "chain", "k": 2, "measured_speedup": 1.05,
+                          "measured_lo": 0.95, "measured_hi": 1.10, "chosen": False, "ties_pick": True},
+                         {"context": 32, "batch": 4, "algorithm": "chain", "k": 1, "measured_speedup": 1.5,
+                          "measured_lo": 1.4, "measured_hi": 1.6, "chosen": True, "ties_pick": False}])
+    for c in ("predicted_speedup", "predicted_lo", "predicted_hi"):
+        conf[c] = 1.1
+    assert tie_note(conf[conf.batch == 1]) == "tie within noise with chain, k = 2, off (target-only)"
+    assert tie_note(conf[conf.batch == 4]) == ""
+    out = confirmed(rec, conf, grid).set_index("batch")
+    assert out.loc[1, "tie"] == "tie within noise with chain, k = 2, off (target-only)" and out.loc[4, "tie"] == ""
+    md = _confirm_md(conf)
+    assert "Tie within noise at (context/batch) 32/1: chain, k = 2, off (target-only): the pick" in md
+    assert "32/4" not in md.split("Tie within noise")[-1]

@@ -185,12 +185,23 @@ def _speedup_panel(ax, panel: Panel, grid, col) -> None:
                 ax.scatter(m.alpha_hat, m.speedup_measured, color=col[k], s=18 if mk != "D" else 12,
                            edgecolor=None if mk == "x" else "k", lw=0.4, zorder=3, marker=mk,
                            label=f"measured k={k}" + ("" if clock == "wall" else f" ({clock})"))
-    ax.axhline(1.0, color="0.3", ls="--", lw=0.8)
-    ax.axvline(title_c, color="0.6", ls=":", lw=0.8)
+                _spread_bars(ax, m, col[k])
+    ax.axhline(1.0, color="0.3", ls="--", lw=0.8, label="S = 1 (target-only)")
+    ax.axvline(title_c, color="0.6", ls=":", lw=0.8, label=r"$\alpha$ = c (k = 1 breaks even)")
     ax.set_xlabel(r"acceptance $\alpha$ (measured $\hat\alpha$ for points)")
     ax.set_ylabel("speedup S over target-only")
     ax.set_title(panel.title.format(title_c))
     ax.set_xlim(0, 1)
+
+
+def _spread_bars(ax, m: pd.DataFrame, color) -> None:
+    """Error bars of measured points: the spread of S over the cell's timed passes (measured.csv's
+    ``speedup_spread``, max − min of the per-pass S over ``repeats``), drawn as a bar of that length centred on
+    the point; none where the column is absent (results stored before it)."""
+    if "speedup_spread" not in m or not m.speedup_spread.notna().any():
+        return
+    ax.errorbar(m.alpha_hat, m.speedup_measured, yerr=m.speedup_spread.fillna(0) / 2, fmt="none", ecolor=color,
+                elinewidth=0.7, capsize=1.5, zorder=2, label="bar: spread of S over repeats (max − min)")
 
 
 def fig_speedup_vs_alpha(plt, res: SweepResults, out, formats):
@@ -207,7 +218,7 @@ def fig_speedup_vs_alpha(plt, res: SweepResults, out, formats):
     for ax in axes.ravel():
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    order = sorted(handles, key=lambda lab: (not lab.startswith("analytic"), lab))
+    order = sorted(handles, key=lambda lab: (not lab.startswith("analytic"), not lab.startswith("measured"), lab))
     nleg = -(-len(order) // 4)
     fig.legend([handles[lab] for lab in order], order, loc="lower center", ncol=4, fontsize=6, frameon=False,
                bbox_to_anchor=(0.5, 0.018))
