@@ -75,11 +75,13 @@ def test_scenario_sizes_refused_before_any_table(tmp_path, body):
     (["verify", "--draws", "100000000000000", "--scenario", "base", "--out", "o", *QUIET], "`--draws`"),
     (["sample", "--engine", "ours", "--n-per-prompt", "1000000000", "--out", "s.jsonl", "--no-progress"],
      "`--n-per-prompt`"),
+    (["sample", "--engine", "ours", "--n-prompts", "1000000000000", "--out", "s.jsonl", "--no-progress"],
+     "`--n-prompts` must be at most"),  # was named `--n-per-prompt` must be at most 0 (probe45)
     (["sample", "--engine", "ours", "--max-new-tokens", "100000", "--out", "s.jsonl", "--no-progress"],
      "`--max-new-tokens` must be at most"),
     (["tune", "--target", TINY / "target", "--draft", TINY / "draft", "--batch", "1000000000", "--context", "64",
       "--out", "t"], "`--batch` must be at most"),
-], ids=["verify-draws", "sample-n-per-prompt", "sample-max-new-tokens", "tune-batch"])
+], ids=["verify-draws", "sample-n-per-prompt", "sample-n-prompts", "sample-max-new-tokens", "tune-batch"])
 def test_option_sizes_refused_under_a_memory_limit(tmp_path, args, needle):
     p = _harness(tmp_path, *args)
     _assert_refused(p, needle)
