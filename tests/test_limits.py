@@ -81,7 +81,9 @@ def test_scenario_sizes_refused_before_any_table(tmp_path, body):
      "`--max-new-tokens` must be at most"),
     (["tune", "--target", TINY / "target", "--draft", TINY / "draft", "--batch", "1000000000", "--context", "64",
       "--out", "t"], "`--batch` must be at most"),
-], ids=["verify-draws", "sample-n-per-prompt", "sample-n-prompts", "sample-max-new-tokens", "tune-batch"])
+    (["verify", "--threads", "1000000000", "--scenario", "base", "--out", "o", *QUIET], "`--threads` must be an integer in"),
+    # was exit 1 (lossy's status) on libgomp's "Out of memory allocating 216000001344 bytes" (probe45)
+], ids=["verify-draws", "sample-n-per-prompt", "sample-n-prompts", "sample-max-new-tokens", "tune-batch", "verify-threads"])
 def test_option_sizes_refused_under_a_memory_limit(tmp_path, args, needle):
     p = _harness(tmp_path, *args)
     _assert_refused(p, needle)
