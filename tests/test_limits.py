@@ -250,3 +250,12 @@ def test_listing_sees_a_wildcard_listener():
         port = s.getsockname()[1]
         rows = listening(os.getpid())
     assert any(r[3] == port for r in non_loopback(rows)), rows
+
+
+def test_a_sample_file_larger_than_memory_is_refused_before_reading(tmp_path):
+    """probe45: a 2 GB (sparse) file was read whole and ended in MemoryError (exit 3) under the 4 GB limit."""
+    with open(tmp_path / "big.jsonl", "wb") as f:
+        f.truncate(2 * 2 ** 30)
+    p = _harness(tmp_path, "verify-samples", "--samples", "big.jsonl", "--target", TINY / "target", "--out", "o",
+                 "--no-progress")
+    _assert_refused(p, "`--samples` = 'big.jsonl' needs about")
