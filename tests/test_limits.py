@@ -52,6 +52,7 @@ SCENARIO_PROBES = {  # scenario file -> the key the refusal names
     "max_new_tokens = 100000\n": "`max_new_tokens`",
     "[target]\norder = 10\n": "`target.order`",
     "[target]\nvocab_size = 100000\n": "`target.vocab_size`",
+    "prompt = [" + "1," * 1_000_000 + "1]\n": "`prompt` length",  # 12 GB of prompts per call (was exit 3, probe45)
 }
 
 
@@ -62,7 +63,7 @@ def _assert_refused(p: subprocess.CompletedProcess, needle: str) -> None:
     assert "error:" in lines[-1]
 
 
-@pytest.mark.parametrize("body", list(SCENARIO_PROBES))
+@pytest.mark.parametrize("body", list(SCENARIO_PROBES), ids=lambda b: b[:24])
 def test_scenario_sizes_refused_before_any_table(tmp_path, body):
     d = _scenario_dir(tmp_path, body)
     p = _harness(tmp_path, "verify", "--scenario-dir", d, "--scenario", "bad", "--draws", "20000", "--out", "o", *QUIET)
@@ -74,11 +75,15 @@ def test_scenario_sizes_refused_before_any_table(tmp_path, body):
     (["verify", "--draws", "100000000000000", "--scenario", "base", "--out", "o", *QUIET], "`--draws`"),
     (["sample", "--engine", "ours", "--n-per-prompt", "1000000000", "--out", "s.jsonl", "--no-progress"],
      "`--n-per-prompt`"),
+    (["sample", "--engine", "ours", "--n-prompts", "1000000000000", "--out", "s.jsonl", "--no-progress"],
+     "`--n-prompts` must be at most"),  # was named `--n-per-prompt` must be at most 0 (probe45)
     (["sample", "--engine", "ours", "--max-new-tokens", "100000", "--out", "s.jsonl", "--no-progress"],
      "`--max-new-tokens` must be at most"),
     (["tune", "--target", TINY / "target", "--draft", TINY / "draft", "--batch", "1000000000", "--context", "64",
       "--out", "t"], "`--batch` must be at most"),
-], ids=["verify-draws", "sample-n-per-prompt", "sample-max-new-tokens", "tune-batch"])
+    (["verify", "--threads", "1000000000", "--scenario", "base", "--out", "o", *QUIET], "`--threads` must be an integer in"),
+    # was exit 1 (lossy's status) on libgomp's "Out of memory allocating 216000001344 bytes" (probe45)
+], ids=["verify-draws", "sample-n-per-prompt", "sample-n-prompts", "sample-max-new-tokens", "tune-batch", "verify-threads"])
 def test_option_sizes_refused_under_a_memory_limit(tmp_path, args, needle):
     p = _harness(tmp_path, *args)
     _assert_refused(p, needle)
@@ -245,3 +250,12 @@ def test_listing_sees_a_wildcard_listener():
         port = s.getsockname()[1]
         rows = listening(os.getpid())
     assert any(r[3] == port for r in non_loopback(rows)), rows
+
+
+def test_a_sample_file_larger_than_memory_is_refused_before_reading(tmp_path):
+    """probe45: a 2 GB (sparse) file was read whole and ended in MemoryError (exit 3) under the 4 GB limit."""
+    with open(tmp_path / "big.jsonl", "wb") as f:
+        f.truncate(2 * 2 ** 30)
+    p = _harness(tmp_path, "verify-samples", "--samples", "big.jsonl", "--target", TINY / "target", "--out", "o",
+                 "--no-progress")
+    _assert_refused(p, "`--samples` = 'big.jsonl' needs about")

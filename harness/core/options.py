@@ -23,8 +23,15 @@ def check_seed(seed: Optional[int], option: str = "--seed") -> None:
     check_option(seed is None or 0 <= seed < 2 ** 63, option, seed, "an integer in [0, 2**63)")
 
 
+THREADS_PER_CORE = 4  # torch / BLAS threads per core at most: more only thrash, and 10^9 ran libgomp out of memory (exit 1)
+
+
 def check_threads(threads: Optional[int], option: str = "--threads") -> None:
-    check_option(threads is None or threads >= 1, option, threads, "an integer >= 1")
+    """``threads`` is None or an integer in [1, THREADS_PER_CORE x the cores of this machine]."""
+    cores = os.cpu_count() or 1
+    check_option(threads is None or 1 <= threads <= THREADS_PER_CORE * cores, option, threads,
+                 f"an integer in [1, {THREADS_PER_CORE * cores}] on this machine ({THREADS_PER_CORE} per core; "
+                 f"{cores} cores here)")
 
 
 def check_out(path: Optional[Path], option: str = "--out", is_file: bool = False) -> None:

@@ -15,6 +15,7 @@ contexts, N = max_new_tokens, J = joint_tokens):
                          (N - J - 1) x W^J windows per accumulator
     positions            N x (pit_bins + W + W^2 + C) per accumulator        (battery.Accumulator, law tables)
     one sampler call     max_chunk x N tokens in ~8 arrays (tokens, symbols, states, PITs, ...)
+    its prompts          max_chunk x (P + N) token ids in ~3 arrays (the prompts, prompt + output, a copy), P = len(prompt)
     accumulators alive   ~4 (the run's, a shard's in flight, the baseline's, a merge)
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ ENTRY = 8  # bytes of a float64 / int64 entry
 TABLE_COPIES = 16
 ACCUMULATORS = 4
 CHUNK_ARRAYS = 8
+PROMPT_ARRAYS = 3
 
 
 def _order_key(own: dict) -> str:
@@ -68,6 +70,10 @@ def check_scenario_sizes(raw: dict, own: dict, run: dict, source: str) -> None:
                 "accumulators")
     check_bytes(f"{source}: `max_new_tokens`", N, CHUNK_ARRAYS * max_chunk * N * ENTRY,
                 f"one sampler call of max_chunk = {max_chunk:,} sequences x max_new_tokens tokens")
+    prompt = raw.get("prompt", [0])
+    P = len(prompt) if isinstance(prompt, (list, tuple)) else 1
+    check_bytes(f"{source}: `prompt` length", P, PROMPT_ARRAYS * max_chunk * (P + N) * ENTRY,
+                f"one sampler call's prompts, max_chunk = {max_chunk:,} sequences x (prompt + max_new_tokens) tokens")
     joint = W ** J if J >= 2 else 0
     key, value = ("max_new_tokens", N) if "max_new_tokens" in own else ("joint_tokens", J)
     check_bytes(f"{source}: `{key}`", value, ACCUMULATORS * (max(N - J - 1, 0) + 1) * joint * ENTRY,

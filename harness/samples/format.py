@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from harness.core.errors import UsageError
+from harness.core.limits import check_bytes, fmt_bytes
 
 __all__ = ["FORMAT", "FINISH_REASONS", "Controls", "SampleRecord", "SampleFormatError", "parse_record",
            "read_samples", "SampleWriter", "SampleFileLocked", "lock_exclusive"]
@@ -267,10 +268,20 @@ def _parse_line(path: Path, lineno: int, text: str) -> SampleRecord:
         raise SampleFormatError(f"{path}:{lineno}: {e}") from None
 
 
+READ_FACTOR = 8  # bytes of memory per byte of a sample file while it is read (bytes, text, lines, records)
+
+
 def read_samples(path, *, option: str = "--samples") -> list[SampleRecord]:
     """Every record of the sample file ``path``, in file order; :class:`SampleFormatError` (exit 2) on the
     first malformed line, a duplicate request_id, a missing or unreadable file, or a file with no records."""
     path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # the read below names what is wrong
+    check_bytes(f"`{option}`", str(path), READ_FACTOR * size,
+                f"a {fmt_bytes(size)} file read whole: about {READ_FACTOR} bytes of memory per byte, its text, lines "
+                "and parsed records")
     try:
         raw = path.read_bytes()
     except OSError as e:

@@ -140,6 +140,8 @@ def _check(args) -> None:
         check_option(args.control is None, "--control", args.control, "absent for --engine openai")
     if args.control is not None:
         check_option(args.control in CONTROLS, "--control", args.control, f"one of {sorted(CONTROLS)}")
+    check_count("--n-prompts", args.n_prompts, 400 + 8 * (hi + args.max_new_tokens),  # so that its own excess is named
+                "requests at one completion per prompt, each holding its prompt and completion")
     check_count("--n-per-prompt", args.n_per_prompt, args.n_prompts * (400 + 8 * (hi + args.max_new_tokens)),
                 f"each unit of it is --n-prompts = {args.n_prompts:,} requests, each holding its prompt and completion")
     _check_model_options(args)

@@ -89,6 +89,10 @@ class RunState:
         self._sources: dict[str, dict] = {}  # fingerprint -> {source: its fingerprint} (to name what changed)
         self.changed: set[str] = set()  # what made saved shards stale, where it can be named
         self.run_fingerprint: Optional[str] = None  # code + sampler under test, as announced
+        self.link: Optional[str] = None  # where a `_tmp_state` that was a symbolic link pointed: never followed
+        if self.dir is not None and self.dir.is_symlink():  # else its target's .npz files would be read and removed
+            self.link = str(self.dir.readlink())
+            self.dir.unlink()
         if self.dir is not None:
             if fresh and self.dir.exists():
                 self._remove_files()
@@ -172,7 +176,7 @@ class RunState:
     def summary(self) -> dict:
         """What was reused, for meta.json: shard counts and the run's fingerprint."""
         return {"reused_shards": len(self.reused), "stale_shards_redrawn": len(self.stale),
-                "ignored_files": list(self.foreign), "fingerprint": self.run_fingerprint,
+                "ignored_files": list(self.foreign), "ignored_link": self.link, "fingerprint": self.run_fingerprint,
                 "code_fingerprint": self._code}
 
     def announcement(self) -> list[str]:
@@ -187,6 +191,9 @@ class RunState:
                     "sampler source, project code, scenario, seed or draws changed")
             lines.append(f"ignored {len(self.stale)} saved draw shard{'s' * (len(self.stale) != 1)} made by other "
                          f"code or settings ({what}); redrawn (fingerprint now {fp})")
+        if self.link is not None:
+            lines.append(f"ignored {self.dir}: a symbolic link (to {self.link!r}), not the run's own folder; never "
+                         f"followed (nothing there was read or removed); the link was removed")
         if self.foreign:
             names = ", ".join(self.foreign[:3]) + (f" and {len(self.foreign) - 3} more" if len(self.foreign) > 3 else "")
             lines.append(f"ignored {len(self.foreign)} file{'s' * (len(self.foreign) != 1)} in {self.dir} not in the "

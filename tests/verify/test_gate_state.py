@@ -97,3 +97,20 @@ def test_safestate_round_trip_and_refusals(tmp_path):
     path.write_bytes(b"not a zip")
     with pytest.raises(safestate.StateFormatError):
         safestate.read_header(path)
+
+
+def test_a_symlinked_state_folder_is_never_followed(tmp_path):
+    """probe45: `<out>/_tmp_state` planted as a link to another folder: its files were read as saved state and,
+    at the end of the run, every .npz / .pkl there was deleted.  Now the link is removed, its target untouched."""
+    elsewhere, out = tmp_path / "elsewhere", tmp_path / "out"
+    elsewhere.mkdir()
+    out.mkdir()
+    (elsewhere / "data.npz").write_bytes(b"someone's data")
+    (elsewhere / "model.pkl").write_bytes(b"someone's model")
+    (out / "_tmp_state").symlink_to(elsewhere)
+    state = drawmod.RunState(out)
+    state.clear()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["data.npz", "model.pkl"]
+    assert not (out / "_tmp_state").exists() and not (out / "_tmp_state").is_symlink()
+    assert state.foreign == [] and state.summary()["ignored_link"] == str(elsewhere)
+    assert any("symbolic link" in line and "never followed" in line for line in state.announcement())
