@@ -119,12 +119,12 @@ def main(argv=None) -> int:
             return EXIT_FAILED
 
 
-def quiet_libraries(args=None) -> None:
+def quiet_libraries() -> None:
     """Silence third-party noise on our paths, keep our own output and warnings: transformers' "Loading weights"
     bars (huggingface_hub's switch, which transformers reads when it is imported, here and in worker processes,
     which inherit it; our own bars stay, ``--no-progress`` turns those off) and the one deprecation transformers
     logs for every ``generate`` call given a generation config and arguments (:class:`_DropDeprecation`).  Other
-    transformers warnings still print.  ``args``: the parsed command line (unused; kept for callers)."""
+    transformers warnings still print."""
     logger = logging.getLogger(_DropDeprecation.LOGGER)  # the logger transformers.get_logger(__name__) returns
     if not any(isinstance(f, _DropDeprecation) for f in logger.filters):
         logger.addFilter(_DropDeprecation())

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core.errors import UsageError
+from harness.core.options import check_option, quoted
 
 __all__ = ["MEMORY_SHARE", "MAX_SEQUENCES", "available_memory", "memory_budget", "fmt_bytes", "check_count",
            "check_bytes", "check_folder_name"]
@@ -97,21 +98,20 @@ def check_count(option: str, value: int, per_item: float, what: str, fixed: floa
     """``value`` items of ``per_item`` bytes each (plus ``fixed``) must fit the memory budget, and ``value``
     must be at most ``hard`` (a fixed cap, ``hard_why`` saying why); UsageError naming ``option`` with the
     value and the limit otherwise.  ``option`` is an option (``--batch``) or ``file: `key```."""
-    if hard is not None and value > hard:
-        raise UsageError(f"{_name(option)} must be at most {hard:,} ({hard_why}); got {value!r}")
+    if hard is not None:
+        check_option(value <= hard, option, value, f"at most {hard:,} ({hard_why})")
     budget, why = memory_budget()
     limit = int(max(budget - fixed, 0) // max(per_item, 1.0))
-    if value > limit:
-        raise UsageError(f"{_name(option)} must be at most {limit:,} on this machine ({what}: about "
-                         f"{fmt_bytes(per_item)} each, {fmt_bytes(per_item * value + fixed)} in all; the run may use "
-                         f"{fmt_bytes(budget)}, {why}); got {value!r}")
+    check_option(value <= limit, option, value,
+                 f"at most {limit:,} on this machine ({what}: about {fmt_bytes(per_item)} each, "
+                 f"{fmt_bytes(per_item * value + fixed)} in all; the run may use {fmt_bytes(budget)}, {why})")
 
 
 def check_bytes(option: str, value, need: float, what: str) -> None:
     """An allocation of ``need`` bytes (``what``, decided by ``option`` = ``value``) must fit the budget."""
     budget, why = memory_budget()
     if need > budget:
-        raise UsageError(f"{_name(option)} = {value!r} needs about {fmt_bytes(need)} ({what}); the run may use "
+        raise UsageError(f"{quoted(option)} = {value!r} needs about {fmt_bytes(need)} ({what}); the run may use "
                          f"{fmt_bytes(budget)}, {why}: choose a smaller value")
 
 
@@ -119,10 +119,4 @@ def check_folder_name(name, where: str) -> None:
     """A name that becomes a folder: non-empty, not ``.`` or ``..``, no path separator."""
     bad = (not isinstance(name, str) or name.strip() in ("", ".", "..") or "/" in name or "\\" in name
            or "\0" in name)
-    if bad:
-        raise UsageError(f"{_name(where)} must be a folder name (not empty, '.' or '..', no '/'); got {name!r}")
-
-
-def _name(option: str) -> str:
-    """``--x`` -> ```--x```; ``file: key`` (already quoted by the caller) as it is."""
-    return option if "`" in option else f"`{option}`"
+    check_option(not bad, where, name, "a folder name (not empty, '.' or '..', no '/')")

@@ -12,11 +12,16 @@ from harness.core.errors import UsageError
 __all__ = ["check_option", "check_seed", "check_threads", "check_out", "check_unique"]
 
 
+def quoted(option: str) -> str:
+    """``--x`` -> ```--x```; ``file: `key``` (already quoted by the caller) as it is."""
+    return option if "`" in option else f"`{option}`"
+
+
 def check_option(ok: bool, option: str, value, allowed: str) -> None:
     """Raise a UsageError naming ``option`` (or ``file: `key```, quoted by the caller) and its bad ``value``
     unless ``ok``."""
     if not ok:
-        raise UsageError(f"{option if '`' in option else f'`{option}`'} must be {allowed}; got {value!r}")
+        raise UsageError(f"{quoted(option)} must be {allowed}; got {value!r}")
 
 
 def check_seed(seed: Optional[int], option: str = "--seed") -> None:
