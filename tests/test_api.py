@@ -33,6 +33,7 @@ def _run_example(select: str) -> subprocess.CompletedProcess:
                            "-p", "no:cacheprovider"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # ~35s: a child interpreter per run; make test-slow (CI) runs it
 def test_example_reference_sampler_is_certified():
     proc = _run_example("my_sampler_is_lossless")
     out = proc.stdout + proc.stderr

@@ -63,6 +63,7 @@ def _assert_refused(p: subprocess.CompletedProcess, needle: str) -> None:
     assert "error:" in lines[-1]
 
 
+@pytest.mark.slow  # ~5 eachs: a child interpreter per run; make test-slow (CI) runs it
 @pytest.mark.parametrize("body", list(SCENARIO_PROBES), ids=lambda b: b[:24])
 def test_scenario_sizes_refused_before_any_table(tmp_path, body):
     d = _scenario_dir(tmp_path, body)
@@ -84,6 +85,7 @@ def test_scenario_sizes_refused_before_any_table(tmp_path, body):
     (["verify", "--threads", "1000000000", "--scenario", "base", "--out", "o", *QUIET], "`--threads` must be an integer in"),
     # was exit 1 (lossy's status) on libgomp's "Out of memory allocating 216000001344 bytes" (probe45)
 ], ids=["verify-draws", "sample-n-per-prompt", "sample-n-prompts", "sample-max-new-tokens", "tune-batch", "verify-threads"])
+@pytest.mark.slow  # ~5-9 eachs: a child interpreter per run; make test-slow (CI) runs it
 def test_option_sizes_refused_under_a_memory_limit(tmp_path, args, needle):
     p = _harness(tmp_path, *args)
     _assert_refused(p, needle)

@@ -123,6 +123,7 @@ def _wait_for_pid(lock: Path, proc, timeout=120) -> int:
     pytest.fail("the first run never took its lock")
 
 
+@pytest.mark.slow  # ~15s: a child interpreter per run; make test-slow (CI) runs it
 def test_a_second_verify_into_the_same_out_exits_2_naming_it_and_the_pid(tmp_path, monkeypatch, capsys):
     """Two verify runs into one --out: the second exits 2 before any work, one line naming --out and the pid of
     the first; after the first is SIGKILLed its lock is gone and a run goes ahead."""

@@ -33,6 +33,7 @@ def _last(err: str) -> str:
     return [line for line in err.splitlines() if line.strip()][-1]
 
 
+@pytest.mark.slow  # ~30s: a child interpreter per run; make test-slow (CI) runs it
 def test_os_exit_0_at_one_worker_is_exit_3_naming_the_sampler(tmp_path):
     """Was exit 0 with nothing printed and no report (the sampler ran in the driver)."""
     r = _cli(tmp_path, "import os\nos._exit(0)\n", "--workers", "1")
@@ -113,6 +114,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow  # ~15s: a child interpreter per run; make test-slow (CI) runs it
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_die_with_a_sigkilled_driver(tmp_path):
     src = tmp_path / "s.py"
