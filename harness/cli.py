@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     except SystemExit as e:  # --help (0) or a usage error (2), already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     prog = f"python -m harness {args.command}"
-    args.argv = argv[argv.index(args.command) + 1:]  # the command's own options, for the rerun it may suggest
+    args._argv = argv[argv.index(args.command) + 1:]  # the command's own options, for the rerun it may suggest
+    # (private: not an option, so not part of the default output folder's key, harness.core.outdir)
     with sigint_flag(), held_outputs():
         try:
             return int(mods[args.command].run(args) or 0)

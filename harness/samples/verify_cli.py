@@ -365,7 +365,7 @@ def advice(res: SamplesVerdict, args) -> list[str]:
              ", then verify those:"]
     lines += [f"  python -m harness sample <the options that wrote {getattr(args, o[2:])}, another --seed> "
               f"--n-per-prompt {per_prompt} --out {p}" for o, p in new.items()]
-    lines.append("  " + rerun_command("verify-samples", getattr(args, "argv", None), new))
+    lines.append("  " + rerun_command("verify-samples", getattr(args, "_argv", None), new))
     return lines
 
 

@@ -246,7 +246,7 @@ def rerun(command: str, args, seed: int) -> Callable[[dict], str]:
         options = {**options, "--seed": (int(seed) + 1) % 2 ** 63}
         if getattr(args, "until_certified", None) is not None and "--draws" in options:
             options["--until-certified"] = max(args.until_certified, 4 * options["--draws"])
-        return rerun_command(command, getattr(args, "argv", None), options)
+        return rerun_command(command, getattr(args, "_argv", None), options)
     return line
 
 

@@ -33,6 +33,17 @@ def test_default_folder_is_under_runs_and_named_by_the_options():
     assert re.fullmatch(r"base-[0-9a-f]{8}", out.name), out
 
 
+def test_the_command_line_as_main_keeps_it_is_not_part_of_the_key(monkeypatch):
+    """main() keeps the command's own argv for the rerun advice; like --workers, how it was spelled must not move
+    the default folder (it once did: `--workers 1` gave another folder than the default)."""
+    import harness.verify.cli as verify_cli
+    seen = []
+    monkeypatch.setattr(verify_cli, "run", lambda args: seen.append(default_out("verify", args, ("scenario",))) or 0)
+    assert main(["verify", "--scenario", "base", "--draws", "2000"]) == 0
+    assert main(["verify", "--draws", "2000", "--scenario", "base", "--workers", "1", "--no-progress"]) == 0
+    assert len(seen) == 2 and seen[0] == seen[1], seen
+
+
 def test_same_options_same_folder_other_options_another():
     key = ("sampler", "scenario", "full")
     a = default_out("verify", _args("verify", "--scenario", "base", "--draws", "2000"), key)
