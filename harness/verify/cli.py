@@ -32,6 +32,7 @@ from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.verify.epsilon import parse_epsilon_option
 from harness.verify.pipeline import verify
 from harness.verify.sampler import load_sampler, sampler_failure
+from harness.verify.isolation import import_timeout
 from harness.verify.until import until_certified
 
 SEQUENCES_WHY = "sequences a run may draw at most: more would take days per scenario"
@@ -78,7 +79,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sampler-timeout", type=float, metavar="S",
                     help="seconds one task of the sampler (a shard of draws, or a real-model run) may run on a worker "
                          "before it is stopped and the run ends in exit 3 (default: 600 s + 10 ms per token the task "
-                         "draws; 0: no limit; not enforced on --backend ray)")
+                         "draws; 0: no limit; not enforced on --backend ray); it also bounds the trial import of "
+                         "--sampler's module (default 600 s)")
     add_common_arguments(ap)
 
 
@@ -150,7 +152,8 @@ def _choose(args) -> _Choice:
     settings = with_epsilon(load_settings(args.scenario_dir), args)
     if args.no_sequential:
         settings = replace(settings, sequential_alpha=0.0)
-    sampler = load_sampler(args.sampler, trial=True) if args.sampler else None  # imported in a child first
+    sampler = (load_sampler(args.sampler, trial=True, trial_timeout=import_timeout(timeout))  # in a child first
+               if args.sampler else None)
     algorithm = _algorithm(getattr(args, "algorithm", None), sampler)
     names = args.scenario or list(settings.scenarios)
     rm_spec = real_model_spec(Path(args.scenario_dir) / "default.toml")

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from harness.core.backends import Backend, LocalPool, SerialBackend, TaskLost
 from harness.core.fingerprint import PROJECT_PACKAGES
 
-__all__ = ["lost_message", "not_from_generator", "is_plugin_task", "task_timeout", "backend_for", "AUTO_TIMEOUT_S", "SECONDS_PER_TOKEN",
+__all__ = ["lost_message", "not_from_generator", "is_plugin_task", "task_timeout", "import_timeout", "backend_for", "AUTO_TIMEOUT_S", "SECONDS_PER_TOKEN",
            "describe_timeout"]
 
 AUTO_TIMEOUT_S = 600.0  # the default limit of one sampler task, plus SECONDS_PER_TOKEN per token it draws
@@ -46,13 +46,16 @@ def not_from_generator(label: str, differ: int, total: int) -> str:
 
 def is_plugin_task(task) -> bool:
     """Whether ``task`` runs a sampler from outside the project (its recipe: a file, a pickle, or an importable
-    module outside :data:`harness.core.fingerprint.PROJECT_PACKAGES`)."""
+    module or ``--sampler`` value outside :data:`harness.core.fingerprint.PROJECT_PACKAGES`)."""
     recipe = getattr(task, "sampler", None)
     if not isinstance(recipe, tuple) or getattr(task, "is_baseline", False):
         return False
     kind = recipe[0]
     if kind in ("file", "pickle"):
         return True
+    if kind == "spec":
+        module = str(recipe[1]).rsplit(":", 1)[0]
+        return module.endswith(".py") or module.split(".")[0] not in PROJECT_PACKAGES
     return kind == "import" and str(recipe[1]).split(".")[0] not in PROJECT_PACKAGES
 
 
@@ -67,6 +70,15 @@ def task_timeout(sampler_timeout: Optional[float]) -> Callable[[object], Optiona
             return float(sampler_timeout) if sampler_timeout > 0 else None
         return AUTO_TIMEOUT_S + SECONDS_PER_TOKEN * getattr(task, "positions", 0)
     return limit
+
+
+def import_timeout(sampler_timeout: Optional[float]) -> Optional[float]:
+    """The limit in seconds of the trial import of a ``--sampler`` module
+    (:func:`harness.verify.sampler.trial_import`): ``--sampler-timeout`` (0: none), by default
+    :data:`AUTO_TIMEOUT_S`."""
+    if sampler_timeout is None:
+        return AUTO_TIMEOUT_S
+    return float(sampler_timeout) if sampler_timeout > 0 else None
 
 
 def describe_timeout(sampler_timeout: Optional[float]) -> str:

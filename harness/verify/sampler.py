@@ -48,7 +48,7 @@ class SamplerCallError(RuntimeError):
     """A sampler call ended in ``SystemExit`` or in a ``KeyboardInterrupt`` of its own."""
 
 
-def load_sampler(spec: str, trial: bool = False, trial_timeout: float = 600.0) -> Callable:
+def load_sampler(spec: str, trial: bool = False, trial_timeout: Optional[float] = 600.0) -> Callable:
     """Import 'package.module:function' (or 'path/to/file.py:function'); errors name ``--sampler``.  ``trial``
     (the ``verify`` command): import it in a child process first (:func:`trial_import`), so that an import that
     ends its process or hangs is a usage error here, not an exit status of its choosing."""
@@ -65,7 +65,14 @@ def load_sampler(spec: str, trial: bool = False, trial_timeout: float = 600.0) -
     if not callable(fn):
         raise SamplerSpecError(f"`--sampler` must name a callable; got {spec!r} ({type(fn).__name__})")
     _check_signature(fn, spec)
-    return guard_sampler(fn)
+    guarded = guard_sampler(fn)
+    guarded.sampler_spec = _portable_spec(mod_name, fn_name)  # how a worker imports it again (shards.sampler_recipe)
+    return guarded
+
+
+def _portable_spec(mod_name: str, fn_name: str) -> str:
+    """The ``--sampler`` value with a file's path made absolute, so that a worker started elsewhere finds it."""
+    return f"{Path(mod_name).resolve()}:{fn_name}" if mod_name.endswith(".py") else f"{mod_name}:{fn_name}"
 
 
 _TRIAL = """
@@ -82,10 +89,10 @@ sys.stdout.flush()
 """
 
 
-def trial_import(spec: str, timeout: float = 600.0) -> None:
+def trial_import(spec: str, timeout: Optional[float] = 600.0) -> None:
     """Import and check ``--sampler`` ``spec`` in a child process: SamplerSpecError (exit 2, naming ``--sampler``)
     when that fails, ends the child (``os._exit``, ``exit()`` in C code, a signal) before the import is done, or
-    takes longer than ``timeout`` seconds.  Code that runs at import time then cannot end the command that judges
+    takes longer than ``timeout`` seconds (None: no limit).  Code that runs at import time then cannot end the command that judges
     the sampler with an exit status of its choosing."""
     import os
     import secrets
@@ -99,7 +106,8 @@ def trial_import(spec: str, timeout: float = 600.0) -> None:
         r = subprocess.run([sys.executable, "-c", _TRIAL, spec, token], capture_output=True, text=True, env=env,
                            timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise SamplerSpecError(f"`--sampler`: importing {spec!r} did not finish within {timeout:g} s") from None
+        raise SamplerSpecError(f"`--sampler`: importing {spec!r} did not finish within {timeout:g} s "
+                               f"(--sampler-timeout)") from None
     if r.returncode == 0 and r.stdout.endswith(token):
         return
     if r.returncode == 2 and token in r.stderr:

@@ -193,8 +193,14 @@ class RealResult:
 # ------------------------------------------------------------------------------------ sampler recipes
 def sampler_recipe(fn: Callable, label: str) -> tuple:
     """How a worker gets ``fn`` (the sampler of run ``label``) back: ``("import", module, name, guarded)``,
-    ``("control", module, name)``, ``("algorithm", name)``, ``("file", path, name)``, ``("pickle", bytes)``,
-    or ``("object", fn)`` when none reproduces it (the run is then drawn in the driver)."""
+    ``("control", module, name)``, ``("algorithm", name)``, ``("file", path, name)``, ``("spec", value)``, ``("pickle", bytes)``,
+    or ``("object", fn)`` when none reproduces it (the run is then drawn in the driver).  A sampler loaded from
+    a ``--sampler`` value (:func:`harness.verify.sampler.load_sampler`) travels as ``("spec", value)``: a worker
+    imports what the user named, whether a function, a callable object or a closure, so it never runs in the
+    driver."""
+    spec = getattr(fn, "sampler_spec", None)
+    if isinstance(spec, str):
+        return ("spec", spec)
     for recipe in _candidate_recipes(fn, label):
         try:
             if _same_function(resolve_sampler(recipe), fn):
@@ -271,6 +277,8 @@ def _resolve(recipe: tuple) -> Callable:
         return guard_sampler(obj) if recipe[3] else obj
     if kind == "file":
         return load_sampler(f"{recipe[1]}:{recipe[2]}")
+    if kind == "spec":
+        return load_sampler(recipe[1])
     if kind == "pickle":
         return pickle.loads(recipe[1])
     raise ValueError(f"`recipe` must be a sampler recipe of harness.verify.shards; got kind {kind!r}")

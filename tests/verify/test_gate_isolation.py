@@ -196,3 +196,68 @@ def test_import_time_exit_is_exit_2_naming_the_sampler(tmp_path, top, says):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "`--sampler`" in lines[0] and says in lines[0], r.stderr
+
+
+# ------------------------------------------------------------------- samplers no function recipe rebuilds
+OBJECTS = SIG + "    return speculative_generate(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, " \
+                "config=config, eos_token_id=eos_token_id, generator=generator)\n" + textwrap.dedent("""
+    class Sampler:
+        def __call__(self, target, draft, prompts, *, k, max_new_tokens, config, eos_token_id=None, generator=None):
+            import os
+            os._exit(0)
+
+    obj = Sampler()
+
+    def make():
+        def inner(target, draft, prompts, **kw):
+            return fn(target, draft, prompts, **kw)
+        return inner
+
+    closure = make()
+    """)
+
+
+@pytest.mark.parametrize("name", ["obj", "closure"])
+def test_a_callable_object_or_closure_travels_as_its_sampler_value(tmp_path, monkeypatch, name):
+    """A `--sampler` naming a callable object or a closure had no recipe a worker could rebuild, so it was drawn
+    in the driver (at --workers 1, os._exit(0) there was exit 0 without a verdict): it travels as its value."""
+    from harness.verify.sampler import load_sampler
+    from harness.verify.shards import resolve_sampler, sampler_recipe
+    (tmp_path / "s.py").write_text(OBJECTS)
+    monkeypatch.chdir(tmp_path)
+    fn = load_sampler(f"s.py:{name}")
+    recipe = sampler_recipe(fn, "s.py:" + name)
+    assert recipe == ("spec", f"{tmp_path / 's.py'}:{name}")  # absolute: a worker elsewhere finds the file
+    assert is_plugin_task(type("T", (), {"sampler": recipe})())
+    assert resolve_sampler(recipe).sampler_spec == recipe[1]
+    assert not is_plugin_task(type("T", (), {"sampler": ("spec", "specimpl.speculative:speculative_generate")})())
+
+
+@pytest.mark.slow  # ~30 s: a child interpreter and its worker; make test-slow (CI) runs it
+def test_os_exit_0_in_a_callable_object_at_one_worker_is_exit_3(tmp_path):
+    src = tmp_path / "s.py"
+    src.write_text(OBJECTS)
+    cmd = [sys.executable, "-m", "harness", "verify", "--sampler", f"{src}:obj", "--scenario", "base", "--draws",
+           "2000", "--no-real-model", "--no-progress", "--no-figures", "--workers", "1", "--out", str(tmp_path / "o")]
+    r = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 3, r.stderr
+    line = _last(r.stderr)
+    assert "s.py:obj" in line and "exit status 0" in line and "os._exit" in line, line
+
+
+@pytest.mark.slow  # ~15 s: two interpreter starts
+def test_an_import_that_hangs_stops_at_sampler_timeout(tmp_path):
+    """The trial import waited a fixed 600 s whatever --sampler-timeout said."""
+    src = tmp_path / "s.py"
+    src.write_text("import time\ntime.sleep(3600)\n" + SIG + "    return None\n")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "harness", "verify", "--sampler", f"{src}:fn", "--scenario", "base",
+                        "--draws", "2000", "--no-real-model", "--no-progress", "--sampler-timeout", "8",
+                        "--out", str(tmp_path / "out")],
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "did not finish within 8 s (--sampler-timeout)" in lines[0], r.stderr
+    assert time.monotonic() - t0 < 120
