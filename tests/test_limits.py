@@ -92,6 +92,20 @@ def test_option_sizes_refused_under_a_memory_limit(tmp_path, args, needle):
     assert sorted(x.name for x in tmp_path.iterdir()) == []  # nothing written
 
 
+@pytest.mark.parametrize("body, needle", [
+    ("k = 1000000000\n", "bad.toml: `k` = 1000000000 needs about"),  # named `target.order` (the kernel's k + 1 factor)
+    ("[target]\norder = 7\n", "bad.toml: `target.order` = 7 needs about"),  # the contexts alone, at any k
+    ("weight = 1e12\n", "bad.toml: `weight` must be a number in (0, 5e+09]"),  # was "`--draws` must be at most 0"
+])
+def test_scenario_refusal_names_the_key_to_blame(tmp_path, capsys, body, needle):
+    d = _scenario_dir(tmp_path, body)
+    assert main(["verify", "--scenario-dir", str(d), "--scenario", "bad", "--draws", "2000", "--out",
+                 str(tmp_path / "o"), *QUIET]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
 def test_draws_in_default_toml_capped(tmp_path):
     d = _scenario_dir(tmp_path, "")
     text = (d / "default.toml").read_text().replace("draws = 1_000_000 ", "draws = 100_000_000_000 ", 1)
@@ -109,6 +123,7 @@ def test_draws_in_default_toml_capped(tmp_path):
     ("[synthetic]\nalpha = [-0.1]\n", "`synthetic.alpha`"),
     ("[synthetic]\nmax_new_tokens = 0\n", "`synthetic.max_new_tokens`"),
     ("[real]\nmax_new_tokens = 100000\n", "`real.max_new_tokens`"),
+    ("threads = 1000000000\n", "`threads` must be an integer in [1, "),  # was unbounded (libgomp's OOM at run time)
 ])
 def test_sweep_file_refused_in_validation(tmp_path, capsys, body, needle):
     f = tmp_path / "sw.toml"

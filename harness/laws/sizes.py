@@ -57,8 +57,11 @@ def check_scenario_sizes(raw: dict, own: dict, run: dict, source: str) -> None:
         value = t.get(key.split(".")[1]) if key.startswith("target.") else d.get("order")
         check_bytes(f"{source}: `{key}`", value, TABLE_COPIES * C * V * ENTRY,
                     f"n-gram tables of vocab_size^order = {V}^{order} entries")
-        check_bytes(f"{source}: `{key}`", value, 3 * C * C * (k + 1) * 2 * ENTRY,
-                    f"the exact law's round kernel, contexts^2 x (k + 1) x 2 = {C}^2 x {k + 1} x 2 entries")
+        kernel = lambda k: 3 * C * C * (k + 1) * 2 * ENTRY  # noqa: E731
+        why = "the exact law's round kernel, contexts^2 x (k + 1) x 2 = {}^2 x {} x 2 entries"
+        check_bytes(f"{source}: `{key}`", value, kernel(1), why.format(C, 2))  # too large at k = 1: the contexts
+        k_key, k_value = ("k", k) if "k" in own else (key, value)  # else k is, where the file sets it
+        check_bytes(f"{source}: `{k_key}`", k_value, kernel(k), why.format(C, k + 1))
         if J >= 2 and W ** J > JOINT_CELLS:
             fail(source, "joint_tokens", J, f"an integer with (vocab_size + 1)^joint_tokens <= {JOINT_CELLS:,} "
                                             f"(here {W}^{J} = {W ** J:,} cells)")

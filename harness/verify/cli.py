@@ -21,6 +21,7 @@ from typing import Callable, Optional
 from harness.laws.algorithms import NAMES, Algorithm
 from harness.core.backends import Backend, add_backend_arguments, check_backend_options, make_backend
 from harness.core.config import overlay, read_toml
+from harness.core.schema import fail
 from harness.core.errors import UsageError
 from harness.core.verdict import exit_status, rerun_command
 from harness.core.threads import with_threads
@@ -179,6 +180,10 @@ def _check_run_draws(args, settings, scenarios) -> None:
     option = "--draws" if args.draws else f"{Path(args.scenario_dir) / 'default.toml'}: `run.{'full_' * args.full}draws`"
     for sc in scenarios:
         w = sc.full_weight if args.full else sc.weight
+        key = "full_weight" if args.full and "full_weight" in sc.raw else "weight"
+        if MAX_SEQUENCES / w < 2:  # no --draws fits: the scenario's weight is what is wrong
+            fail(str(Path(args.scenario_dir) / f"{sc.name}.toml"), key, w, f"a number in (0, {MAX_SEQUENCES / 2:g}] "
+                 f"(a run draws --draws x {key} sequences, at least 2 and at most {MAX_SEQUENCES:,})")
         check_option(draws * w <= MAX_SEQUENCES, option, draws, f"at most {int(MAX_SEQUENCES / w):,} (scenario "
                      f"{sc.name!r} draws {w:g} x this; {MAX_SEQUENCES:,} {SEQUENCES_WHY})")
 

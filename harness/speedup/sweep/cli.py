@@ -37,7 +37,7 @@ from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic
 from harness.speedup.sweep.suites import SUITES, Cell
 from harness.speedup.sweep.tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
 from harness.core.errors import UsageError
-from harness.core.options import check_option, check_out, check_unique
+from harness.core.options import THREADS_PER_CORE, check_option, check_out, check_unique
 from harness.core.outdir import claim_out, resolve_out
 from specimpl.errors import check_arg
 from harness.speedup.report.cli import make_report
@@ -76,8 +76,9 @@ def _check(cfg: dict, source: str = "the sweep config") -> None:
                   and "\\" not in cfg["name"], "name", cfg["name"], "a folder name (not empty, '.' or '..', no '/')")
         check_arg(isinstance(cfg["seed"], int) and not isinstance(cfg["seed"], bool) and cfg["seed"] >= 0, "seed",
                   cfg["seed"], "an integer >= 0")
-        check_arg(isinstance(cfg["threads"], int) and not isinstance(cfg["threads"], bool) and cfg["threads"] >= 1,
-                  "threads", cfg["threads"], "an integer >= 1")
+        most = THREADS_PER_CORE * (os.cpu_count() or 1)  # as --threads (harness.core.options.check_threads)
+        check_arg(isinstance(cfg["threads"], int) and not isinstance(cfg["threads"], bool) and 1 <= cfg["threads"] <= most,
+                  "threads", cfg["threads"], f"an integer in [1, {most}] on this machine ({THREADS_PER_CORE} per core)")
         check_arg(cfg["device"] in ("cpu", "cuda") or str(cfg["device"]).startswith("cuda:"), "device", cfg["device"],
                   "'cpu' or 'cuda'")
         if str(cfg["device"]).startswith("cuda") and not torch.cuda.is_available():
