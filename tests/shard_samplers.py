@@ -45,3 +45,18 @@ def thread_counts(_=None) -> tuple[int, list[int]]:
 def exit_zero(_task):
     """A task that ends its own process with exit status 0 (as a library calling os._exit(0) would)."""
     os._exit(0)
+
+
+def die_mid_result(_task):
+    """A task whose worker dies while its result is half sent (as a worker SIGKILLed by a time limit or the
+    out-of-memory killer in the middle of sending a large result would): it writes the header of a 1 MB message
+    and 16 bytes of it into the pool's result pipe, then ends its process.  The executor's reader then waits
+    for the rest of the message for ever."""
+    import struct
+    import sys
+    frame = sys._getframe()
+    while frame is not None and "result_queue" not in frame.f_locals:
+        frame = frame.f_back
+    fd = frame.f_locals["result_queue"]._writer.fileno()
+    os.write(fd, struct.pack("!i", 1 << 20) + b"\0" * 16)
+    os._exit(9)

@@ -46,6 +46,8 @@ RAY_NODE_IP_ENV = "SPECVERIFY_RAY_NODE_IP"  # a local Ray (--backend ray, no --a
 RETRIES = 3  # times a task whose worker died is run again
 WORKERS_PER_CORE = 2  # each worker is a CPU-bound process with one torch thread: more per core only queue and take memory
 ABORT_GRACE_S = 30.0  # an interrupted pool waits this long for the tasks in flight before it kills their workers
+WEDGE_S = 5.0  # a worker dead this long while its pool still reports nothing: the pool's reader is stuck (LocalPool)
+POLL_S = 1.0  # how often a pool without time limits looks at its workers
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,31 @@ def _death(code: Optional[int]) -> str:
     return f"was killed by {name}" + (" (the out-of-memory killer, or kill -9)" if name == "SIGKILL" else "")
 
 
+def _unwedge(pool: ProcessPoolExecutor) -> None:
+    """Release ``pool``'s result reader when it waits for the rest of a message its dead worker half sent: feed the
+    result pipe zero bytes (from this process's own end of it) until the message is complete; it then fails to
+    decode, the executor marks itself broken and its thread ends.  Else that thread waits for ever, and the
+    interpreter's exit, which joins it, with it.  Only for a pool being given up (a live one is broken by it);
+    does nothing to a pool whose thread has ended."""
+    thread, queue = getattr(pool, "_executor_manager_thread", None), getattr(pool, "_result_queue", None)
+    if thread is None or queue is None or not thread.is_alive():
+        return
+    try:
+        fd = queue._writer.fileno()
+        os.set_blocking(fd, False)
+    except (OSError, ValueError, AttributeError):
+        return
+    chunk, deadline = bytes(1 << 16), time.monotonic() + 30.0
+    while thread.is_alive() and time.monotonic() < deadline:
+        try:
+            os.write(fd, chunk)
+        except BlockingIOError:
+            pass
+        except OSError:
+            return
+        thread.join(0.01)
+
+
 class LocalPool(Backend):
     """A process pool of ``workers`` spawned processes; at most ``window`` tasks in flight (their results
     wait in memory until taken).  A worker that dies breaks the pool: it is restarted and the lost
@@ -218,6 +245,7 @@ class LocalPool(Backend):
         self._keys: dict = {}  # future -> its submission's key
         self._started: dict = {}  # key -> (pid, start time) as the workers report them
         self._timed_out: dict = {}  # key -> the limit it ran past (its worker was killed)
+        self._dead_seen: dict = {}  # pid -> when a dead worker was first seen (:meth:`_wedged`)
         self._next_key = 0
         self.restarts = 0  # times the pool was restarted after a worker died
 
@@ -247,6 +275,8 @@ class LocalPool(Backend):
             self._drain()
             if not done:
                 self._stop_overdue(running, tasks, timeout)
+                if self._wedged():  # a worker died while sending its result: nothing would ever arrive
+                    yield from self._recover([], running, todo, lost)
                 continue
             broken = []
             for fut in done:
@@ -282,8 +312,8 @@ class LocalPool(Backend):
     def _poll(self, running, tasks, timeout) -> Optional[float]:
         """How long to wait for a result before looking at the running tasks' time again (None: no limit)."""
         if timeout is None:
-            return None
-        now, left = time.monotonic(), [1.0]
+            return POLL_S
+        now, left = time.monotonic(), [POLL_S]
         for fut, i in running.items():
             limit, start = timeout(tasks[i]), self._started.get(self._keys.get(fut))
             if limit is not None and start is not None:
@@ -305,6 +335,17 @@ class LocalPool(Backend):
                     os.kill(start[0], signal.SIGKILL)
                 except OSError:
                     pass
+
+    def _wedged(self) -> bool:
+        """Whether a worker has been dead for :data:`WEDGE_S` while the pool still reports no broken task.  The
+        executor notices a dead worker at once, unless the worker died in the middle of sending a result (killed
+        past its time limit, or by the out-of-memory killer): its reader then waits for the rest of that message
+        for ever, and with one worker nothing else arrives (the run would hang with no worker alive)."""
+        now = time.monotonic()
+        dead = [pid for pid, proc in self._procs.items() if proc.exitcode is not None]
+        for pid in dead:
+            self._dead_seen.setdefault(pid, now)
+        return any(now - self._dead_seen[pid] >= WEDGE_S for pid in dead)
 
     def _culprits(self, inflight) -> dict:
         """Of the in-flight futures, those whose own worker died: future -> that worker's exit status (empty when
@@ -356,8 +397,10 @@ class LocalPool(Backend):
     def _restart(self) -> None:
         self.restarts += 1
         if self._pool is not None:
+            _unwedge(self._pool)
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = None
+        self._dead_seen.clear()
         for pid, proc in list(self._procs.items()):
             if proc.exitcode is not None:
                 del self._procs[pid]
@@ -383,6 +426,9 @@ class LocalPool(Backend):
         for proc in procs:
             if proc.is_alive():  # a task that does not end (a hung sampler): killed after all
                 proc.kill()
+        for proc in procs:
+            proc.join(1.0)
+        _unwedge(pool)  # one of them may have been sending a result
 
 
 class RayBackend(Backend):

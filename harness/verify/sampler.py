@@ -76,46 +76,77 @@ def _portable_spec(mod_name: str, fn_name: str) -> str:
 
 
 _TRIAL = """
-import sys
+import os, sys
 from harness.verify.sampler import SamplerSpecError, load_sampler
+out = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)  # what the sampler's module prints goes to stderr; stdout says only 'ready' and the token
+out.write("ready\\n")
+out.flush()
 try:
     load_sampler(sys.argv[1])
 except SamplerSpecError as e:
     sys.stderr.write("\\n" + sys.argv[2] + " " + str(e))
     sys.stderr.flush()
     sys.exit(2)
-sys.stdout.write(sys.argv[2])
-sys.stdout.flush()
+out.write(sys.argv[2])
+out.flush()
 """
+STARTUP_S = 300.0  # the trial child's own start (Python, torch, harness) before the sampler's import is timed
 
 
 def trial_import(spec: str, timeout: Optional[float] = 600.0) -> None:
     """Import and check ``--sampler`` ``spec`` in a child process: SamplerSpecError (exit 2, naming ``--sampler``)
     when that fails, ends the child (``os._exit``, ``exit()`` in C code, a signal) before the import is done, or
-    takes longer than ``timeout`` seconds (None: no limit).  Code that runs at import time then cannot end the command that judges
-    the sampler with an exit status of its choosing."""
+    takes longer than ``timeout`` seconds (None: no limit; timed from when the child has started, see
+    :data:`STARTUP_S`).  Code that runs at import time then cannot end the command that judges the sampler with an
+    exit status of its choosing."""
     import os
     import secrets
-    import subprocess
     import sys
     token = "specverify-trial-" + secrets.token_hex(8)
     root = str(Path(__file__).resolve().parents[2])
     path = [root, *(p for p in sys.path if p and Path(p).is_dir())]  # this process's imports (as a spawned worker's)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
-    try:
-        r = subprocess.run([sys.executable, "-c", _TRIAL, spec, token], capture_output=True, text=True, env=env,
-                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise SamplerSpecError(f"`--sampler`: importing {spec!r} did not finish within {timeout:g} s "
-                               f"(--sampler-timeout)") from None
-    if r.returncode == 0 and r.stdout.endswith(token):
+    code, out, err = _run_trial([sys.executable, "-c", _TRIAL, spec, token], env, timeout)
+    if code is None:
+        within = f"{timeout:g} s (--sampler-timeout)" if timeout else f"{STARTUP_S:g} s of Python's start"
+        raise SamplerSpecError(f"`--sampler`: importing {spec!r} did not finish within {within}")
+    if code == 0 and out.endswith(token):
         return
-    if r.returncode == 2 and token in r.stderr:
-        raise SamplerSpecError(r.stderr.rsplit(token, 1)[1].strip())
-    how = (f"exit status {r.returncode}" if r.returncode >= 0 else f"signal {-r.returncode}")
-    last = " ".join((r.stderr.strip().splitlines() or [""])[-1].split())[:200]
+    if code == 2 and token in err:
+        raise SamplerSpecError(err.rsplit(token, 1)[1].strip())
+    how = (f"exit status {code}" if code >= 0 else f"signal {-code}")
+    last = " ".join((err.strip().splitlines() or [""])[-1].split())[:200]
     raise SamplerSpecError(f"`--sampler`: importing {spec!r} ended its process with {how} before the import "
                            f"finished (os._exit, or exit() in C code, at import time){': ' + last if last else ''}")
+
+
+def _run_trial(cmd: list, env: dict, timeout: Optional[float]) -> tuple:
+    """Run the trial child: (exit status, stdout, stderr); the status is None when the import ran past
+    ``timeout`` seconds after the child said 'ready', or the child's own start-up past :data:`STARTUP_S`."""
+    import selectors
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(proc.stdout, selectors.EVENT_READ)
+                first = proc.stdout.readline() if sel.select(STARTUP_S) else None
+            if first is None:
+                return None, "", ""
+            ready = first == "ready\n"  # else the child ended before it could start the import
+            proc.wait(timeout=timeout if ready else STARTUP_S)  # stdout holds the token at most: no pipe fills
+            out = ("" if ready else first) + proc.stdout.read()
+        except subprocess.TimeoutExpired:
+            return None, "", ""
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        err.seek(0)
+        return proc.returncode, out, err.read()
 
 
 def _check_signature(fn: Callable, spec: str) -> None:

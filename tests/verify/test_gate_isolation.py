@@ -261,3 +261,15 @@ def test_an_import_that_hangs_stops_at_sampler_timeout(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "did not finish within 8 s (--sampler-timeout)" in lines[0], r.stderr
     assert time.monotonic() - t0 < 120
+
+
+def test_a_worker_dead_in_the_middle_of_its_result_does_not_hang_the_pool():
+    """A worker killed while sending a result (past its time limit, or by the OOM killer) left half a message in
+    the result pipe: the executor's reader waited for the rest for ever, and the run sat with no worker alive."""
+    from shard_samplers import die_mid_result
+    t0 = time.monotonic()
+    with LocalPool(1) as pool:
+        out = dict(pool.map_unordered(die_mid_result, [None]))
+        assert dict(pool.map_unordered(_sleep, [0.1])) == {0: 0.1}  # the pool works again after it
+    assert isinstance(out[0], TaskLost) and out[0].exitcode == 9 and "status 9" in out[0].reason
+    assert time.monotonic() - t0 < 60
