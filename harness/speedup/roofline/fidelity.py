@@ -167,10 +167,25 @@ def row_costs(row: dict, shapes: dict, hardware: Optional[str] = None) -> tuple[
         if len(fit) > len(pts):
             raise ConfigError(f"row {row['id']}: `calibrate_fit` {list(fit)} fits more fields than `calibrate` "
                               f"has points ({len(pts)})")
-        hw = calibrate(hw, pts, fit=fit).hardware
+        hw = _calibrated(hw, pts, fit)
     rt, rd = Roofline(t, hw), Roofline(d, hw)
     a = spec_engine_tax(row)
     return PairCosts(rt, rd, overhead_round_s=(lambda k, B: a * B) if a else 0.0), rt, rd
+
+
+_MEMO: list = []  # the calibrations of the table being built (fidelity_table): repr of the inputs -> hardware
+
+
+def _calibrated(hw, pts: list, fit: tuple):
+    """``calibrate(hw, pts, fit).hardware``; inside :func:`fidelity_table` each distinct calibration is fitted
+    once (many rows share one: 11 distinct of 107), keyed on the full repr of its inputs.  Per table, not per
+    process, so that a table built under other code (a patched model, in tests) never reuses another's fit."""
+    if not _MEMO:
+        return calibrate(hw, pts, fit=fit).hardware
+    key = repr((hw, pts, tuple(fit)))
+    if key not in _MEMO[-1]:
+        _MEMO[-1][key] = calibrate(hw, pts, fit=fit).hardware
+    return _MEMO[-1][key]
 
 
 def spec_engine_tax(row: dict) -> float:
@@ -228,6 +243,14 @@ def predict_row(row: dict, shapes: dict) -> dict:
 
 
 def fidelity_table(pub: dict) -> pd.DataFrame:
+    _MEMO.append({})
+    try:
+        return _fidelity_table(pub)
+    finally:
+        _MEMO.pop()
+
+
+def _fidelity_table(pub: dict) -> pd.DataFrame:
     rows = []
     for row in pub.get("row", []):
         p = predict_row(row, pub["_shapes"])
