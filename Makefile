@@ -11,6 +11,8 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 FULL ?= 0
 ARGS ?=
+# make test runs its tests on this many processes (pytest-xdist): the cores, at most 4 (each holds torch, ~0.5 GB)
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1))")
 
 ifeq ($(TORCH),system)
 VENV_FLAGS := --system-site-packages
@@ -31,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: setup
-	$(PY) -m pytest -m "not slow and not vllm" -p no:cacheprovider $(ARGS)
+	$(PY) -m pytest -m "not slow and not vllm" -p no:cacheprovider -n $(TEST_WORKERS) $(ARGS)
 
 # The test files of the targets below (each runs every test of its files, slow or not); `make test-slow` runs every
 # other slow test, so that each test of tests/ runs in a target .ci/run calls (tests/test_ci_targets.py checks it)

@@ -39,6 +39,9 @@ def test_a_sampler_that_raises_exits_3_with_the_traceback_in_a_log(tmp_path, mon
     assert "RuntimeError: boom here" in last and "out/error.log" in last
     log = (tmp_path / "out" / "error.log").read_text()
     assert "Traceback (most recent call last)" in log and "boom here" in log
+    # the headline says what the exit status says (it read "LOSSY (1 failed; exit 1)" before exit 3)
+    assert "verify s.py:fn: FAILED (1 failed; exit 3)" in _lines(err)[-2]
+    assert "**Result: FAILED**" in (tmp_path / "out" / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("body, words", [

@@ -35,6 +35,7 @@ from typing import Callable, Optional
 
 from harness.verify.realmodel import RealModelSpec
 from harness.laws.scenarios import load_settings
+from harness.core.backends import Backend, SerialBackend
 from harness.core.errors import UsageError
 from harness.core.verdict import exit_status
 from harness.core.options import check_option, check_unique
@@ -99,7 +100,7 @@ def _sequences(role: str, args) -> int:
 def _entries(args) -> list[tuple[str, str, Callable, int]]:
     """(name, role, sampler, sequences) per run the options ask for; ValueError naming the option."""
     if args.sampler:
-        todo = {s: ("sampler", load_sampler(s)) for s in args.sampler}
+        todo = {s: ("sampler", load_sampler(s, trial=True)) for s in args.sampler}  # imported in a child first
     else:
         todo = catalogue(not args.no_peer)
     if args.only:
@@ -134,7 +135,8 @@ def _exact_n(spec: RealModelSpec, name: str, role: str, exact_sequences: Optiona
 
 def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, out: Optional[Path] = None,
         fresh: bool = False, figures: bool = True, progress: bool = True,
-        exact_sequences: Optional[int] = None, rerun: Optional[Callable[[dict], str]] = None) -> VerifyResult:
+        exact_sequences: Optional[int] = None, rerun: Optional[Callable[[dict], str]] = None,
+        backend: Optional[Backend] = None) -> VerifyResult:
     """Draw every (name, role, sampler, sequences) of ``entries`` on the real pair with ``spec`` (and, for the
     certificate, on the exact pair: ``exact_sequences`` per prompt for the sampler under test, see
     :func:`_exact_n`), and test, judge and report them as one family (``settings``: default.toml's run settings)."""
@@ -145,7 +147,7 @@ def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, o
                 exact_n=_exact_n(spec, name, role, exact_sequences))
         for name, role, fn, n in entries])
     state = RunState(out, fresh)
-    draw_all(rs, seed, settings, state, progress)
+    draw_all(rs, seed, settings, state, progress, backend)
 
     tested = ", ".join(rr.label for rr in rs.real_runs if rr.role in UNDER_TEST) or "real-model controls"
 
@@ -181,6 +183,8 @@ def run(args) -> int:
                                                  fresh=args.fresh, figures=not args.no_figures,
                                                  progress=not args.no_progress,
                                                  exact_sequences=args.exact_sequences,
+                                                 backend=SerialBackend(isolate_plugins=True),  # a --sampler on
+                                                 # a worker process: it never ends this one (its exit status)
                                                  rerun=rerun("pit", args, settings.seed if args.seed is None
                                                              else args.seed)))
     print(res.console, file=sys.stderr)

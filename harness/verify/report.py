@@ -132,7 +132,7 @@ def _summary(table, verdicts, runs, laws, config, meta, timing, outcome: Outcome
     is_vn = verdicts.scenario.str.startswith("von_neumann")
     is_rm = verdicts.scenario == REAL_MODEL
     must = verdicts[(verdicts.certificate.fillna("") != "") & ~verdicts.role.isin(MUST_BE_CAUGHT)]
-    L = _header(config, meta, outcome) + _next_steps(outcome) + (_strongest(must, config) if len(must) else []) + _certificates(verdicts, config) + \
+    L = _header(config, meta, outcome, verdicts) + _next_steps(outcome) + (_strongest(must, config) if len(must) else []) + _certificates(verdicts, config) + \
         [f"**Resumed:** {line}." for line in resume_lines] + ([""] if resume_lines else []) + _budget(config, timing)
     L += _scenarios(verdicts[verdicts.role.isin(UNDER_TEST) & ~is_vn & ~is_rm], table, runs, laws)
     L += _real_model_section(verdicts[is_rm], config)
@@ -162,12 +162,26 @@ _RESULT_WORDS = {
 }
 
 
-def _header(config, meta, outcome: Outcome) -> list[str]:
+def _failed(verdicts) -> bool:
+    """Whether a sampler under test failed (raised, returned malformed output, ended or hung its worker): the
+    command then ends in exit 3, not with a verdict (:func:`harness.verify.sampler.sampler_failure`)."""
+    err = verdicts.error.fillna("").astype(str) if "error" in verdicts else pd.Series([], dtype=str)
+    return bool(len(verdicts) and (verdicts.role.isin(UNDER_TEST) & (err != "")).any())
+
+
+def _headline(verdicts, outcome: Outcome) -> str:
+    """PASS / LOSSY / INCONCLUSIVE, or FAILED when the sampler under test failed (exit 3)."""
+    return "FAILED" if _failed(verdicts) else headline(outcome.verdict)
+
+
+def _header(config, meta, outcome: Outcome, verdicts) -> list[str]:
     mach = meta["machine"]
     why = _RESULT_WORDS[outcome.verdict] if config["sampler"] == "reference" or outcome.verdict != "certified" \
         else "certified on every scenario"
+    if _failed(verdicts):
+        why = "the sampler under test failed (error.log says how): no verdict; exit 3"
     return [f"# Verification report: {config['sampler']}", "",
-            f"**Result: {headline(outcome.verdict)}** — {why}", "",
+            f"**Result: {_headline(verdicts, outcome)}** — {why}", "",
             f"commit `{(meta.get('commit') or 'unknown')[:12]}`{' (dirty tree)' if meta.get('dirty') else ''}, "
             f"seed {meta['seed']}, torch {meta['versions'].get('torch')}, numpy {meta['versions'].get('numpy')}, "
             f"scipy {meta['versions'].get('scipy')}; {mach.get('cpu')}, {mach.get('cpus_available')} cores, "
@@ -512,7 +526,9 @@ def _console(verdicts, config, timing, outcome: Outcome, out) -> str:
         lines += ["to certify, run:", f"  {outcome.command}"]
     tail = {"certified": "every run as its role requires", "lossy": f"{outcome.tally}; exit 1",
             "inconclusive": f"nothing lossy; {outcome.tally}; exit 4"}[outcome.verdict]
-    lines.append(f"{who}: {headline(outcome.verdict)} ({tail})")
+    if _failed(verdicts):
+        tail = f"{outcome.tally}; exit 3"
+    lines.append(f"{who}: {_headline(verdicts, outcome)} ({tail})")
     return "\n".join(lines)
 
 

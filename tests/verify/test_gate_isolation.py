@@ -273,3 +273,17 @@ def test_a_worker_dead_in_the_middle_of_its_result_does_not_hang_the_pool():
         assert dict(pool.map_unordered(_sleep, [0.1])) == {0: 0.1}  # the pool works again after it
     assert isinstance(out[0], TaskLost) and out[0].exitcode == 9 and "status 9" in out[0].reason
     assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.slow  # ~40 s: the real-model pair on a worker process
+def test_os_exit_0_in_a_pit_sampler_is_exit_3(tmp_path):
+    """`pit --sampler` drew in the process that decides its exit status: os._exit(0) there was exit 0, no report."""
+    src = tmp_path / "s.py"
+    src.write_text(SIG + "    import os\n    os._exit(0)\n")
+    r = subprocess.run([sys.executable, "-m", "harness", "pit", "--sampler", f"{src}:fn", "--n-sequences", "4",
+                        "--max-new-tokens", "8", "--no-progress", "--no-figures", "--out", str(tmp_path / "o")],
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 3, r.stderr
+    assert any("s.py:fn" in ln and "exit status 0" in ln and "os._exit" in ln for ln in r.stderr.splitlines()), r.stderr
+    assert (tmp_path / "o" / "summary.md").is_file()
