@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: setup
-	$(PY) -m pytest -m "not slow and not vllm" -p no:cacheprovider -n $(TEST_WORKERS) $(ARGS)
+	$(PY) -m pytest -m "not slow and not vllm" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 # The test files of the targets below (each runs every test of its files, slow or not); `make test-slow` runs every
 # other slow test, so that each test of tests/ runs in a target .ci/run calls (tests/test_ci_targets.py checks it)
@@ -44,7 +44,7 @@ VLLM_TESTS := tests/samples/test_vllm_engine.py
 
 # the slow statistical tests no other target runs (real-model PIT batteries, calibration, false-alarm sweeps)
 test-slow: setup
-	$(PY) -m pytest -m slow -p no:cacheprovider -n $(TEST_WORKERS) $(foreach f,$(INSTALL_TESTS) $(RAY_TESTS) $(ENGINE_TESTS) $(VLLM_TESTS),--ignore=$(f)) $(ARGS)
+	$(PY) -m pytest -m slow -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(foreach f,$(INSTALL_TESTS) $(RAY_TESTS) $(ENGINE_TESTS) $(VLLM_TESTS),--ignore=$(f)) $(ARGS)
 
 # pip install . (not editable) into a fresh venv, then `python -m harness` from an empty directory
 install-check: setup

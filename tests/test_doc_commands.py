@@ -39,6 +39,10 @@ from typing import Optional
 
 import pytest
 
+# one page's commands run in order in one checkout (a later command reads an earlier one's output): on one
+# pytest-xdist worker (make test and make test-slow run with -n, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("doc_commands")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TIERS = ("fast", "slow", "external")
