@@ -22,7 +22,9 @@ from typing import Optional
 
 from harness.core.errors import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, SamplerError, UsageError,
                             sigint_flag)
+from harness.core.lifeline import die_with_parent
 from harness.core.outlock import abandon_all, held_outputs
+from harness.core.owner import is_owned, needs_owner, owned_main, tell_owner
 
 __all__ = ["main", "COMMANDS", "write_error_log"]
 
@@ -88,6 +90,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 def main(argv=None) -> int:
+    """``python -m harness``: the command's exit status.  Run as a program (``argv`` None), a command that runs a
+    plug-in sampler runs as the child of a parent that owns its exit status (:mod:`harness.core.owner`)."""
+    if argv is None and needs_owner(sys.argv[1:]):
+        return owned_main(sys.argv[1:])
+    if is_owned():
+        die_with_parent(os.getppid())
+    status = _main(argv)
+    tell_owner(status)
+    return status
+
+
+def _main(argv=None) -> int:
     quiet_libraries()  # before the command modules are imported (and transformers with them)
     parser, mods = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -8,6 +8,8 @@
     backends     where tasks run (this process, a pool, Ray) and thread limits   forkmap  forked in-memory maps
     threads      with_threads                             figures      one matplotlib set-up and figure writer
     models       the shipped models' short names (tiny, exact, exact-markov, ...) -> their folders in the install
+    owner        a thin parent that owns the exit status of a command running a plug-in sampler
+    lifeline     workers (and an owned command) die with their parent
 
 May import: nothing else of ``harness`` (``specimpl.errors`` for argument checks).
 """

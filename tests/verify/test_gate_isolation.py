@@ -106,6 +106,15 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
 def _alive(pid: int) -> bool:
     try:
         state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -134,8 +143,9 @@ def test_workers_die_with_a_sigkilled_driver(tmp_path):
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and len(workers) < 2:  # the two pool workers (and the resource tracker)
             time.sleep(0.5)
-            workers = [c for c in _children(proc.pid) if "spawn_main" in
+            workers = [c for c in _descendants(proc.pid) if "spawn_main" in  # owner -> driver -> its workers
                        (Path("/proc") / str(c) / "cmdline").read_bytes().decode(errors="replace")]
+        driver = _children(proc.pid)
         assert len(workers) >= 2, "the workers did not start"
         time.sleep(2.0)  # they are drawing (sleeping in the sampler)
         proc.send_signal(signal.SIGKILL)
@@ -143,11 +153,11 @@ def test_workers_die_with_a_sigkilled_driver(tmp_path):
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(map(_alive, workers)):
             time.sleep(0.2)
-        assert not any(map(_alive, workers)), "a worker outlived the SIGKILLed driver"
+        assert not any(map(_alive, workers + driver)), "the driver or a worker outlived the SIGKILLed command"
     finally:
         if proc.poll() is None:
             proc.kill()
-        for w in workers:  # never leave one behind, even when the test fails
+        for w in workers + (driver if workers else []):  # never leave one behind, even when the test fails
             if _alive(w):
                 os.kill(w, signal.SIGKILL)
 
