@@ -204,9 +204,13 @@ _LOADED: list = [-1, {}]  # [len(sys.modules) when last computed, its {path: SHA
 
 
 def file_sha256(path) -> Optional[str]:
-    """SHA-256 of a file's bytes (cached on its mtime and size); None when it cannot be read."""
+    """SHA-256 of a regular file's bytes (cached on its mtime and size); None when it cannot be read or is not a
+    regular file (a FIFO, a device such as /dev/zero: never opened, it could block or never end)."""
+    import stat as _stat
     try:
         st = Path(path).stat()
+        if not _stat.S_ISREG(st.st_mode):
+            return None
         key = (str(path), st.st_mtime_ns, st.st_size)
         if key not in _HASHES:
             _HASHES[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -76,9 +76,23 @@ def dumps(header: dict, obj, types: Optional[Mapping[str, type]] = None) -> byte
 
 def _member(z, name: str) -> np.ndarray:
     try:
+        _check_declared_size(z, name)
         return z[name]
-    except (KeyError, ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile, EOFError, MemoryError) as e:
         raise StateFormatError(f"no readable {name!r} ({type(e).__name__}: {e})") from None
+
+
+def _check_declared_size(z, name: str) -> None:
+    """Refuse a member whose .npy header declares more bytes than the member holds (numpy would allocate what the
+    header says first: a 16-byte member claiming a terabyte is a MemoryError, not a state file)."""
+    info = z.zip.getinfo(f"{name}.npy")
+    with z.zip.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0(f))
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if declared > info.file_size:
+        raise ValueError(f"its header declares {declared:,} bytes; the member holds {info.file_size:,}")
 
 
 def _json_member(z, name: str):

@@ -143,7 +143,8 @@ class RunState:
             head = safestate.read_header(path)
         except safestate.StateFormatError:  # unreadable or not ours: stale, never trusted
             head = {}
-        moved = changed_module_files(head.get("modules"))
+        # the module files are read only for a shard of this very code: a foreign header's paths are never opened
+        moved = changed_module_files(head.get("modules")) if head.get("fingerprint") == fp else []
         if head.get("fingerprint") != fp or moved:
             self.stale.append(slot)
             self.changed |= self._what_changed(head.get("sources"), fp) | {Path(m).name for m in moved}

@@ -114,3 +114,38 @@ def test_a_symlinked_state_folder_is_never_followed(tmp_path):
     assert not (out / "_tmp_state").exists() and not (out / "_tmp_state").is_symlink()
     assert state.foreign == [] and state.summary()["ignored_link"] == str(elsewhere)
     assert any("symbolic link" in line and "never followed" in line for line in state.announcement())
+
+
+# ------------------------------------------------------------------ probe 47, class 2: headers that attack the reader
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs mkfifo")
+def test_a_foreign_headers_module_paths_are_never_opened(tmp_path):
+    """A saved shard of other code whose header lists /dev/zero (MemoryError, exit 3) or a FIFO (a hang) among its
+    module files: the paths were hashed before the fingerprint was compared."""
+    import os
+    import time
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    state = drawmod.RunState(tmp_path / "o")
+    state.dir.mkdir(parents=True, exist_ok=True)
+    for slot, path in (("a" * 16, "/dev/zero"), ("b" * 16, str(fifo))):
+        (state.dir / f"{slot}{safestate.SUFFIX}").write_bytes(
+            safestate.dumps({"fingerprint": "0" * 64, "modules": {path: "0" * 64}}, {"x": 1}))
+        t0 = time.monotonic()
+        assert state.load(slot, "1" * 64) is None and time.monotonic() - t0 < 5
+    assert state.stale == ["a" * 16, "b" * 16]
+    from harness.core.fingerprint import changed_module_files, file_sha256
+    assert file_sha256("/dev/zero") is None and file_sha256(fifo) is None  # never opened: not regular files
+    assert changed_module_files({str(fifo): "0" * 64}) == [str(fifo)]
+
+
+def test_a_member_declaring_more_bytes_than_it_holds_is_not_a_state_file(tmp_path):
+    """An .npz whose header.npy claims 2**40 bytes (16 held): numpy allocated first (MemoryError, exit 3)."""
+    import io
+    import zipfile
+    hdr = io.BytesIO()
+    np.lib.format.write_array_header_1_0(hdr, {"descr": "|u1", "fortran_order": False, "shape": (2 ** 40,)})
+    path = tmp_path / f"{'c' * 16}{safestate.SUFFIX}"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("header.npy", hdr.getvalue() + b"\0" * 16)
+    with pytest.raises(safestate.StateFormatError, match="declares 1,099,511,627,776 bytes"):
+        safestate.read_header(path)
