@@ -81,6 +81,7 @@ class Staged:
             kept = sorted(rel for rel in (old & self.keep) - set(new) if (self.out / rel).is_file())
             self.out.mkdir(parents=True, exist_ok=True)
             for rel in new:
+                _unlink_linked_folders(self.out, rel)  # a report is written inside --out, never through a link
                 (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(self.dir / rel, self.out / rel)
             for rel in sorted(old - set(new) - set(kept)):
@@ -132,10 +133,31 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _through_link(out: Path, rel: str) -> bool:
+    """Whether a folder between ``out`` and ``out/rel`` is a symbolic link (it would lead outside ``out``)."""
+    p = out
+    for part in Path(rel).parts[:-1]:
+        p = p / part
+        if p.is_symlink():
+            return True
+    return False
+
+
+def _unlink_linked_folders(out: Path, rel: str) -> None:
+    """Remove the symbolic links among the folders between ``out`` and ``out/rel`` (the links only, never what
+    they point to), so that the file is written inside ``out``."""
+    p = out
+    for part in Path(rel).parts[:-1]:
+        p = p / part
+        if p.is_symlink():
+            p.unlink()
+
+
 def _remove(out: Path, rel: str) -> None:
-    """Remove ``out/rel`` (a file of the previous report) and the folders it leaves empty, up to ``out``."""
+    """Remove ``out/rel`` (a file of the previous report) and the folders it leaves empty, up to ``out``; never
+    through a symbolic link (a planted ``out/lnk -> elsewhere`` with a manifest naming ``lnk/x`` deleted x there)."""
     path = out / rel
-    if ".." in Path(rel).parts or Path(rel).is_absolute():
+    if ".." in Path(rel).parts or Path(rel).is_absolute() or _through_link(out, rel):
         return  # a manifest never names anything outside its folder
     try:
         path.unlink()

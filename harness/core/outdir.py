@@ -30,7 +30,7 @@ from harness.core.atomic import remove_stale_staging
 from harness.core.options import check_out
 from harness.core.outlock import lock_out
 
-__all__ = ["RUNS", "NOT_KEYED", "run_key", "default_out", "resolve_out", "claim_out"]
+__all__ = ["RUNS", "NOT_KEYED", "run_key", "default_out", "resolve_out", "claim_out", "own_subfolder"]
 
 RUNS = Path("runs")  # relative: runs land under the directory the command runs in
 NOT_KEYED = frozenset({"out", "command", "failure_dir", "fresh", "redo", "list", "tables", "report", "no_figures",
@@ -92,6 +92,17 @@ def resolve_out(args, command: str, name_keys: Iterable[str] = (), filename: Opt
     ``sweep --list``)."""
     out = getattr(args, "out", None)
     return Path(out) if out is not None else default_out(command, args, name_keys, filename, default_name)
+
+
+def own_subfolder(path: Path) -> Path:
+    """``path``, a folder a command keeps inside its ``--out`` (saved seeds, stored cells), as a real folder: a
+    symbolic link there is removed, never followed (its target's files would be read, overwritten or deleted:
+    probe 47), then the folder is made."""
+    path = Path(path)
+    if path.is_symlink():
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def claim_out(args, command: str, name_keys: Iterable[str] = (), filename: Optional[str] = None,

@@ -41,7 +41,7 @@ from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
 from harness.stats import holm
 from harness.core.limits import MAX_SEQUENCES
 from harness.core.options import check_option, check_unique
-from harness.core.outdir import claim_out
+from harness.core.outdir import claim_out, own_subfolder
 from harness.core.threads import with_threads
 from harness.verify.cli import check_common, real_model_spec
 from harness.verify.pipeline import verify
@@ -295,11 +295,10 @@ def calibrate(settings, scenarios, *, seeds: int, draws: int, out: Path, fresh: 
     """Run the battery over ``seeds`` seeds and write the calibration report to ``out``; returns its
     tables (``per_test``, ``family``), ``summary``, ``console`` line and ``meta``."""
     out = Path(out)
-    store = out / "_tmp_seeds"
-    if fresh and store.exists():
+    store = own_subfolder(out / "_tmp_seeds")  # a symbolic link there is removed, never followed (probe 47)
+    if fresh:
         for p in store.glob("*.parquet"):
             p.unlink()
-    store.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
     allp, resume = _pvalues(settings, scenarios, seeds=seeds, draws=draws, store=store, progress=progress,
                             real_model=real_model, real_model_sequences=real_model_sequences, algorithms=algorithms,

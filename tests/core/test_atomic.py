@@ -86,3 +86,60 @@ def test_out_given_as_dot(tmp_path, monkeypatch):
     with staged_report(".", "calibrate") as s:
         (s.dir / "summary.md").write_text("x")
     assert _files(tmp_path) == [".calibrate-manifest.json", "notes.txt", "summary.md"]
+
+
+def test_a_report_never_removes_or_writes_through_a_linked_folder(tmp_path):
+    """probe 47: `out/lnk -> elsewhere` and a manifest naming `lnk/victim.txt` deleted the file elsewhere (verify,
+    report); a linked `out/figures` had the new figures written there."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    (elsewhere / "a").mkdir(parents=True)
+    (elsewhere / "victim.txt").write_text("precious")
+    (elsewhere / "a" / "b.png").write_text("precious")
+    out.mkdir()
+    (out / "lnk").symlink_to(elsewhere)
+    (out / "figures").symlink_to(elsewhere / "a")
+    manifest_path(out, "verify").write_text(json.dumps({"kind": "verify", "files": ["lnk/victim.txt", "lnk/a/b.png"]}))
+    with staged_report(out, "verify") as s:
+        (s.dir / "summary.md").write_text("PASS")
+        (s.dir / "figures").mkdir()
+        (s.dir / "figures" / "pit.png").write_bytes(b"png")
+    assert (elsewhere / "victim.txt").read_text() == "precious" and (elsewhere / "a" / "b.png").read_text() == "precious"
+    assert not (elsewhere / "a" / "pit.png").exists() and not (out / "figures").is_symlink()
+    assert (out / "figures" / "pit.png").read_bytes() == b"png"
+
+
+def test_own_subfolder_removes_a_link_and_never_follows_it(tmp_path):
+    from harness.core.outdir import own_subfolder
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.parquet").write_text("mine")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "_tmp_seeds").symlink_to(elsewhere)
+    d = own_subfolder(tmp_path / "out" / "_tmp_seeds")
+    assert d.is_dir() and not d.is_symlink() and list(d.iterdir()) == []
+    assert (elsewhere / "precious.parquet").read_text() == "mine"
+
+
+def test_calibrate_with_a_linked_seed_store_leaves_its_target_alone(tmp_path):
+    """probe 47, case 24: calibrate wrote its seeds through `_tmp_seeds -> elsewhere`, then deleted every
+    *.parquet there, the user's own file included."""
+    from harness.cli import main
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.parquet").write_text("mine")
+    (tmp_path / "cal").mkdir()
+    (tmp_path / "cal" / "_tmp_seeds").symlink_to(elsewhere)
+    assert main(["calibrate", "--scenario", "base", "--seeds", "2", "--draws", "500", "--no-progress",
+                 "--out", str(tmp_path / "cal")]) in (0, 1)
+    assert [p.name for p in elsewhere.iterdir()] == ["precious.parquet"]
+
+
+def test_sweep_with_a_linked_cells_folder_writes_inside_its_out(tmp_path):
+    """probe 47, case 25: `cells -> elsewhere` had the stored cell written there."""
+    from harness.cli import main
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "cells").symlink_to(elsewhere)
+    assert main(["sweep", "--suites", "grid", "--no-progress", "--out", str(tmp_path / "sw")]) == 0
+    assert list(elsewhere.iterdir()) == [] and list((tmp_path / "sw" / "cells" / "grid").glob("*.json"))

@@ -38,7 +38,7 @@ from harness.speedup.sweep.suites import SUITES, Cell
 from harness.speedup.sweep.tables import StoredCell, fidelity, measured_row, profiles_table, timings_table
 from harness.core.errors import UsageError
 from harness.core.options import THREADS_PER_CORE, check_option, check_out, check_unique
-from harness.core.outdir import claim_out, resolve_out
+from harness.core.outdir import claim_out, own_subfolder, resolve_out
 from specimpl.errors import check_arg
 from harness.speedup.report.cli import make_report
 
@@ -416,6 +416,9 @@ def run(args) -> int:
         raise UsageError(f"{args.config}: {e}") from None
     # --out, or runs/sweep/<name>-<hash of the options>: locked, but by --list, which only reads it
     out = (resolve_out if args.list else claim_out)(args, "sweep", default_name=cfg["name"])
+    if not args.list:  # stored cells live inside --out: a linked cells/ or cells/<suite> is removed, not followed
+        for sub in ["cells", *(f"cells/{s}" for s in dict.fromkeys(c.suite for c in cells))]:
+            own_subfolder(out / sub)
     code = code_fingerprint()
     current = {c.id for c in cells if _is_current(out, c, cfg, code)}
     stale = [c for c in cells if c.id not in current and _cell_path(out, c).exists()]
