@@ -276,3 +276,31 @@ def test_a_sample_file_larger_than_memory_is_refused_before_reading(tmp_path):
     p = _harness(tmp_path, "verify-samples", "--samples", "big.jsonl", "--target", TINY / "target", "--out", "o",
                  "--no-progress")
     _assert_refused(p, "`--samples` = 'big.jsonl' needs about")
+
+
+# ------------------------------------------------------------------- probe 47, class 4: sizes still unchecked
+@pytest.mark.parametrize("args, needle", [
+    (["pit", "--n-sequences", "100000000000000", "--no-peer"], "`--n-sequences` must be an integer in [2, 10,000,000,000]"),
+    (["pit", "--exact-sequences", "100000000000000"], "`--exact-sequences` must be an integer in [0, 10,000,000,000]"),
+    (["pit", "--max-new-tokens", "1000000000"], "`--max-new-tokens` must be an integer in [2, 1,995]"),  # was exit 3
+    (["tune", "--target", "tiny", "--draft", "tiny-draft", "--repeats", "1000000000000"], "`--repeats` must be at most 1,000"),
+    (["tune", "--target", "tiny", "--draft", "tiny-draft", "--replicates", "100000000000"], "`--replicates` must be at most"),
+], ids=["pit-n-sequences", "pit-exact-sequences", "pit-max-new-tokens", "tune-repeats", "tune-replicates"])
+def test_counts_refused_up_front(tmp_path, capsys, args, needle):
+    """Each ran until killed (or, --max-new-tokens, ended in a MemoryError blamed on a correct sampler)."""
+    assert main([*args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("[synthetic]\nk = [1000000000]\n", "`synthetic.k` must be a non-empty list of at most 1,000 integers in [1, 1,024]"),
+    ("[synthetic]\nbatch = [" + ",".join(["1"] * 1001) + "]\n", "got 'a list of 1,001 values'"),
+    ("[real]\nrepeats = 1000000000\n", "`real.repeats` must be an integer in [1, 10,000]"),
+])
+def test_measured_suite_sizes_refused_by_list(tmp_path, capsys, body, needle):
+    f = tmp_path / "sw.toml"
+    f.write_text(body)
+    assert main(["sweep", "--config", str(f), "--list"]) == 2
+    assert needle in capsys.readouterr().err

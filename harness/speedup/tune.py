@@ -126,6 +126,17 @@ def _ints(option: str, text: str) -> list[int]:
     return sorted(set(vals))
 
 
+def _CAPS(args) -> list:
+    """(option, value, most, why) of the counts that only cost time or memory: a pass re-times every configuration
+    (1,000 passes take hours on the tiny pair); a bootstrap replicate holds a row of the per-batch speedups."""
+    timed = "timed passes: each re-times every configuration; 1,000 already take hours"
+    return [("--repeats", args.repeats, 1000, timed), ("--solo-repeats", args.solo_repeats, 1000, timed),
+            ("--confirm-repeats", args.confirm_repeats, 1000, timed),
+            ("--confirm", args.confirm, 1000, "configurations confirmed by measurement"),
+            ("--confirm-prompts", args.confirm_prompts, 100_000, "prompt windows held in memory"),
+            ("--replicates", args.replicates, 1_000_000, "bootstrap replicates held in memory")]
+
+
 def _check(args):
     """Every option, before any work: (hardware or None for local, algorithms, ks, batches, contexts)."""
     args.target, args.draft = resolve_model(args.target, "--target"), resolve_model(args.draft, "--draft")
@@ -141,6 +152,8 @@ def _check(args):
     check_option(args.confirm >= 0, "--confirm", args.confirm, "an integer >= 0 (0: no measured confirmation)")
     for name, v in (("--confirm-repeats", args.confirm_repeats), ("--confirm-prompts", args.confirm_prompts)):
         check_option(v >= 1, name, v, "an integer >= 1")
+    for name, v, most, why in _CAPS(args):  # probe 47: --repeats 10^12, --replicates 10^11 ran until killed
+        check_option(v <= most, name, v, f"at most {most:,} ({why})")
     names = [a for a in args.algorithms.split(",") if a.strip()]
     try:
         algos = [Algorithm.parse(a.strip(), "--algorithms").name for a in names]

@@ -41,7 +41,9 @@ from harness.core.verdict import exit_status
 from harness.core.options import check_option, check_unique
 from harness.core.outdir import claim_out
 from harness.core.threads import with_threads
-from harness.verify.cli import add_common_arguments, check_common, real_model_spec, rerun, with_epsilon
+from harness.core.limits import MAX_SEQUENCES
+from harness.verify.cli import (SEQUENCES_WHY, add_common_arguments, check_common, real_model_spec, rerun,
+                                 with_epsilon)
 from harness.verify.draw import RunState, draw_all
 from harness.verify.family import family_config
 from harness.verify.pipeline import VerifyResult, conclude, real_model_config
@@ -110,9 +112,21 @@ def _entries(args) -> list[tuple[str, str, Callable, int]]:
         todo = {n: v for n, v in todo.items() if n in args.only}
     for name in ("--n-sequences", "--bug-sequences", "--control-sequences", "--peer-sequences"):
         v = getattr(args, name[2:].replace("-", "_"))
-        if v < 2:
-            raise ValueError(f"`{name}` must be an integer >= 2; got {v!r}")
+        if not 2 <= v <= MAX_SEQUENCES:  # as verify's --real-model-sequences (probe 47: 10^14 ran until killed)
+            raise ValueError(f"`{name}` must be an integer in [2, {MAX_SEQUENCES:,}] ({SEQUENCES_WHY}); got {v!r}")
     return [(n, role, fn, _sequences(role, args)) for n, (role, fn) in todo.items()]
+
+
+def _check_positions(spec: RealModelSpec) -> None:
+    """T fits the shipped pair's positions with the longest prompt and a scored block (probe 47:
+    --max-new-tokens 10^9 was a MemoryError blamed on the sampler, exit 3)."""
+    import json
+    from specimpl.hf import TINY_PAIR_DIR
+    mpe = json.loads((TINY_PAIR_DIR / "target" / "config.json").read_text()).get("max_position_embeddings", 2048)
+    most = mpe - max(spec.prompt_lengths) - spec.k - 1
+    check_option(spec.max_new_tokens <= most, "--max-new-tokens", spec.max_new_tokens,
+                 f"an integer in [2, {most:,}] (the tiny pair's {mpe:,} positions = prompts up to "
+                 f"{max(spec.prompt_lengths)} + T + k {spec.k} + 1)")
 
 
 def _spec(args) -> RealModelSpec:
@@ -175,8 +189,10 @@ def run(args) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if args.exact_sequences is not None:
-        check_option(args.exact_sequences >= 0, "--exact-sequences", args.exact_sequences, "an integer >= 0")
+        check_option(0 <= args.exact_sequences <= MAX_SEQUENCES, "--exact-sequences", args.exact_sequences,
+                     f"an integer in [0, {MAX_SEQUENCES:,}] ({SEQUENCES_WHY})")
     spec = _spec(args)
+    _check_positions(spec)
     claim_out(args, "pit", ("sampler", "only"))  # --out, or runs/pit/<name>-<hash>; locked
     (Path(args.out) / "error.log").unlink(missing_ok=True)  # a failure log of an earlier run is not this run's
     res = with_threads(args.threads, lambda: pit(entries, spec, settings, seed=args.seed, out=args.out,

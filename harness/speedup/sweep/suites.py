@@ -285,13 +285,22 @@ def _check_grid(table: dict) -> None:
               f"(here {cells:,} rows)")
 
 
+MEASURED_LIST = 1000  # values in a measured suite's k / batch list at most (each value is a cell: timed runs)
+MEASURED_MOST = {"k": GRID_K_MAX, "batch": 4096, "repeats": 10_000, "profile_repeats": 10_000, "prompt_len": 100_000,
+                 "max_new_tokens": 100_000}  # what a measured cell may ask (probe 47: k = 10^9 was a MemoryError)
+
+
 def _check_measured(name: str, table: dict) -> None:
     for key in ("k", "batch"):
-        v = table[key]
-        check_arg(isinstance(v, list) and v and all(isinstance(x, int) and x >= 1 for x in v), f"{name}.{key}", v,
-                  "a non-empty list of integers >= 1")
+        v, most = table[key], MEASURED_MOST[key]
+        check_arg(isinstance(v, list) and 0 < len(v) <= MEASURED_LIST and all(
+            isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= most for x in v), f"{name}.{key}",
+            v if not isinstance(v, list) or len(v) <= 8 else f"a list of {len(v):,} values",
+            f"a non-empty list of at most {MEASURED_LIST:,} integers in [1, {most:,}]")
     for key in ("repeats", "profile_repeats", "prompt_len", "max_new_tokens"):
-        check_arg(_is_int(table[key]) and table[key] >= 1, f"{name}.{key}", table[key], "an integer >= 1")
+        most = MEASURED_MOST[key]
+        check_arg(_is_int(table[key]) and 1 <= table[key] <= most, f"{name}.{key}", table[key],
+                  f"an integer in [1, {most:,}]")
     check_arg(_is_num(table["temperature"]) and table["temperature"] >= 0, f"{name}.temperature",
               table["temperature"], "a number >= 0")
 
