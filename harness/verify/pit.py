@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
@@ -51,6 +52,7 @@ from harness.verify.runs import UNDER_TEST, RealRun, RunSet, real_model_seed
 from harness.verify.sampler import load_sampler, sampler_failure
 from harness.controls import hf as hf_bugs
 from specimpl.speculative import speculative_generate
+from specimpl.hf import TINY_PAIR_DIR
 from specimpl.hf_assisted import hf_assisted_generate
 
 __all__ = ["add_arguments", "run", "catalogue", "pit"]
@@ -120,8 +122,6 @@ def _entries(args) -> list[tuple[str, str, Callable, int]]:
 def _check_positions(spec: RealModelSpec) -> None:
     """T fits the shipped pair's positions with the longest prompt and a scored block (probe 47:
     --max-new-tokens 10^9 was a MemoryError blamed on the sampler, exit 3)."""
-    import json
-    from specimpl.hf import TINY_PAIR_DIR
     mpe = json.loads((TINY_PAIR_DIR / "target" / "config.json").read_text()).get("max_position_embeddings", 2048)
     most = mpe - max(spec.prompt_lengths) - spec.k - 1
     check_option(spec.max_new_tokens <= most, "--max-new-tokens", spec.max_new_tokens,
