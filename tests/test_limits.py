@@ -304,3 +304,33 @@ def test_measured_suite_sizes_refused_by_list(tmp_path, capsys, body, needle):
     f.write_text(body)
     assert main(["sweep", "--config", str(f), "--list"]) == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["calibrate", "--null", "--replicates", "10000000000000"], "`--replicates` must be an integer in [1000, 100,000,000]"),
+    (["numerics", "--rows", "1000000000000"], "`--rows` must be an integer in [1, 1,000,000]"),
+    (["alpha", "--n-sequences", "1000000000000"], "`--n-sequences` must be an integer in [1, 1,000,000]"),
+    (["alpha", "--max-new-tokens", "1000000000"], "`--max-new-tokens` must be an integer in [1, 1,995]"),
+    (["alpha", "--k", "1000000000"], "`--k` must be an integer in [1, 64]"),
+    (["pit", "--k", "1000000000"], "`--k` must be an integer in [1, 64]"),  # named --max-new-tokens, range negative
+], ids=["calibrate-null-replicates", "numerics-rows", "alpha-n-sequences", "alpha-max-new-tokens", "alpha-k", "pit-k"])
+def test_probe48_counts_refused_up_front(tmp_path, capsys, args, needle):
+    """probe 48: each ran until killed or ended in a MemoryError (exit 3)."""
+    out = tmp_path / ("o.csv" if args[0] == "alpha" else "o")
+    assert main([*args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_a_planted_lock_link_never_truncates_its_target(tmp_path):
+    """probe 48: `<out>/.lock` planted as a link to another file: the lock truncated it to the run's pid."""
+    from harness.core.outlock import lock_out, lock_path, release_all
+    out = tmp_path / "o"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    lock_path(out, False).symlink_to(victim)
+    lock_out(out, "--out")
+    release_all()
+    assert victim.read_text() == "precious"

@@ -44,7 +44,9 @@ def lock_out(out: Path, option: str = "--out", is_file: bool = False) -> Optiona
     created = [p for p in (where, *where.parents) if not p.exists()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if path.is_symlink() or (path.exists() and not path.is_file()):  # planted: a link would truncate its target
+            path.unlink()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     except OSError as e:
         raise UsageError(f"`{option}` must be {'a file' if is_file else 'a folder'} that can be written; got "
                          f"{str(out)!r} ({e.strerror or e})") from None

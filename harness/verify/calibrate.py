@@ -96,7 +96,9 @@ def run(args) -> int:
     settings = load_settings(args.scenario_dir)
     scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
     if args.null:
-        check_option(args.replicates >= 1000, "--replicates", args.replicates, "an integer >= 1000")
+        check_option(1000 <= args.replicates <= 10 ** 8, "--replicates", args.replicates,
+                     "an integer in [1000, 100,000,000] (replicates per kind of test: the default 2,000,000 already "
+                     "take minutes; probe 48: 10^13 ran until killed)")
         args.out = claim_out(args, "calibrate", ("scenario", "null")) / "null"  # --out or runs/calibrate/...
         return calibrate_null.run(args, settings, scenarios)
     claim_out(args, "calibrate", ("scenario",))  # --out, or runs/calibrate/<name>-<hash>; locked

@@ -36,7 +36,8 @@ __all__ = ["DEFAULT_CONFIG", "load_config", "logit_rows", "floor_table", "add_ar
 
 DEFAULT_CONFIG = CONFIGS / "numerics" / "default.toml"
 
-_FILE = {"seed": integer(0), "rows": integer(1),
+MAX_ROWS, MAX_VOCAB = 1_000_000, 10_000_000  # logit rows per cell (held as a list) and a Zipf row's vocabulary
+_FILE = {"seed": integer(0), "rows": integer(1, MAX_ROWS),
          "dtypes": text(allowed="a list")}  # list checked below
 _SOURCES = {
     "zipf": {"name": one_of("zipf"), "vocab": text(allowed="a list"), "entropy": text(allowed="a list"),
@@ -67,8 +68,8 @@ def load_config(path: Path) -> dict:
         body = {k: v for k, v in s.items() if k not in ("vocab", "entropy")}
         validate(body, _SOURCES[name], src, f"source[{i}].")
         if name == "zipf":
-            _check_list(src, f"source[{i}].vocab", s.get("vocab"), lambda v: isinstance(v, int) and v >= 2,
-                        "a non-empty list of integers >= 2")
+            _check_list(src, f"source[{i}].vocab", s.get("vocab"), lambda v: isinstance(v, int) and 2 <= v <= MAX_VOCAB,
+                        f"a non-empty list of integers in [2, {MAX_VOCAB:,}]")
             _check_list(src, f"source[{i}].entropy", s.get("entropy"),
                         lambda h: isinstance(h, (int, float)) and 0 < h, "a non-empty list of numbers > 0 (nats)")
     for i, s in enumerate(lists.get("sampling") or [{}]):
@@ -219,7 +220,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     check_out(args.out)
-    check_option(args.rows is None or args.rows >= 1, "--rows", args.rows, "an integer >= 1")
+    check_option(args.rows is None or 1 <= args.rows <= MAX_ROWS, "--rows", args.rows,
+                 f"an integer in [1, {MAX_ROWS:,}] (logit rows per cell, held in memory)")
     cfg = load_config(args.config)
     if args.rows is not None:
         cfg["rows"] = args.rows

@@ -123,6 +123,7 @@ def _check_positions(spec: RealModelSpec) -> None:
     """T fits the shipped pair's positions with the longest prompt and a scored block (probe 47:
     --max-new-tokens 10^9 was a MemoryError blamed on the sampler, exit 3)."""
     mpe = json.loads((TINY_PAIR_DIR / "target" / "config.json").read_text()).get("max_position_embeddings", 2048)
+    check_option(spec.k <= 64, "--k", spec.k, "an integer in [1, 64] (draft tokens per round)")
     most = mpe - max(spec.prompt_lengths) - spec.k - 1
     check_option(spec.max_new_tokens <= most, "--max-new-tokens", spec.max_new_tokens,
                  f"an integer in [2, {most:,}] (the tiny pair's {mpe:,} positions = prompts up to "

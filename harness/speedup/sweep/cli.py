@@ -161,6 +161,8 @@ def _stored_key(out: Path, cell: Cell) -> Optional[str]:
     """The key a stored cell was computed under (None: not stored, unreadable, or written without a key);
     a cell of an unknown ``schema_version`` is refused (:func:`read_cell`), never silently recomputed."""
     path = _cell_path(out, cell)
+    if not path.is_file():  # absent, or not a regular file (a FIFO would block the read): not stored
+        return None
     try:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
