@@ -44,7 +44,7 @@ VLLM_TESTS := tests/samples/test_vllm_engine.py
 
 # the slow statistical tests no other target runs (real-model PIT batteries, calibration, false-alarm sweeps)
 test-slow: setup
-	$(PY) -m pytest -m slow -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(foreach f,$(INSTALL_TESTS) $(RAY_TESTS) $(ENGINE_TESTS) $(VLLM_TESTS),--ignore=$(f)) $(ARGS)
+	$(PY) -m pytest -m slow -p no:cacheprovider $(foreach f,$(INSTALL_TESTS) $(RAY_TESTS) $(ENGINE_TESTS) $(VLLM_TESTS),--ignore=$(f)) $(ARGS)
 
 # pip install . (not editable) into a fresh venv, then `python -m harness` from an empty directory
 install-check: setup
