@@ -54,10 +54,17 @@ from specimpl.model import LanguageModel, ModelState, Prompts, as_prompt_list
 
 __all__ = ["HFModel", "HFState", "RaggedKVCache", "load_pair", "load_tiny_pair", "check_pair", "TINY_PAIR_DIR",
            "EXAMPLE_HUB_PAIR", "MIN_TRANSFORMERS", "require_transformers",
-           "tiny_pair_prompts", "portable_name", "NonCausalModelError", "VocabularyMismatchError"]
+           "tiny_pair_prompts", "tiny_pair_positions", "portable_name", "NonCausalModelError", "VocabularyMismatchError"]
 
 
 TINY_PAIR_DIR = Path(__file__).resolve().parent / "assets" / "tiny_pair"
+
+
+def tiny_pair_positions() -> int:
+    """The shipped tiny pair's positions (its target's max_position_embeddings), read from its config alone."""
+    import json
+    return int(json.loads((TINY_PAIR_DIR / "target" / "config.json").read_text()).get("max_position_embeddings", 2048))
+
 # A public pair sharing one tokenizer (vocabulary 49152, Llama architecture), for users with network
 # access; nothing in this repository downloads it.
 EXAMPLE_HUB_PAIR = ("HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-135M")

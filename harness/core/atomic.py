@@ -133,22 +133,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _through_link(out: Path, rel: str) -> bool:
-    """Whether a folder between ``out`` and ``out/rel`` is a symbolic link (it would lead outside ``out``)."""
+def _folders(out: Path, rel: str):
+    """The folders between ``out`` and ``out/rel``, outermost first."""
     p = out
     for part in Path(rel).parts[:-1]:
         p = p / part
-        if p.is_symlink():
-            return True
-    return False
+        yield p
+
+
+def _through_link(out: Path, rel: str) -> bool:
+    """Whether a folder between ``out`` and ``out/rel`` is a symbolic link (it would lead outside ``out``)."""
+    return any(p.is_symlink() for p in _folders(out, rel))
 
 
 def _unlink_linked_folders(out: Path, rel: str) -> None:
     """Remove the symbolic links among the folders between ``out`` and ``out/rel`` (the links only, never what
     they point to), so that the file is written inside ``out``."""
-    p = out
-    for part in Path(rel).parts[:-1]:
-        p = p / part
+    for p in _folders(out, rel):
         if p.is_symlink():
             p.unlink()
 

@@ -20,7 +20,6 @@ variant and sampling setting:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from harness.stats import clopper_pearson
 from specimpl.hf import load_tiny_pair as tiny_pair
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
-from specimpl.hf import TINY_PAIR_DIR, tiny_pair_prompts
+from specimpl.hf import tiny_pair_positions, tiny_pair_prompts
 from specimpl.hf_drafts import tiny_pair_variants
 from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out, check_seed, check_threads, check_unique
@@ -98,7 +97,7 @@ def run(args) -> int:
     check_threads(args.threads)
     check_seed(args.seed)
     check_out(args.out, is_file=True)
-    mpe = json.loads((TINY_PAIR_DIR / "target" / "config.json").read_text()).get("max_position_embeddings", 2048)
+    mpe = tiny_pair_positions()
     for name, v, hi, why in (("--n-sequences", args.n_sequences, 1_000_000, "prompts held with their tokens"),
                              ("--k", args.k, 64, "draft tokens per round"),
                              ("--max-new-tokens", args.max_new_tokens, mpe - 48 - min(args.k, 64) - 1,

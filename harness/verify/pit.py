@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -52,7 +51,7 @@ from harness.verify.runs import UNDER_TEST, RealRun, RunSet, real_model_seed
 from harness.verify.sampler import load_sampler, sampler_failure
 from harness.controls import hf as hf_bugs
 from specimpl.speculative import speculative_generate
-from specimpl.hf import TINY_PAIR_DIR
+from specimpl.hf import tiny_pair_positions
 from specimpl.hf_assisted import hf_assisted_generate
 
 __all__ = ["add_arguments", "run", "catalogue", "pit"]
@@ -122,7 +121,7 @@ def _entries(args) -> list[tuple[str, str, Callable, int]]:
 def _check_positions(spec: RealModelSpec) -> None:
     """T fits the shipped pair's positions with the longest prompt and a scored block (probe 47:
     --max-new-tokens 10^9 was a MemoryError blamed on the sampler, exit 3)."""
-    mpe = json.loads((TINY_PAIR_DIR / "target" / "config.json").read_text()).get("max_position_embeddings", 2048)
+    mpe = tiny_pair_positions()
     check_option(spec.k <= 64, "--k", spec.k, "an integer in [1, 64] (draft tokens per round)")
     most = mpe - max(spec.prompt_lengths) - spec.k - 1
     check_option(spec.max_new_tokens <= most, "--max-new-tokens", spec.max_new_tokens,

@@ -50,7 +50,7 @@ from specimpl.autoregressive import autoregressive_generate
 from specimpl.errors import check_arg
 from specimpl.sampling import SamplingConfig
 from specimpl.speculative import speculative_generate
-from specimpl.hf import TINY_PAIR_DIR, tiny_pair_prompts
+from specimpl.hf import tiny_pair_positions, tiny_pair_prompts
 
 __all__ = ["Cell", "Suite", "SUITES", "GridParams", "SyntheticParams", "RealParams", "ProfileParams", "MemboundParams",
            "Measurement", "measure_pair", "prompt_seed", "prompt_sets", "resolve_model", "SHAPES", "CLOCKS"]
@@ -307,7 +307,7 @@ def _check_measured(name: str, table: dict) -> None:
 
 def _check_positions(name: str, table: dict) -> None:
     """The tiny pair's positions hold prompt_len + max_new_tokens + the largest k."""
-    mpe = json.loads((TINY_PAIR_DIR / "target" / "config.json").read_text()).get("max_position_embeddings", 2048)
+    mpe = tiny_pair_positions()
     need = table["prompt_len"] + table["max_new_tokens"] + max(table["k"]) + 1
     check_arg(need <= mpe, f"{name}.max_new_tokens", table["max_new_tokens"],
               f"at most {mpe - need + table['max_new_tokens']:,} (the tiny pair's {mpe:,} positions hold prompt_len + "
