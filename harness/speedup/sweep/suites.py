@@ -26,7 +26,6 @@ predicts (the expected call time over prompts, from the mean acceptance).
 from __future__ import annotations
 
 import functools
-import json
 import math
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
