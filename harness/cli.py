@@ -24,7 +24,7 @@ from harness.core.errors import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT
                             sigint_flag)
 from harness.core.lifeline import die_with_parent
 from harness.core.outlock import abandon_all, held_outputs
-from harness.core.owner import is_owned, needs_owner, owned_main, tell_owner
+from harness.core.owner import claim, is_owned, needs_owner, owned_main, tell_owner
 
 __all__ = ["main", "COMMANDS", "write_error_log"]
 
@@ -95,6 +95,7 @@ def main(argv=None) -> int:
     if argv is None and needs_owner(sys.argv[1:]):
         return owned_main(sys.argv[1:])
     if is_owned():
+        claim()
         die_with_parent(os.getppid())
     status = _main(argv)
     tell_owner(status)

@@ -23,6 +23,7 @@ import pandas as pd
 from harness.api.result import Loss, Verification
 from harness.core.backends import make_backend
 from harness.core.config import derive_seed
+from harness.core.limits import EPSILON_WHY, MIN_EPSILON
 from harness.core.options import check_option, check_out
 from harness.core.threads import with_threads
 from harness.laws.scenarios import SCENARIO_DIR, list_scenarios, load_scenario, load_settings
@@ -158,17 +159,17 @@ def _settings(epsilon: Epsilon, confidence: Optional[float]):
 def _epsilon_override(epsilon: Epsilon, defaults: dict) -> dict:
     if isinstance(epsilon, Mapping):
         bad = {k: v for k, v in epsilon.items() if k not in EPSILON_KEYS or not _is_eps(v)}
-        check_option(not bad, "epsilon", dict(epsilon), f"a number in (0, 1] or a mapping of {list(EPSILON_KEYS)} to "
-                     "numbers in (0, 1]")
+        check_option(not bad, "epsilon", dict(epsilon), f"a number in [{MIN_EPSILON:g}, 1] or a mapping of "
+                     f"{list(EPSILON_KEYS)} to numbers in [{MIN_EPSILON:g}, 1] ({EPSILON_WHY})")
         return {k: float(v) for k, v in epsilon.items()}
-    check_option(_is_eps(epsilon), "epsilon", epsilon, "None, a number in (0, 1] (the per-position TV) or a mapping "
-                 f"of {list(EPSILON_KEYS)} to numbers in (0, 1]")
+    check_option(_is_eps(epsilon), "epsilon", epsilon, f"None, a number in [{MIN_EPSILON:g}, 1] (the per-position TV) or a "
+                 f"mapping of {list(EPSILON_KEYS)} to numbers in [{MIN_EPSILON:g}, 1] ({EPSILON_WHY})")
     scale = float(epsilon) / float(defaults["position"])
     return {k: min(1.0, float(defaults[k]) * scale) for k in EPSILON_KEYS}
 
 
 def _is_eps(v) -> bool:
-    return isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and 0 < float(v) <= 1
+    return isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and MIN_EPSILON <= float(v) <= 1
 
 
 def _check_budget(plan: DrawPlan, pilot: VerifyResult, budget_s: Optional[float], spent: float, est: float,

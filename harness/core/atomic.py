@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 from harness.core.provenance import atomic_write_text
+from harness.core import jsonfile
 
 __all__ = ["staged_report", "Staged", "manifest_path", "remove_stale_staging"]
 
@@ -64,7 +65,7 @@ class Staged:
         man = manifest_path(self.out, self.kind)
         if man.is_file():
             try:
-                return set(json.loads(man.read_text())["files"])
+                return set(jsonfile.loads(man.read_text())["files"])
             except (OSError, ValueError, KeyError, TypeError):
                 pass
         if not self.out.is_dir():

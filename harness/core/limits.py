@@ -24,13 +24,15 @@ from typing import Optional
 from harness.core.errors import UsageError
 from harness.core.options import check_option, quoted
 
-__all__ = ["MEMORY_SHARE", "MAX_SEQUENCES", "available_memory", "memory_budget", "fmt_bytes", "check_count",
+__all__ = ["MEMORY_SHARE", "MAX_SEQUENCES", "MIN_EPSILON", "EPSILON_WHY", "available_memory", "memory_budget", "fmt_bytes", "check_count",
            "check_bytes", "check_folder_name"]
 
 MEMORY_SHARE = 0.5  # of the available memory a run's counted arrays may take (the rest: what is not counted)
 MAX_SEQUENCES = 10 ** 10  # sequences one run may draw: 10,000 x the default 10^6; at a few 10^5 sequences a
                           # second that is more than a day per scenario (and the chunk plan, a list of one size
                           # per sampler call, stays at 5 x 10^4 entries at max_chunk = 200,000)
+MIN_EPSILON = 1e-6  # a certificate's smallest tolerance: a TV bound from n draws is at least ~1/sqrt(n) >= 1e-5
+EPSILON_WHY = f"below {MIN_EPSILON:g} no run of at most {MAX_SEQUENCES:,} sequences can certify"
 
 
 def _meminfo_available() -> Optional[int]:

@@ -15,13 +15,13 @@ input: :class:`~harness.core.errors.UsageError` (exit 2) naming the option, the 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import specimpl
 from harness.core.errors import UsageError
+from harness.core import jsonfile
 
 __all__ = ["ASSETS", "SHIPPED", "ShippedModel", "model_names", "model_path", "resolve_model", "describe",
            "add_arguments", "run"]
@@ -92,7 +92,7 @@ def resolve_model(name_or_path, option: str = "--target") -> str:
 
 def _config(path: Path) -> dict:
     try:
-        return json.loads((path / "config.json").read_text())
+        return jsonfile.loads((path / "config.json").read_text())
     except (OSError, ValueError):
         return {}
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from typing import Optional
 
-__all__ = ["ENV", "OWNED_COMMANDS", "needs_owner", "owned_main", "tell_owner", "is_owned"]
+__all__ = ["ENV", "OWNED_COMMANDS", "needs_owner", "owned_main", "tell_owner", "is_owned", "claim"]
 
 ENV = "SPECVERIFY_OWNER_FD"  # in the child: the pipe's write end, where it tells the status it decided
 OWNED_COMMANDS = ("verify", "pit")  # the commands whose --sampler runs code from outside the project
@@ -44,22 +44,39 @@ def needs_owner(argv: list) -> bool:
     return any(len(n) > 3 and "--sampler".startswith(n) for n in names)
 
 
+_FD: list = [None]  # the pipe's write end, once claimed (:func:`claim`)
+
+
 def is_owned() -> bool:
     """Whether this process is an owned child (it then dies with its owner)."""
-    return bool(os.environ.get(ENV))
+    return bool(os.environ.get(ENV)) or _FD[0] is not None
+
+
+def claim() -> None:
+    """In an owned child, first thing: take the pipe's write end out of the environment and make it
+    non-inheritable, so that no process this one starts (the trial import, the workers, a subprocess of the
+    sampler's) is told where the status goes or holds the pipe open."""
+    fd = os.environ.pop(ENV, None)
+    if fd is None or _FD[0] is not None:
+        return
+    try:
+        _FD[0] = int(fd)
+        os.set_inheritable(_FD[0], False)
+    except (OSError, ValueError):
+        _FD[0] = None
 
 
 def tell_owner(status: int) -> None:
     """Tell the owner the status this command decided (nothing outside an owned child)."""
-    fd = os.environ.get(ENV)
-    if not fd:
+    claim()
+    fd, _FD[0] = _FD[0], None
+    if fd is None:
         return
     try:
-        os.write(int(fd), f"{int(status)}\n".encode())
-        os.close(int(fd))
+        os.write(fd, f"{int(status)}\n".encode())
+        os.close(fd)
     except (OSError, ValueError):
         pass
-    os.environ.pop(ENV, None)
 
 
 def owned_main(argv: list) -> int:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.core.errors import UsageError
+from harness.core import jsonfile
 
 __all__ = ["SCHEMA_VERSION", "SCHEMA_VERSIONS_READ", "check_schema", "read_provenance", "checked_provenance", "metadata", "git_commit", "versions", "machine", "portable", "portable_tree", "command_line",
            "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_parquet",
@@ -365,13 +366,13 @@ def read_provenance(path) -> Optional[dict]:
     path = Path(path)
     try:
         if path.suffix == ".json":
-            meta = json.loads(path.read_text())
+            meta = jsonfile.loads(path.read_text())
         elif path.suffix == ".parquet":
             import pyarrow.parquet as pq
             raw = (pq.read_schema(path).metadata or {}).get(b"provenance")
-            meta = json.loads(raw) if raw is not None else None
+            meta = jsonfile.loads(raw) if raw is not None else None
         elif sidecar_path(path).is_file():
-            meta = json.loads(sidecar_path(path).read_text())
+            meta = jsonfile.loads(sidecar_path(path).read_text())
         else:
             meta = _legacy_csv_provenance(path)
     except ValueError:

@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from harness.core.config import VERIFY_DIR, overlay, read_toml
 from harness.core.errors import UsageError
-from harness.core.limits import MAX_SEQUENCES
+from harness.core.limits import EPSILON_WHY, MAX_SEQUENCES, MIN_EPSILON
 from harness.laws.ngram import ExactLaw, warp_mismatch, warp_support_mismatch
 from harness.laws.sizes import check_scenario_sizes
 from harness.core.schema import Field, boolean, fail, integer, number, one_of, text, validate
@@ -41,6 +41,7 @@ SCENARIO_DIR = VERIFY_DIR
 DEFAULT_FILE = "default.toml"
 
 DRAFT_KINDS = ("same", "noisy", "tempered", "disjoint", "random")
+_EPSILON = number(MIN_EPSILON, 1, allowed=f"a number in [{MIN_EPSILON:g}, 1] ({EPSILON_WHY})")  # a certificate's ε
 DRAFT_NEEDS = {"noisy": "eps", "tempered": "tau"}  # the key a draft kind cannot do without
 SEED = integer(0)
 
@@ -54,7 +55,7 @@ SCENARIO_SCHEMA = {
         "a non-empty list of token ids (integers >= 0)"),
     "eos_token_id": integer(-1, allowed="a token id (an integer >= 0), or -1 for no EOS"),
     "weight": number(0, lo_open=True), "full_weight": number(0, lo_open=True),
-    **{f"{full}epsilon_{k}": number(0, 1, lo_open=True)  # certificate ε overrides (full_: with --full)
+    **{f"{full}epsilon_{k}": _EPSILON  # certificate ε overrides (full_: with --full)
        for k in ("position", "pair", "joint") for full in ("", "full_")},
     "sampling": {"temperature": number(0, allowed="a finite number >= 0 (0 means greedy)"),
                  "top_k": integer(0, allowed="an integer >= 0 (0: no top-k)"),
@@ -79,7 +80,7 @@ RUN_SCHEMA = {
     "control_epsilon_scale": number(1),  # control-sized runs are certified at this multiple of the tolerances
     # sequential stopping's share of family_alpha (harness.verify.sequential; 0: off); optional
     "sequential_alpha": number(0, 1e-4, allowed="a share of family_alpha in [0, family_alpha) (0: off)"),
-    **{f"epsilon_{k}": number(0, 1, lo_open=True) for k in ("position", "pair", "joint", "real", "real_pair", "real_joint")},  # the certificate's
+    **{f"epsilon_{k}": _EPSILON for k in ("position", "pair", "joint", "real", "real_pair", "real_joint")},  # the certificate's
 }
 OPTIONAL_RUN_KEYS = ("sequential_alpha",)  # [run] keys a default.toml may leave out (0 then)
 ALGORITHMS_SCHEMA = {  # [algorithms]: block / tree reference runs and controls (harness.verify.runs.AlgorithmRuns)

@@ -20,6 +20,8 @@ contexts, N = max_new_tokens, J = joint_tokens):
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.core.limits import check_bytes
 from harness.core.schema import fail
 
@@ -67,6 +69,11 @@ def check_scenario_sizes(raw: dict, own: dict, run: dict, source: str) -> None:
                                             f"(here {W}^{J} = {W ** J:,} cells)")
     else:
         W, C, J = 1, 1, 0
+    run_source = str(Path(source).with_name("default.toml"))  # [run]'s keys live there: a value too large for one
+    check_bytes(f"{run_source}: `run.pit_bins`", pit_bins, ACCUMULATORS * pit_bins * ENTRY,  # position is theirs
+                f"one position's PIT histogram of pit_bins entries, x{ACCUMULATORS} accumulators")
+    check_bytes(f"{run_source}: `run.max_chunk`", max_chunk, CHUNK_ARRAYS * max_chunk * ENTRY,
+                f"one sampler call of max_chunk = {max_chunk:,} sequences, one token each")
     per_position = ACCUMULATORS * (pit_bins + W + W * W + C + 1) * ENTRY
     check_bytes(f"{source}: `max_new_tokens`", N, N * per_position,
                 f"per-position tables: max_new_tokens x (pit_bins = {pit_bins} + symbols^2 ...), x{ACCUMULATORS} "

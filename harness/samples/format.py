@@ -17,7 +17,7 @@ output_ids     the generated token ids (integers >= 0), EOS included when it was
                ``controls.max_new_tokens`` of them
 finish_reason  "length" (exactly max_new_tokens tokens), "eos" (the last token is the end-of-sequence
                token) or "stop" (a stop sequence of ``controls.stop`` ended the completion)
-controls       what the engine APPLIED (not what was asked): temperature (number >= 0; 0 = greedy),
+controls       what the engine APPLIED (not what was asked): temperature (0 = greedy, or a number >= 1e-6),
                top_k (integer >= 0; 0 = off), top_p (number in (0, 1]), max_new_tokens (integer >= 1);
                optional: min_p (number in [0, 1), default 0 = off), seed (integer or null), greedy
                (bool, default false), stop (list of strings, default []).  Unknown keys are refused.
@@ -54,7 +54,9 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from harness.core.errors import UsageError
+from harness.core import jsonfile
 from harness.core.limits import check_bytes, fmt_bytes
+from specimpl.sampling import MIN_TEMPERATURE
 
 __all__ = ["FORMAT", "FINISH_REASONS", "Controls", "SampleRecord", "SampleFormatError", "parse_record",
            "read_samples", "SampleWriter", "SampleFileLocked", "lock_exclusive"]
@@ -118,7 +120,9 @@ class Controls:
             if req not in obj:
                 raise _FieldError(f"controls.{req}", "missing")
         checks = {
-            "temperature": (lambda v: _is_num(v) and v >= 0, "a finite number >= 0"),
+            "temperature": (lambda v: _is_num(v) and (v == 0 or v >= MIN_TEMPERATURE),
+                            f"0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} (below that the target's law "
+                            "cannot be formed in float32)"),
             "top_k": (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0: off)"),
             "top_p": (lambda v: _is_num(v) and 0 < v <= 1, "a number in (0, 1]"),
             "max_new_tokens": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
@@ -259,7 +263,7 @@ def parse_record(obj) -> SampleRecord:
 
 def _parse_line(path: Path, lineno: int, text: str) -> SampleRecord:
     try:
-        obj = json.loads(text)
+        obj = jsonfile.loads(text)
     except json.JSONDecodeError as e:
         raise SampleFormatError(f"{path}:{lineno}: field '<line>': not valid JSON ({e.msg} at column {e.colno})")
     try:

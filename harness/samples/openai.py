@@ -73,6 +73,11 @@ def check_endpoint(url, timeout: float, backoff: float) -> None:
         port = -1
     check_option(port is None or 1 <= port <= 65535, "--url", url, "a URL whose port, if given, is an integer in "
                  "[1, 65535], e.g. http://127.0.0.1:8000/v1")
+    check_waits(timeout, backoff)
+
+
+def check_waits(timeout: float, backoff: float) -> None:
+    """``--timeout`` and ``--backoff``, finite (checked for every engine: a NaN is refused, not ignored)."""
     check_option(timeout > 0 and math.isfinite(timeout), "--timeout", timeout, "a number of seconds > 0")
     check_option(backoff >= 0 and math.isfinite(backoff), "--backoff", backoff, "a number of seconds >= 0")
 

@@ -6,11 +6,11 @@ versions, machine, command).
 """
 from __future__ import annotations
 
-import json
 
 from pathlib import Path
 
 from harness.core.atomic import staged_report
+from harness.core.jsonfile import read_json
 from harness.core.verdict import headline
 from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic_write_text, metadata, portable,
                                      read_table_csv)
@@ -102,7 +102,7 @@ def report_row(out) -> dict:
     """One table row from a ``verify-samples`` report folder: the verdict and headline (meta.json), the largest
     per-position bound and estimate, and the rejecting tests in order of their adjusted p-value (tests.csv)."""
     out = Path(out)
-    meta = json.loads((out / "meta.json").read_text())
+    meta = read_json(out / "meta.json", "report")
     t = read_table_csv(out / "tests.csv")
     rej = t[t["reject"]].sort_values("p_adjusted", kind="stable")
     b = meta.get("bounds") or {}

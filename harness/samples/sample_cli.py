@@ -35,7 +35,7 @@ from harness.samples.format import read_samples
 from harness.samples import producers as P
 from specimpl.sampling import SamplingConfig
 from specimpl.hf import HFModel, load_pair, load_tiny_pair
-from harness.samples.openai import EndpointSpec, check_endpoint, produce_openai
+from harness.samples.openai import EndpointSpec, check_endpoint, check_waits, produce_openai
 from harness.samples.producers import make_requests
 from harness.samples.controls import CONTROLS
 from harness.samples.engines.llama_sample import SPEC_CHOICES as LLAMA_SPECS, produce_llama
@@ -127,6 +127,7 @@ def _check(args) -> None:
     check_option(args.n >= 1 and args.max_num_seqs >= 1, "--n / --max-num-seqs", [args.n, args.max_num_seqs],
                  "integers >= 1")
     check_out(args.out, is_file=True)
+    check_waits(args.timeout, args.backoff)
     for opt in ("target", "draft", "tokenizer"):  # local models: a shipped short name or a folder (not --model: a server's name)
         if getattr(args, opt) is not None:
             setattr(args, opt, resolve_model(getattr(args, opt), "--" + opt))
@@ -191,6 +192,10 @@ def _check_fits(args, target) -> None:
                 if isinstance(v, int) and v > 0), None)
     hi = args.prompt_lengths[1]
     need = hi + args.max_new_tokens + args.k
+    if mpe is not None and hi + 1 + args.k > mpe:  # not even one new token fits: the prompts are what is too long
+        raise UsageError(f"`--prompt-lengths` must end at most {max(mpe - 1 - args.k, 0):,} for this target ({mpe:,} "
+                         f"positions = prompts up to the second value + --max-new-tokens + --k {args.k}); "
+                         f"got {list(args.prompt_lengths)}")
     if mpe is not None and need > mpe:
         raise UsageError(f"`--max-new-tokens` must be at most {max(mpe - hi - args.k, 0):,} for this target ({mpe:,} "
                          f"positions = prompts up to {hi} + --max-new-tokens + --k {args.k}); got {args.max_new_tokens!r}")

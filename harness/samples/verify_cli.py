@@ -40,6 +40,7 @@ from typing import Optional
 import numpy as np
 
 from harness.core.errors import SamplerError, UsageError
+from harness.core.limits import EPSILON_WHY, MIN_EPSILON
 from harness.core.models import resolve_model
 from harness.core.verdict import exit_status, headline, rerun_command
 from harness.core.options import check_option, check_out, check_seed
@@ -323,7 +324,7 @@ def verify_samples(args) -> SamplesVerdict:
 def check_args(args) -> None:
     """Every option of ``args`` checked before any work (UsageError naming it); ``--target`` resolved: a shipped
     short name (``tiny``, ``exact-markov``, ...: :func:`harness.core.models.resolve_model`) -> its folder."""
-    check_option(0 < args.epsilon < 1, "--epsilon", args.epsilon, "a number in (0, 1)")
+    check_option(MIN_EPSILON <= args.epsilon < 1, "--epsilon", args.epsilon, f"a number in [{MIN_EPSILON:g}, 1) ({EPSILON_WHY})")
     if args.alpha is not None:
         check_option(0 < args.alpha < 1, "--alpha", args.alpha, "a number in (0, 1)")
     check_option(not args.exact or args.target is not None, "--exact", True, "given with --target (scored mode)")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from harness.core.errors import UsageError
+from harness.core.limits import EPSILON_WHY, MIN_EPSILON
 
 __all__ = ["EPSILON_KEYS", "REAL_KEYS", "Epsilons", "parse_epsilon_option", "epsilons_for", "run_epsilons"]
 
@@ -59,8 +60,8 @@ def _value(option: str, key: str, text: str) -> float:
         v = float(text)
     except ValueError:
         v = float("nan")
-    if not 0 < v <= 1:  # NaN fails too
-        raise UsageError(f"`{option}` must give {key} a number in (0, 1]; got {text!r}")
+    if not MIN_EPSILON <= v <= 1:  # NaN fails too
+        raise UsageError(f"`{option}` must give {key} a number in [{MIN_EPSILON:g}, 1] ({EPSILON_WHY}); got {text!r}")
     return v
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,7 @@ from harness.verify.sampler import load_sampler, sampler_failure
 from harness.controls import hf as hf_bugs
 from specimpl.speculative import speculative_generate
 from specimpl.hf import tiny_pair_positions
+from specimpl.sampling import MIN_TEMPERATURE
 from specimpl.hf_assisted import hf_assisted_generate
 
 __all__ = ["add_arguments", "run", "catalogue", "pit"]
@@ -131,6 +133,13 @@ def _check_positions(spec: RealModelSpec) -> None:
 
 def _spec(args) -> RealModelSpec:
     """default.toml's ``[real_model]`` with the options' overrides (checked as that table is)."""
+    t = args.temperature  # the options are checked here, so that an error names the option, not default.toml
+    check_option(t is None or t == 0 or (math.isfinite(t) and t >= MIN_TEMPERATURE), "--temperature", t,
+                 f"0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} (below that, logits / temperature can "
+                 "overflow float32)")
+    check_option(args.k is None or args.k >= 1, "--k", args.k, "an integer in [1, 64] (draft tokens per round)")
+    check_option(args.max_new_tokens is None or args.max_new_tokens >= 2, "--max-new-tokens", args.max_new_tokens,
+                 "an integer >= 2 (tokens per sequence)")
     over = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("k", args.k)) if v is not None}
     if args.temperature is not None:
         over["sampling"] = {"temperature": args.temperature}

@@ -18,7 +18,6 @@ that this one did not write, e.g. ``figures/`` after a ``--no-figures`` rerun):
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Optional
@@ -27,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from harness.core.atomic import staged_report
+from harness.core.jsonfile import read_json
 from harness.core.backends import default_workers
 from harness.core.forkmap import fork_map
 from harness.core.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
@@ -557,7 +557,7 @@ def draw_figures(out: Path, workers: Optional[int] = None) -> list[Path]:
     matplotlib.use("Agg")
 
     out = Path(out)
-    meta = json.loads((out / "meta.json").read_text())
+    meta = read_json(out / "meta.json", "report")
     dist = pd.read_parquet(out / "distributions.parquet")
     pit = pd.read_parquet(out / "pit_hist.parquet")
     figdir = out / "figures"

@@ -30,8 +30,8 @@ def test_epsilon_option_forms_and_errors():
     assert parse_epsilon_option(["position=1e-3,joint=0.03", "real=0.05"]) == \
         {"position": 1e-3, "joint": 0.03, "real": 0.05}
     assert parse_epsilon_option(None) == {}
-    for bad, fragment in (("0", "(0, 1]"), ("abc", "(0, 1]"), ("nan", "(0, 1]"), ("tv=0.1", "keys must be"),
-                          ("pair=2", "(0, 1]"), ("1e-3,position=2e-3", "more than once")):
+    for bad, fragment in (("0", "[1e-06, 1]"), ("abc", "[1e-06, 1]"), ("nan", "[1e-06, 1]"), ("tv=0.1", "keys must be"),
+                          ("pair=2", "[1e-06, 1]"), ("1e-3,position=2e-3", "more than once")):
         with pytest.raises(UsageError, match="`--epsilon`") as e:
             parse_epsilon_option([bad])
         assert fragment in str(e.value)

@@ -64,3 +64,20 @@ def test_an_owned_run_keeps_its_output_and_status(tmp_path):
     r = _verify(tmp_path, "")
     assert r.returncode == 4, r.stderr[-1500:]
     assert "verify s.py:fn: INCONCLUSIVE" in r.stderr and (tmp_path / "o" / "summary.md").is_file()
+
+
+def test_the_owned_child_hides_the_status_pipe_from_what_it_starts(monkeypatch):
+    """claim(): the pipe's write end leaves the environment and is not inherited, so the trial import, the workers
+    and any subprocess a sampler starts are not told where the status goes (tell_owner still writes it)."""
+    read, write = os.pipe()
+    monkeypatch.setenv(owner.ENV, str(write))
+    monkeypatch.setattr(owner, "_FD", [None])
+    os.set_inheritable(write, True)
+    owner.claim()
+    assert owner.ENV not in os.environ and owner.is_owned() and not os.get_inheritable(write)
+    child = subprocess.run([sys.executable, "-c", f"import os; os.write({write}, b'0')"], close_fds=False,
+                           capture_output=True, text=True)
+    assert child.returncode != 0 and "Bad file descriptor" in child.stderr  # a fork+exec'd child has no such fd
+    owner.tell_owner(4)
+    assert os.read(read, 16) == b"4\n" and not owner.is_owned()
+    os.close(read)

@@ -29,7 +29,7 @@ on a suite's name.
 """
 from __future__ import annotations
 
-import json
+from harness.core.jsonfile import read_json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +90,7 @@ class SweepResults:
         if not (path / "meta.json").exists():
             raise FileNotFoundError(f"`--results` {str(path)!r} holds no sweep results (no meta.json); "
                                     "run `python -m harness sweep` first")
-        meta = json.loads((path / "meta.json").read_text())
+        meta = read_json(path / "meta.json", "`--results`")
         check_schema(meta, path / "meta.json")
         tables = {name: _read_table(path / name) for name in ("grid.parquet", "measured.csv", "profiles.csv")}
         return cls(path, meta, *(tables[n][0] for n in ("grid.parquet", "measured.csv", "profiles.csv")),

@@ -29,7 +29,6 @@ T(n, B, L) that a measured cost model can plug in (``roofline(n, B, L)`` -> seco
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Optional
 import numpy as np
 
 from harness.core.config import CONFIGS
+from harness.core import jsonfile
 from specimpl.errors import check_arg
 
 __all__ = ["DTYPE_BYTES", "ConfigError", "ModelShape", "Hardware", "HARDWARE_DIR", "hardware_names",
@@ -92,7 +92,7 @@ class ModelShape:
         if not p.is_file():
             raise ConfigError(f"model config {str(p)!r} does not exist (need an HF config.json or a folder holding one)")
         try:
-            cfg = json.loads(p.read_text())
+            cfg = jsonfile.loads(p.read_text())
         except (OSError, ValueError) as e:
             raise ConfigError(f"model config {str(p)!r} is not readable JSON: {e}") from None
         if not isinstance(cfg, dict):

@@ -37,6 +37,7 @@ import pandas as pd
 import torch
 
 from harness.core.provenance import check_schema
+from harness.core.jsonfile import read_json
 from harness.laws.algorithms import Algorithm
 from harness.speedup.sweep.cell import Cell, Suite
 from harness.speedup.sweep.models import check_tiny_names, resolve_model
@@ -321,7 +322,7 @@ def algorithms_table(results: Path, meta: dict) -> Optional[pd.DataFrame]:
         path = Path(results) / "cells" / "algorithms" / f"{cell.id}.json"
         if not path.exists():
             continue
-        rec = json.loads(path.read_text())
+        rec = read_json(path, "stored cell")
         check_schema(rec.get("meta"), path)
         f = pd.DataFrame(rec["rows"])
         p = cell.params

@@ -32,6 +32,8 @@ from harness.core.backends import SerialBackend, TaskLost, add_backend_arguments
 from harness.core.config import SWEEP_DIR, derive_seed, overlay, read_toml
 from harness.core.atomic import staged_report
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
+from harness.core import jsonfile
+from harness.core.jsonfile import read_json
 from harness.core.provenance import (atomic_write_csv, atomic_write_json, atomic_write_parquet, check_schema, metadata,
                                      read_provenance, sidecar_path)
 from harness.speedup.sweep.suites import SUITES, Cell
@@ -54,7 +56,7 @@ def _read(path: Path) -> dict:
     path = Path(path)
     if path.suffix == ".json" and path.is_file():
         try:
-            data = json.loads(path.read_text())
+            data = jsonfile.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise UsageError(f"`--config` {str(path)!r} is not valid JSON: {e}") from None
         if not isinstance(data, dict):
@@ -152,7 +154,7 @@ def store_cell(out: Path, cell: Cell, rec: dict) -> Path:
 def read_cell(path: Path) -> dict:
     """A stored cell's record, refused (UsageError, one line naming the file) when its provenance names a
     ``schema_version`` this harness does not read (:func:`harness.core.provenance.check_schema`)."""
-    rec = json.loads(Path(path).read_text())
+    rec = read_json(path, "stored cell")
     check_schema(rec.get("meta") if isinstance(rec, dict) else None, path)
     return rec
 
@@ -164,7 +166,7 @@ def _stored_key(out: Path, cell: Cell) -> Optional[str]:
     if not path.is_file():  # absent, or not a regular file (a FIFO would block the read): not stored
         return None
     try:
-        rec = json.loads(path.read_text())
+        rec = jsonfile.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(rec, dict):
