@@ -11,12 +11,20 @@ worker, or for fewer than two items.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
 from harness.core.lifeline import die_with_parent
 
-__all__ = ["fork_map", "fork_available"]
+__all__ = ["fork_map", "fork_available", "ForkedChildLost"]
+
+class ForkedChildLost(RuntimeError):
+    """A child of :func:`fork_map` ended without returning its result."""
+
 
 _WORK: list = []  # the function the forked children call (set for the duration of one fork_map)
 
@@ -44,16 +52,27 @@ def _call(i: int):
 
 def fork_map(fn: Callable[[int], object], n: int, workers: int, chunksize: int = 4) -> list:
     """``[fn(i) for i in range(n)]`` on ``workers`` forked processes (each picks ``chunksize`` items at a
-    time, so unequal items balance); an exception in ``fn`` is raised here."""
+    time, so unequal items balance); an exception in ``fn`` is raised here, and a child that ends without its
+    result (an at-fork handler of a loaded module that exits, the out-of-memory killer) is a
+    :class:`ForkedChildLost` -- never a wait without end, as ``multiprocessing.Pool`` gives (probe 47)."""
     if workers <= 1 or n < 2 or not fork_available():
         return [fn(i) for i in range(n)]
     _WORK.append(fn)
+    main = threading.current_thread() is threading.main_thread()
+    pool = ProcessPoolExecutor(min(workers, n), mp_context=multiprocessing.get_context("fork"),
+                               initializer=_child_init, initargs=(os.getpid(), main))
+    done = False
     try:
-        ctx = multiprocessing.get_context("fork")
-        import os
-        import threading
-        main = threading.current_thread() is threading.main_thread()
-        with ctx.Pool(min(workers, n), initializer=_child_init, initargs=(os.getpid(), main)) as pool:
-            return list(pool.imap(_call, range(n), chunksize=max(1, chunksize)))
+        out = list(pool.map(_call, range(n), chunksize=max(1, chunksize)))
+        done = True
+        return out
+    except BrokenProcessPool:
+        raise ForkedChildLost("a forked child of this process ended before it returned its result (killed, or "
+                              "ended by code of a loaded module, e.g. an os.register_at_fork handler)") from None
     finally:
         _WORK.clear()
+        children = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=done, cancel_futures=True)
+        for child in children if not done else ():  # Ctrl-C or an error: the rest of the work is not wanted
+            if child.is_alive():
+                child.terminate()

@@ -19,6 +19,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import os
 import traceback
 from pathlib import Path
 from typing import Callable, Optional
@@ -100,7 +101,6 @@ def trial_import(spec: str, timeout: Optional[float] = 600.0) -> None:
     takes longer than ``timeout`` seconds (None: no limit; timed from when the child has started, see
     :data:`STARTUP_S`).  Code that runs at import time then cannot end the command that judges the sampler with an
     exit status of its choosing."""
-    import os
     import secrets
     import sys
     token = "specverify-trial-" + secrets.token_hex(8)
@@ -170,6 +170,7 @@ def guard_sampler(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        pid = os.getpid()
         try:
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
@@ -182,6 +183,9 @@ def guard_sampler(fn: Callable) -> Callable:
         except Exception as e:
             call.failures.append((f"{type(e).__name__}: {e}", traceback.format_exc()))
             raise
+        finally:
+            if os.getpid() != pid:  # a child the sampler forked (os.fork) returned or raised out of the call: it
+                os._exit(0)         # must never go on as the worker that called it (probe 47, case 8: it did)
         raise SamplerCallError(call.failures[-1][0])
 
     call.failures = []

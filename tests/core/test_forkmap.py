@@ -33,3 +33,16 @@ def test_fork_map_runs_in_other_processes():
     import os
     pids = fork_map(lambda i: os.getpid(), 40, 2, chunksize=1)
     assert os.getpid() not in pids
+
+
+def test_a_child_ended_by_an_at_fork_handler_is_an_error_not_a_wait():
+    """probe 47: a loaded module's os.register_at_fork handler that exits left multiprocessing.Pool waiting forever."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("import os\nfrom harness.core.forkmap import fork_map, ForkedChildLost\n"
+            "os.register_at_fork(after_in_child=lambda: os._exit(0))\n"
+            "try:\n    fork_map(lambda i: i, 8, 2)\nexcept ForkedChildLost as e:\n    print('lost:', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout.startswith("lost: a forked child"), (r.returncode, r.stdout, r.stderr[-800:])

@@ -297,3 +297,27 @@ def test_os_exit_0_in_a_pit_sampler_is_exit_3(tmp_path):
     assert r.returncode == 3, r.stderr
     assert any("s.py:fn" in ln and "exit status 0" in ln and "os._exit" in ln for ln in r.stderr.splitlines()), r.stderr
     assert (tmp_path / "o" / "summary.md").is_file()
+
+
+@pytest.mark.parametrize("child", ["return", "sys.exit"])
+def test_a_child_the_sampler_forks_never_goes_on_as_the_worker(tmp_path, child):
+    """probe 47, case 8: a sampler that forks a child which returns or calls sys.exit(0) left that child running the
+    worker's own loop (the pool then waited without end); guard_sampler ends such a child as it leaves the call."""
+    import os
+    from harness.verify.sampler import guard_sampler
+
+    def fn(*args, **kwargs):
+        if os.fork() == 0 and child == "sys.exit":
+            raise SystemExit(0)
+        return "result"
+
+    me, went_on = os.getpid(), tmp_path / "went_on"
+    try:
+        out = guard_sampler(fn)()
+    except Exception:  # noqa: BLE001 - only the child could get here (SystemExit -> SamplerCallError)
+        out = None
+    if os.getpid() != me:  # the forked child came back from the call: the defect
+        went_on.write_text("yes")
+        os._exit(1)
+    _, status = os.wait()
+    assert out == "result" and not went_on.exists() and os.waitstatus_to_exitcode(status) == 0
