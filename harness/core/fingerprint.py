@@ -175,6 +175,8 @@ def sampler_fingerprint(fn: Callable) -> str:
     fingerprinted by its name and those modules.  A module the sampler imports only later, inside a call,
     is not seen here: the process that draws records it with the draws (:func:`loaded_module_files`), and a
     resumed run checks those files again (:func:`changed_module_files`) before it reuses the draws."""
+    if isinstance(getattr(fn, "plugin_fingerprint", None), str):  # computed where it was imported (a PluginSampler)
+        return fn.plugin_fingerprint
     how, name, files, root, helpers = _sampler_parts(fn)
     return fingerprint(how, name, files_fingerprint(files, root) if files else None,
                        [[str(f), files_fingerprint([f])] for f in helpers])
@@ -194,6 +196,8 @@ def _sampler_parts(fn: Callable) -> tuple:
 def sampler_sources(fn: Callable) -> dict:
     """Each source file :func:`sampler_fingerprint` covers (the sampler's own and its helpers), path -> its
     fingerprint: what a resumed run compares to name the file that changed."""
+    if isinstance(getattr(fn, "plugin_sources", None), dict):
+        return dict(fn.plugin_sources)
     _, _, files, _, helpers = _sampler_parts(fn)
     return {str(f): files_fingerprint([f]) for f in [*files, *helpers]}
 

@@ -19,6 +19,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import traceback
 from pathlib import Path
@@ -27,9 +28,10 @@ from typing import Callable, Optional
 import torch
 
 from harness.core.errors import SamplerError, UsageError, user_interrupted
+from harness.core.fingerprint import sampler_fingerprint, sampler_sources
 from specimpl.speculative import PAD
 
-__all__ = ["load_sampler", "trial_import", "check_output", "guard_sampler", "sampler_failure", "SamplerSpecError",
+__all__ = ["load_sampler", "trial_import", "describe", "PluginSampler", "check_output", "guard_sampler", "sampler_failure", "SamplerSpecError",
            "SamplerOutputError", "SamplerCallError", "SIGNATURE"]
 
 SIGNATURE = "fn(target, draft, prompts, *, k, max_new_tokens, config, eos_token_id, generator)"
@@ -51,13 +53,14 @@ class SamplerCallError(RuntimeError):
 
 def load_sampler(spec: str, trial: bool = False, trial_timeout: Optional[float] = 600.0) -> Callable:
     """Import 'package.module:function' (or 'path/to/file.py:function'); errors name ``--sampler``.  ``trial``
-    (the ``verify`` command): import it in a child process first (:func:`trial_import`), so that an import that
-    ends its process or hangs is a usage error here, not an exit status of its choosing."""
+    (``verify`` and ``pit``): import it in a child process only (:func:`trial_import`), so that an import that ends
+    its process or hangs is a usage error here, not an exit status of its choosing, and return the
+    :class:`PluginSampler` that stands for it in this process."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise SamplerSpecError(f"`--sampler` must be {_FORMS}; got {spec!r}")
-    if trial:
-        trial_import(spec, trial_timeout)
     mod_name, fn_name = spec.split(":")
+    if trial:  # this process never imports it: the child's description stands for it
+        return PluginSampler(_portable_spec(mod_name, fn_name), trial_import(spec, trial_timeout))
     mod = _import_file(mod_name, spec) if mod_name.endswith(".py") else _import_module(mod_name, spec)
     fn = getattr(mod, fn_name, None)
     if fn is None:
@@ -77,30 +80,67 @@ def _portable_spec(mod_name: str, fn_name: str) -> str:
 
 
 _TRIAL = """
-import os, sys
-from harness.verify.sampler import SamplerSpecError, load_sampler
+import json, os, sys
+from harness.verify.sampler import SamplerSpecError, describe, load_sampler
 out = os.fdopen(os.dup(1), "w")
-os.dup2(2, 1)  # what the sampler's module prints goes to stderr; stdout says only 'ready' and the token
+os.dup2(2, 1)  # what the sampler's module prints goes to stderr; stdout says only 'ready', the token, the description
 out.write("ready\\n")
 out.flush()
 try:
-    load_sampler(sys.argv[1])
+    fn = load_sampler(sys.argv[1])
 except SamplerSpecError as e:
     sys.stderr.write("\\n" + sys.argv[2] + " " + str(e))
     sys.stderr.flush()
     sys.exit(2)
-out.write(sys.argv[2])
+out.write("imported\\n")  # the import is timed up to here (--sampler-timeout); the description after it
+out.flush()
+out.write(sys.argv[2] + json.dumps(describe(fn)))
 out.flush()
 """
+
+
+def describe(fn: Callable) -> dict:
+    """What the deciding process needs to know of a loaded sampler, as data (:class:`PluginSampler`): its names,
+    its ``algorithm`` attribute, its fingerprint and its source files' fingerprints."""
+    inner = inspect.unwrap(fn)
+    algorithm = getattr(inner, "algorithm", None)
+    return {"name": str(getattr(inner, "__name__", type(inner).__name__)),
+            "qualname": str(getattr(inner, "__qualname__", type(inner).__qualname__)),
+            "algorithm": algorithm if algorithm is None or isinstance(algorithm, str) else repr(algorithm),
+            "fingerprint": sampler_fingerprint(fn), "sources": sampler_sources(fn)}
+
+
+class PluginSampler:
+    """A ``--sampler`` in the process that decides the verdict, which never imports its module: the trial import
+    (:func:`trial_import`, a child process) loaded and checked it and described it (:func:`describe`); its draws run
+    on workers, which import ``sampler_spec`` themselves (``("spec", value)``, :func:`harness.verify.shards.
+    sampler_recipe`).  So no code of the sampler's module (an import-time patch of the harness, an ``atexit``
+    handler, a thread) runs in this process.  Calling it here is a defect of the harness, and raises."""
+
+    def __init__(self, spec: str, description: dict):
+        self.sampler_spec = spec
+        self.__name__ = description["name"]
+        self.__qualname__ = description["qualname"]
+        self.algorithm = description["algorithm"]
+        self.plugin_fingerprint = description["fingerprint"]
+        self.plugin_sources = dict(description["sources"])
+        self.failures: list = []  # (summary, traceback) of failed calls: recorded by the workers' own wrappers
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"the sampler {self.sampler_spec!r} draws only on a worker process (it is not imported "
+                           "in the process that decides the verdict)")
+
+    def __repr__(self) -> str:
+        return f"PluginSampler({self.sampler_spec!r})"
 STARTUP_S = 300.0  # the trial child's own start (Python, torch, harness) before the sampler's import is timed
 
 
-def trial_import(spec: str, timeout: Optional[float] = 600.0) -> None:
+def trial_import(spec: str, timeout: Optional[float] = 600.0) -> dict:
     """Import and check ``--sampler`` ``spec`` in a child process: SamplerSpecError (exit 2, naming ``--sampler``)
     when that fails, ends the child (``os._exit``, ``exit()`` in C code, a signal) before the import is done, or
     takes longer than ``timeout`` seconds (None: no limit; timed from when the child has started, see
     :data:`STARTUP_S`).  Code that runs at import time then cannot end the command that judges the sampler with an
-    exit status of its choosing."""
+    exit status of its choosing.  Returns the child's :func:`describe` of the loaded sampler."""
     import secrets
     import sys
     token = "specverify-trial-" + secrets.token_hex(8)
@@ -111,8 +151,14 @@ def trial_import(spec: str, timeout: Optional[float] = 600.0) -> None:
     if code is None:
         within = f"{timeout:g} s (--sampler-timeout)" if timeout else f"{STARTUP_S:g} s of Python's start"
         raise SamplerSpecError(f"`--sampler`: importing {spec!r} did not finish within {within}")
-    if code == 0 and out.endswith(token):
-        return
+    if code == 0 and token in out:
+        try:
+            description = json.loads(out.rsplit(token, 1)[1])
+            if isinstance(description, dict) and {"name", "qualname", "algorithm", "fingerprint", "sources"} <= set(
+                    description):
+                return description
+        except ValueError:
+            pass
     if code == 2 and token in err:
         raise SamplerSpecError(err.rsplit(token, 1)[1].strip())
     how = (f"exit status {code}" if code >= 0 else f"signal {-code}")
@@ -123,7 +169,8 @@ def trial_import(spec: str, timeout: Optional[float] = 600.0) -> None:
 
 def _run_trial(cmd: list, env: dict, timeout: Optional[float]) -> tuple:
     """Run the trial child: (exit status, stdout, stderr); the status is None when the import ran past
-    ``timeout`` seconds after the child said 'ready', or the child's own start-up past :data:`STARTUP_S`."""
+    ``timeout`` seconds after the child said 'ready', or the child's own start-up (or its description of the
+    loaded sampler, :func:`describe`) past :data:`STARTUP_S`."""
     import selectors
     import subprocess
     import tempfile
@@ -133,11 +180,14 @@ def _run_trial(cmd: list, env: dict, timeout: Optional[float]) -> tuple:
             with selectors.DefaultSelector() as sel:
                 sel.register(proc.stdout, selectors.EVENT_READ)
                 first = proc.stdout.readline() if sel.select(STARTUP_S) else None
-            if first is None:
-                return None, "", ""
-            ready = first == "ready\n"  # else the child ended before it could start the import
-            proc.wait(timeout=timeout if ready else STARTUP_S)  # stdout holds the token at most: no pipe fills
-            out = ("" if ready else first) + proc.stdout.read()
+                if first is None:
+                    return None, "", ""
+                ready = first == "ready\n"  # else the child ended before it could start the import
+                second = (proc.stdout.readline() if sel.select(timeout) else None) if ready else ""
+                if second is None:  # the import itself ran past --sampler-timeout
+                    return None, "", ""
+            rest, _ = proc.communicate(timeout=STARTUP_S)
+            out = ("" if ready else first) + ("" if second == "imported\n" else second) + rest
         except subprocess.TimeoutExpired:
             return None, "", ""
         finally:
