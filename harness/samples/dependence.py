@@ -121,26 +121,49 @@ def _plan_text(t: TestResult) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ duplicates
+def _cumcount(a: np.ndarray) -> np.ndarray:
+    """For each entry, how many earlier entries hold the same value."""
+    order = np.argsort(a, kind="stable")
+    sa = a[order]
+    idx = np.arange(a.size)
+    start = np.maximum.accumulate(np.where(np.r_[True, sa[1:] != sa[:-1]], idx, 0))
+    out = np.empty(a.size, np.int64)
+    out[order] = idx - start
+    return out
+
+
+def _ids(groups, values) -> tuple[np.ndarray, np.ndarray]:
+    """(group id, (group, value) id) per completion, as integers."""
+    gi, vi = {}, {}
+    g = np.fromiter((gi.setdefault(x, len(gi)) for x in groups), np.int64)
+    v = np.fromiter((vi.setdefault((x, y), len(vi)) for x, y in zip(groups, values)), np.int64)
+    return g, v
+
+
+def _walk(gid: np.ndarray, vid: np.ndarray, lp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`copy_walk` on integer ids (vectorised)."""
+    k, c = _cumcount(gid), _cumcount(vid)  # earlier completions of the group; earlier equal ones
+    step = k > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_ratio = np.where(c > 0, np.log(np.maximum(c, 1)) - np.log(np.maximum(k, 1)) - lp, -np.inf)
+        w = np.where(c == 0, np.exp(lp), 0.0)  # a new value adds its probability to the group's seen mass
+        order = np.argsort(gid, kind="stable")
+        excl = np.cumsum(w[order]) - w[order]  # mass seen before each completion, running over the groups in turn
+        sg = gid[order]
+        first = np.maximum.accumulate(np.where(np.r_[True, sg[1:] != sg[:-1]], np.arange(gid.size), 0))
+        seen = np.empty(gid.size)
+        seen[order] = excl - excl[first]
+        log_pi = np.log(np.clip(seen, 0.0, 1.0))
+    return log_ratio[step], log_pi[step], (c > 0)[step]
+
+
 def copy_walk(groups, values, log_probs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Over each completion after the first of its group, in file order: log ratio_j = log c_j - log (j - 1) -
     log P(x_j) (c_j the earlier completions of the group equal to x_j, j - 1 all earlier ones; -inf when c_j = 0),
     log pi_j (the H0 probability that x_j repeats an earlier value: the mass of the distinct values seen) and
     repeat_j (c_j > 0)."""
-    counts, seen_n, mass = defaultdict(int), defaultdict(int), defaultdict(lambda: -math.inf)
-    log_ratio, log_pi = [], []
-    for g, v, lp in zip(groups, values, log_probs):
-        k = seen_n[g]
-        c = counts[(g, v)]
-        if k:
-            log_ratio.append(math.log(c) - math.log(k) - lp if c else -math.inf)
-            log_pi.append(min(mass[g], 0.0))
-        if not c:
-            m = mass[g]
-            mass[g] = lp if m == -math.inf else max(m, lp) + math.log1p(math.exp(-abs(m - lp)))
-        counts[(g, v)] = c + 1
-        seen_n[g] = k + 1
-    lr = np.asarray(log_ratio, dtype=np.float64)
-    return lr, np.asarray(log_pi, dtype=np.float64), np.isfinite(lr)
+    gid, vid = _ids(list(groups), list(values))
+    return _walk(gid, vid, np.asarray(log_probs, dtype=np.float64))
 
 
 def copy_pvalue(log_ratio: np.ndarray) -> float:
@@ -157,31 +180,38 @@ def copy_pvalue(log_ratio: np.ndarray) -> float:
     return float(min(1.0, math.exp(-max(0.0, float(np.max(path))))))
 
 
-def _with_copies(keys: list, log_probs: list, f: float, rng) -> tuple[list, list]:
-    """The file's (keys, log_probs) with each completion after the first of its prompt replaced, with probability
-    f, by a copy of a uniformly random earlier completion of the prompt (the planner's alternative)."""
-    keys, log_probs = list(keys), list(log_probs)
-    earlier: dict = defaultdict(list)
-    for i, (g, _) in enumerate(keys):
-        rows = earlier[g]
-        if rows and rng.random() < f:
-            src = rows[int(rng.integers(len(rows)))]
-            keys[i], log_probs[i] = keys[src], log_probs[src]
-        rows.append(i)
-    return keys, log_probs
+def _with_copies(gid: np.ndarray, vid: np.ndarray, lp: np.ndarray, f: float, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(vid, lp) with each completion after the first of its prompt replaced, with probability f, by a copy of a
+    uniformly random earlier completion of the prompt (the planner's alternative; a copy of a copy copies its
+    source: pointers followed to the root)."""
+    k = _cumcount(gid)
+    order = np.argsort(gid, kind="stable")
+    pos = np.empty(gid.size, np.int64)
+    pos[order] = np.arange(gid.size)
+    copy = (k > 0) & (rng.random(gid.size) < f)
+    src = order[pos - k + np.floor(rng.random(gid.size) * np.maximum(k, 1)).astype(np.int64)]  # an earlier one
+    root = np.where(copy, src, np.arange(gid.size))
+    while True:
+        nxt = root[root]
+        if np.array_equal(nxt, root):
+            break
+        root = nxt
+    return vid[root], lp[root]
 
 
-def _plan_copies(keys: list, log_probs: list, level: float, seed: int = 0) -> float:
+def _plan_copies(keys: list, log_probs, level: float, seed: int = 0) -> float:
     """The smallest copy share f of :data:`PLAN_GRID` whose copies, inserted into this file at random places, give
     p <= level in >= :data:`POWER` of :data:`PLAN_SIMS` simulations (bisection over the grid, detection taken as
     increasing in f); inf: not even f = 1."""
     rng = np.random.default_rng(seed)
+    gid, vid = _ids([k[0] for k in keys], [k[1] for k in keys])
+    lp = np.asarray(log_probs, dtype=np.float64)
 
     def detects(f: float) -> bool:
         hits = 0
         for s in range(PLAN_SIMS):
-            k, lp = _with_copies(keys, log_probs, f, rng)
-            hits += copy_pvalue(copy_walk([x[0] for x in k], [x[1] for x in k], lp)[0]) <= level
+            v, l = _with_copies(gid, vid, lp, f, rng)
+            hits += copy_pvalue(_walk(gid, v, l)[0]) <= level
             if hits >= POWER * PLAN_SIMS or hits + PLAN_SIMS - s - 1 < POWER * PLAN_SIMS:
                 break
         return hits >= POWER * PLAN_SIMS
