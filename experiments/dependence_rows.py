@@ -43,7 +43,9 @@ def stage_row(name: str, role: str, mode: str, sample_wall: float, v: dict) -> d
                 sample_wall_s=sample_wall, verify_wall_s=v["verify_wall_s"])
 
 
-def run(a, work: Path, names: list[str]) -> pd.DataFrame:
+def run(a, work: Path, names: list[str], done=lambda df: None) -> pd.DataFrame:
+    """Every row of ``names`` in every mode of ``a.modes``; ``done(table so far)`` after each row (a long run leaves
+    the rows it finished)."""
     rows, bases = [], {}
     for name in names:
         role, args, size, temp = E.RUNS[name]
@@ -54,6 +56,7 @@ def run(a, work: Path, names: list[str]) -> pd.DataFrame:
                 bases[(size, temp)] = E.baseline(a, work, size, temp)[0]
             ref = E.TARGET if mode == "scored" else str(bases[(size, temp)])
             rows.append(stage_row(name, role, mode, wall, E.verify(a, work, name, f, mode, ref)))
+        done(pd.DataFrame(rows))
     return pd.DataFrame(rows)
 
 
@@ -98,11 +101,13 @@ def main(argv=None) -> int:
             setattr(a, k, v)
     work = a.work or a.out / "work"
     work.mkdir(parents=True, exist_ok=True)
-    df = run(a, work.resolve(), a.rows.split(","))
     meta = metadata({k: getattr(a, k) for k in [*E.DEFAULTS, "rows", "modes"]}, a.seed)
-    atomic_write_csv(a.out / "table.csv", df, meta)
-    atomic_write_text(a.out / "table.md", table_md(df, meta))
-    atomic_write_json(a.out / "meta.json", meta)
+
+    def write(df: pd.DataFrame) -> None:
+        atomic_write_csv(a.out / "table.csv", df, meta)
+        atomic_write_text(a.out / "table.md", table_md(df, meta))
+        atomic_write_json(a.out / "meta.json", meta)
+    run(a, work.resolve(), a.rows.split(","), write)
     if a.work is None:
         shutil.rmtree(work)
     print((a.out / "table.md").read_text())
