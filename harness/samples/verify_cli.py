@@ -19,6 +19,12 @@ ended early against the requested controls (``early_stop``: an EOS applied altho
 finding about the engine, judged in every mode: the row ``ending/early_stops`` rejects, the verdict is lossy
 with respect to the requested law, and the console, summary.md and meta.json (``info.early_stops``) say how many.
 
+The **dependence stage** (:mod:`harness.samples.dependence`) runs after the family on every file, in every mode, at
+``--dependence-alpha`` (default 1e-3, on top of ``--alpha``): completions copied under new ids (against the law, or
+the baseline in two-sample mode) and designated pairs (one seed, one request, file neighbours) agreeing beyond
+within-prompt permutations.  A finding makes the verdict lossy, named first among its reasons and on its own console
+line; either way the line states what the stage would detect at the file's size (meta.json ``info.dependence``).
+
 The report goes to ``--out``: tests.csv (one row per test, the columns of ``verify``), summary.md (the
 certificate first), meta.json (provenance, the certificate, per-position bounds, timings).
 The console's last line and summary.md's "Result" give the headline word, PASS / LOSSY / INCONCLUSIVE

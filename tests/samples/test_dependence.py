@@ -207,3 +207,11 @@ def test_the_planner_share_is_detected(tmp_path, P, n):
         caught += stage(write(tmp_path / "c.jsonl", recs)).tests[0].found
     print(f"n = {n} per prompt: planner share {f:.3g}, caught {caught} of 20")
     assert caught >= 15, (f, caught)
+
+
+@pytest.mark.parametrize("bad", ["0", "1", "-0.1"])
+def test_a_bad_dependence_alpha_is_refused(tmp_path, P, bad, capsys):
+    path = write(tmp_path / "x.jsonl", independent(P, 3, seed=18))
+    rc = main(["verify-samples", "--samples", str(path), "--target", str(MARKOV), "--exact", "--no-progress",
+               "--dependence-alpha", bad, "--out", str(tmp_path / "r")])
+    assert rc == 2 and "--dependence-alpha" in capsys.readouterr().err
