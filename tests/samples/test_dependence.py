@@ -215,3 +215,25 @@ def test_a_bad_dependence_alpha_is_refused(tmp_path, P, bad, capsys):
     rc = main(["verify-samples", "--samples", str(path), "--target", str(MARKOV), "--exact", "--no-progress",
                "--dependence-alpha", bad, "--out", str(tmp_path / "r")])
     assert rc == 2 and "--dependence-alpha" in capsys.readouterr().err
+
+
+def test_the_sibling_planner_share_is_detected(P):
+    # n = 500 completions per prompt, each prompt's rows adjacent (file neighbours pair completions of one prompt);
+    # a share rho of the pairs made one stream (the second completion a copy of the first) at the planner's rho from
+    # an independent file: caught in most of 20 files (>= 15 of 20 fails with probability < 1e-3 at power 0.95)
+    from harness.samples.format import parse_record as parse
+
+    def recs_of(seed: int, rho: float) -> list:
+        rng = np.random.default_rng(seed)
+        out = []
+        for i, pr in enumerate(PROMPTS):
+            x = draw(P, pr, rng.random((500, T)))
+            x[1::2] = np.where(rng.random((250, 1)) < rho, x[0::2], x[1::2])
+            out += [parse(rec(i, f"p{i}-s{j}", row)) for j, row in enumerate(x)]
+        return out
+    level = dependence.LEVEL / 2
+    rho = dependence.sibling_test(recs_of(19, 0.0), level).detects
+    assert 0 < rho < 0.1
+    caught = sum(dependence.sibling_test(recs_of(200 + k, rho), level, seed=k).found for k in range(20))
+    print(f"siblings: 2 x 500 completions, planner share {rho:.3g}, caught {caught} of 20")
+    assert caught >= 15, (rho, caught)
