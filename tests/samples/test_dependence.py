@@ -237,3 +237,29 @@ def test_the_sibling_planner_share_is_detected(P):
     caught = sum(dependence.sibling_test(recs_of(200 + k, rho), level, seed=k).found for k in range(20))
     print(f"siblings: 2 x 500 completions, planner share {rho:.3g}, caught {caught} of 20")
     assert caught >= 15, (rho, caught)
+
+
+def test_an_enumerated_target_is_judged_on_its_first_tokens(tmp_path):
+    # the small transformer (not Markov): its law is enumerated over the first J = 4 tokens, so duplicates are judged
+    # on those; positions J.. are filled at random (no law is tested there).  Independent prefixes: no finding;
+    # 20 % of the completions copied under new ids: found
+    target = EXACT / "target"
+    laws = exact_laws(str(target), PROMPTS, T, SamplingConfig())
+    J, V = laws.window, laws.vocab_size
+    rng = np.random.default_rng(20)
+    recs = []
+    for i in range(len(PROMPTS)):
+        codes = rng.choice(V ** J, size=300, p=laws.windows[0][i] / laws.windows[0][i].sum())
+        for j, c in enumerate(codes):
+            prefix = [int(c) // V ** (J - 1 - t) % V for t in range(J)]
+            recs.append(rec(i, f"p{i}-s{j}", prefix + rng.integers(0, V, T - J).tolist()))
+    prompts, rows, toks = prompt_table([parse_record(r) for r in recs], "x")
+    values, lp = dependence.exact_completion_log_probs(laws, rows, toks)
+    assert values[0] == tuple(toks[0, :J]) and np.isfinite(lp).all()
+    for copy, found in ((False, False), (True, True)):
+        extra = [{**r, "request_id": r["request_id"] + "-copy"} for r in recs[::5]] if copy else []
+        out = tmp_path / f"rep{copy}"
+        rc = main(["verify-samples", "--samples", str(write(tmp_path / f"e{copy}.jsonl", recs + extra)), "--target",
+                   str(target), "--exact", "--no-progress", "--epsilon", "0.5", "--out", str(out)])
+        dep = json.loads((out / "meta.json").read_text())["info"]["dependence"]
+        assert (dep["finding"] is not None) == found and (rc == 1) == found, dep["line"]
