@@ -3,7 +3,7 @@
 Completions are drawn here straight from the enumerated law of specimpl/assets/exact_pair/markov_target (numpy,
 seeded, inverse-CDF), so a file's dependence is exactly what the test puts in it: independent draws, copies under
 new request ids, the n completions of one request from one seed, rows of two prompts that share a random stream.
-Error rates: the stage's false alarm is measured here by simulation (200 seeds at a level of 0.1, asserted under
+Error rates (the two power measurements at the larger sizes are marked slow): the stage's false alarm is measured here by simulation (200 seeds at a level of 0.1, asserted under
 the binomial's 1e-4 upper quantile); the dependent files sit far above their planner's detectable share (stated
 per test), so a miss has probability < 1 - 0.95 per test at the planned share and far less at these.
 """
@@ -186,7 +186,7 @@ def test_the_copy_evalue_is_the_likelihood_ratio():
     assert dependence.copy_pvalue(lr) == pytest.approx(1 / np.mean(1 - f + 10 * f))
 
 
-@pytest.mark.parametrize("n", [200, 1000])
+@pytest.mark.parametrize("n", [200, pytest.param(1000, marks=pytest.mark.slow)])
 def test_the_planner_share_is_detected(tmp_path, P, n):
     # power at two sizes: files whose completions are copies with the planner's share f (per prompt, at random
     # places) are caught in most of 20 draws (the planner promises 0.95 from the file's own walk; >= 15 of 20
@@ -217,6 +217,7 @@ def test_a_bad_dependence_alpha_is_refused(tmp_path, P, bad, capsys):
     assert rc == 2 and "--dependence-alpha" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_sibling_planner_share_is_detected(P):
     # n = 500 completions per prompt, each prompt's rows adjacent (file neighbours pair completions of one prompt);
     # a share rho of the pairs made one stream (the second completion a copy of the first) at the planner's rho from
