@@ -3,9 +3,10 @@
 Completions are drawn here straight from the enumerated law of specimpl/assets/exact_pair/markov_target (numpy,
 seeded, inverse-CDF), so a file's dependence is exactly what the test puts in it: independent draws, copies under
 new request ids, the n completions of one request from one seed, rows of two prompts that share a random stream.
-Error rates (the two power measurements at the larger sizes are marked slow): the stage's false alarm is measured here by simulation (200 seeds at a level of 0.1, asserted under
+Error rates: the stage's false alarm is measured here by simulation (200 seeds at a level of 0.1, asserted under
 the binomial's 1e-4 upper quantile); the dependent files sit far above their planner's detectable share (stated
-per test), so a miss has probability < 1 - 0.95 per test at the planned share and far less at these.
+per test), so a miss has probability < 1 - 0.95 per test at the planned share and far less at these.  The two
+power measurements at the larger sizes are marked slow (make test-slow).
 """
 from __future__ import annotations
 
