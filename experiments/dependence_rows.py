@@ -5,7 +5,7 @@ lookup, the engine-level controls), drawn with that table's commands, sizes and 
 and two-sample), each row's stage line, p-values and planner figures read from its report's meta.json.
 
     python experiments/dependence_rows.py --out results/engines/dependence            # the table's sizes
-    python experiments/dependence_rows.py --quick --out /tmp/dependence               # a small look
+    python experiments/dependence_rows.py --quick --out /tmp/dependence               # a small look (~25 min here)
 
 The exact-law rows (results/engines/vllm/, llama_cpp/) hold reports only, not their 400,000-completion sample
 files, and need vLLM's and llama.cpp's environments to redraw: not run here (docs/engines.md, *Dependence between
@@ -68,7 +68,8 @@ def table_md(df: pd.DataFrame, meta: dict) -> str:
     lines = ["# The dependence stage on the engine rows redrawn here", "",
              "`verify-samples`' dependence stage (docs/engines.md, *Dependence between completions*) at its default "
              "false-alarm rate 1e-3 per file (two tests at 5e-4), on the tiny-pair rows of ../table.md redrawn with "
-             "that table's commands, sizes and seeds at this commit. `copies detected`: the share of completions "
+             "that table's commands and seeds at this commit, at the sizes in `completions` (the command below says "
+             "whether `--quick` made them smaller than that table's). `copies detected`: the share of completions "
              "copied under new ids that the duplicates test catches with probability 0.95 at the file's size (the "
              "planner; `-`: two-sample mode has none); `shared streams detected`: the share of designated pairs "
              "sharing one random stream the siblings test catches with probability 0.95.", "",
