@@ -8,6 +8,7 @@
     harness/samples/scoring.py      scored mode: the target scores every output token
     harness/samples/plan.py         the tests of both modes and of independence (one Holm family)
     harness/samples/certificate.py  the three-valued verdict and the completions needed to certify
+    harness/samples/dependence.py   the dependence stage: copied completions, pairs sharing a stream (every mode)
     harness/samples/verify_cli.py   ``python -m harness verify-samples``
     harness/samples/report.py       its report: tests.csv, summary.md, meta.json
     harness/samples/controls.py     engine-level bug controls and lossless controls

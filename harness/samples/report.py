@@ -69,6 +69,11 @@ def summary_text(res, args, advice=()) -> str:
         lines.append(f"- exact law: {i['exact_law']}, {i['prompts']} prompt(s), completions per prompt "
                      f"{i['completions_per_prompt']}; float32 numerics floor {i['numerics_floor']:.2g}; largest pair "
                      f"bound {i['max_pair_bound']:.3g}, largest {i['window']}-window bound {i['max_window_bound']:.3g}")
+    if "dependence" in res.info:
+        d = res.info["dependence"]
+        lines.append(f"- dependence between completions (a separate stage at false-alarm rate {d['level']:g}, on top of "
+                     f"the family's alpha: a lossy verdict is false with probability <= alpha + {d['level']:g}): "
+                     f"{d['line']}")
     if "wall_score_s" in res.info:
         lines.append(f"- scoring wall time: {res.info['wall_score_s']:.1f} s")
     if advice:
@@ -100,7 +105,8 @@ def write_report(out, res, args, advice=()) -> list[str]:
 
 def report_row(out) -> dict:
     """One table row from a ``verify-samples`` report folder: the verdict and headline (meta.json), the largest
-    per-position bound and estimate, and the rejecting tests in order of their adjusted p-value (tests.csv)."""
+    per-position bound and estimate, the rejecting tests in order of their adjusted p-value (tests.csv), and the
+    dependence stage's line (:mod:`harness.samples.dependence`: its finding, or what it would detect at this size)."""
     out = Path(out)
     meta = read_json(out / "meta.json", "report")
     t = read_table_csv(out / "tests.csv")
@@ -109,4 +115,6 @@ def report_row(out) -> dict:
     return {"verdict": meta["verdict"], "detail": meta["headline"][:240],
             "max_position_tv_upper": b.get("max_upper", float("nan")),
             "max_position_tv_hat": max(b.get("hat") or [float("nan")]), "rejecting_tests": int(len(rej)),
-            "first_rejecting": ", ".join(f"{r.test}@{int(r.position)}" for r in rej.head(3).itertuples())}
+            "first_rejecting": ", ".join(f"{r.test}@{int(r.position)}" for r in rej.head(3).itertuples()),
+            "dependence": (meta.get("info") or {}).get("dependence", {}).get(
+                "line", "not run (the report predates the dependence stage)")}

@@ -19,6 +19,12 @@ ended early against the requested controls (``early_stop``: an EOS applied altho
 finding about the engine, judged in every mode: the row ``ending/early_stops`` rejects, the verdict is lossy
 with respect to the requested law, and the console, summary.md and meta.json (``info.early_stops``) say how many.
 
+The **dependence stage** (:mod:`harness.samples.dependence`) runs after the family on every file, in every mode, at
+``--dependence-alpha`` (default 1e-3, on top of ``--alpha``): completions copied under new ids (against the law, or
+the baseline in two-sample mode) and designated pairs (one seed, one request, file neighbours) agreeing beyond
+within-prompt permutations.  A finding makes the verdict lossy, named first among its reasons and on its own console
+line; either way the line states what the stage would detect at the file's size (meta.json ``info.dependence``).
+
 The report goes to ``--out``: tests.csv (one row per test, the columns of ``verify``), summary.md (the
 certificate first), meta.json (provenance, the certificate, per-position bounds, timings).
 The console's last line and summary.md's "Result" give the headline word, PASS / LOSSY / INCONCLUSIVE
@@ -45,6 +51,7 @@ from harness.core.models import resolve_model
 from harness.core.verdict import exit_status, headline, rerun_command
 from harness.core.options import check_option, check_out, check_seed
 from harness.core.outdir import claim_out
+from harness.samples import dependence
 from harness.samples.certificate import Certificate, judge, scored_bounds, token_tv_bounds, two_sample_bounds
 from harness.samples.exact import WINDOW, exact_bounds, exact_laws, plan_exact, prompt_table
 from harness.samples.format import SampleRecord, read_samples
@@ -85,6 +92,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--vocab-size", type=int, help="two-sample: vocabulary size V for the bounds (default: "
                                                    "largest id in the files + 1)")
     ap.add_argument("--batch-size", type=int, default=64, help="rows per scoring forward (default 64)")
+    ap.add_argument("--dependence-alpha", type=float, default=dependence.LEVEL,
+                    help=f"false-alarm rate of the dependence stage per file (duplicated completions, completions "
+                         f"sharing a stream; default {dependence.LEVEL:g}, on top of --alpha)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the PIT's uniforms (default 0)")
     ap.add_argument("--out", type=Path, default=None,
                     help="report folder (default: runs/verify-samples/<samples>-<hash of the options>)")
@@ -103,6 +113,12 @@ class SamplesVerdict:
     def exit_code(self) -> int:
         """0 certified, 1 lossy, 4 inconclusive."""
         return exit_status(self.certificate.verdict)
+
+
+def _dep_alpha(args) -> float:
+    """The dependence stage's false-alarm rate (``--dependence-alpha``; callers that build ``args`` themselves may
+    leave it out: :data:`harness.samples.dependence.LEVEL`)."""
+    return getattr(args, "dependence_alpha", dependence.LEVEL)
 
 
 def _settings(alpha: Optional[float]):
@@ -197,7 +213,10 @@ def scored(records, target_name: str, args, settings) -> SamplesVerdict:
                              settings.tv_confidence, settings.power, also=PLANNED_EPSILONS)
     pit = scored_bounds(scores.u, scores.present, args.epsilon, settings.tv_confidence, settings.power)
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, len(records))
-    info = {"tokens_scored": scores.n_tokens, "wall_score_s": wall, "scorer_dtype": args.dtype,
+    log_p = np.where(scores.present, scores.logp, 0.0).sum(1)  # (N,) log P(completion) under the target
+    dep = dependence.check(records, _dep_alpha(args), log_probs=log_p)
+    cert = dependence.apply(cert, dep)
+    info = {"dependence": dep.to_json(), "tokens_scored": scores.n_tokens, "wall_score_s": wall, "scorer_dtype": args.dtype,
             "pit_kolmogorov": {"what": pit.what, "max_upper": pit.max_upper, "completions_needed": pit.needed,
                                "upper": list(pit.upper), "delta_each": pit.delta_each},
             "scorer_config": config.describe(), "engine_logprobs": agreement, "levels": vars(levels),
@@ -250,7 +269,9 @@ def two_sample(records, baseline_path: Path, args, settings) -> SamplesVerdict:
     if args.vocab_size is None:
         notes.append(f"vocabulary size taken as the largest id in the files + 1 = {V} (pass --vocab-size)")
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, min(len(records), len(base)))
-    info = {"sample_completions": len(records), "baseline_completions": len(base), "vocab_size": V, "levels": vars(levels),
+    dep = dependence.check(records, _dep_alpha(args), baseline_keys=[(r.prompt_ids, r.output_ids) for r in base])
+    cert = dependence.apply(cert, dep)
+    info = {"dependence": dep.to_json(), "sample_completions": len(records), "baseline_completions": len(base), "vocab_size": V, "levels": vars(levels),
             "tokens_compared": int(sum(len(r.output_ids) for r in records + base)),
             "family_alpha": settings.family_alpha, "power": settings.power}
     return SamplesVerdict("two-sample", table, cert, tuple(notes), info)
@@ -280,13 +301,17 @@ def exact(records, target_name: str, args, settings) -> SamplesVerdict:
     table, levels = _family(specs, settings, "samples")
     bounds = exact_bounds(table, laws, rows, args.epsilon, levels.delta_each)
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, len(records))
+    values, log_p = dependence.exact_completion_log_probs(laws, rows, toks)
+    dep = dependence.check(whole, _dep_alpha(args), keys=[(r.prompt_ids, v) for r, v in zip(whole, values)],
+                           log_probs=log_p)
+    cert = dependence.apply(cert, dep)
     notes = [f"exact law: {laws.kind} ({'every position' if laws.kind == 'markov' else f'the first {laws.n_positions} positions'}); "
              f"float32 numerics floor {laws.floor:.2g} (TV of the model's float32 law from its float64 law)"]
     if laws.n_positions < toks.shape[1]:
         notes.append(f"positions {laws.n_positions}..{toks.shape[1] - 1} have no enumerated law and are not tested")
     if early:
         notes.append(f"{early_stop_finding(records)}; the law tests use the {len(whole)} whole completions")
-    info = {"exact_law": laws.kind, "prompts": len(prompts), "completions_per_prompt": np.bincount(rows).tolist(),
+    info = {"dependence": dep.to_json(), "exact_law": laws.kind, "prompts": len(prompts), "completions_per_prompt": np.bincount(rows).tolist(),
             "numerics_floor": laws.floor, "window": laws.window, "wall_law_s": wall, "scorer_config": config.describe(),
             "levels": vars(levels), "family_alpha": settings.family_alpha, "power": settings.power,
             "max_pair_bound": _max_bound(table, "/pair"), "max_window_bound": _max_bound(table, "window[")}
@@ -334,6 +359,7 @@ def check_args(args) -> None:
     check_option(args.eos_token_id is None or args.eos_token_id >= 0, "--eos-token-id", args.eos_token_id,
                  "a token id (an integer >= 0)")
     check_option(args.vocab_size is None or args.vocab_size >= 1, "--vocab-size", args.vocab_size, "an integer >= 1")
+    check_option(0 < _dep_alpha(args) < 1, "--dependence-alpha", _dep_alpha(args), "a number in (0, 1)")
     check_seed(args.seed)
     check_out(args.out)
     if args.target is not None:
@@ -380,6 +406,8 @@ def run(args) -> int:
     print(res.certificate.headline(), file=sys.stderr)
     if "early_stops" in res.info:  # the engine did not apply the requested controls: said in words
         print(f"engine finding (tests.csv: ending/early_stops): {res.info['early_stops']['finding']}", file=sys.stderr)
+    if "dependence" in res.info:  # found or not: what the dependence stage saw, and what it would see at this size
+        print(res.info["dependence"]["line"], file=sys.stderr)
     for line in todo:
         print(line, file=sys.stderr)
     print(f"report: {args.out}", file=sys.stderr)

@@ -59,3 +59,17 @@ def test_scored_token_tv_planner_row_comes_from_the_report():
     heads = [r["headline"] for r in rows if r["mode"] == "scored"]
     assert heads[0].startswith("1100000 completions certify token TV of each step from the engine's own prefixes 0.01")
     assert "PIT Kolmogorov distance 0.01" in heads[1]
+
+
+def test_the_dependence_rows_table_says_each_rows_stage():
+    # experiments/dependence_rows.py without its runs: one row per (engine, mode) with the stage's two tests
+    D = load_experiment("dependence_rows")
+    row = dict(engine="shared_stream", role="lossy control", mode="scored", verdict="lossy", completions=64,
+               duplicates_p=0.0, duplicates_detects=1e-5, repeats=48.0, repeats_expected=0.147, siblings_p=1.0,
+               siblings_detects=float("inf"), designated_pairs=32, finding="dependent completions: 48 of 64 | x",
+               line="", sample_wall_s=1.0, verify_wall_s=2.0)
+    md = D.table_md(pd.DataFrame([row, {**row, "mode": "two-sample", "duplicates_detects": float("nan"),
+                                        "finding": ""}]), {"commit": "0" * 40, "dirty": False, "command": "c"})
+    lines = [x for x in md.splitlines() if x.startswith("| shared_stream")]
+    assert len(lines) == 2 and "48 (0.147)" in lines[0] and "0.001 %" in lines[0] and "| none |" in lines[0]
+    assert "48 of 64 / x" in lines[0] and lines[1].endswith("| - | 32 | 1 | none | - |")
