@@ -107,30 +107,57 @@ def _stored(path: Path, fp: str) -> Optional[pd.DataFrame]:
     return pd.read_parquet(path) if isinstance(prov, dict) and prov.get("fingerprint") == fp else None
 
 
-def simulate_commands(settings, scenario_dir, *, commands: int, control_commands: int, m: Optional[int],
-                      store: Path, jobs: int, progress: bool) -> tuple[pd.DataFrame, dict]:
-    """Every simulated command's runs (batches stored in ``store``, reused when their fingerprint matches)."""
-    from tqdm import tqdm
+def _jobs(settings, scenario_dir, *, commands: int, control_commands: int, m: Optional[int], check: tuple,
+          store: Path) -> tuple[list, list, list, dict]:
+    """(the jobs to run, the batch files, the check files, what was resumed): every job's file in ``store`` is
+    reused when its fingerprint (code, settings, job) matches, else (re)drawn."""
     code = code_fingerprint()
-    todo, paths, resume = [], [], {"reused_batches": 0, "stale_batches_redrawn": 0}
-    for b in range((commands + BATCH - 1) // BATCH):
-        n = min(BATCH, commands - b * BATCH)
-        with_controls = b * BATCH < control_commands
-        seed = derive_seed(settings.seed, NAME, b)
-        fp = fingerprint(code, settings, str(scenario_dir), m, b, n, with_controls, seed)
-        path = store / f"batch{b:05d}.parquet"
-        paths.append(path)
+    todo, batches, checks, resume = [], [], [], {"reused_jobs": 0, "stale_jobs_redrawn": 0}
+
+    def want(fn, path: Path, fp: str, job: tuple) -> None:
         if path.is_file():
             if _stored(path, fp) is not None:
-                resume["reused_batches"] += 1
-                continue
-            resume["stale_batches_redrawn"] += 1
-        todo.append((settings, str(scenario_dir), m, b, n, with_controls, seed, str(path), fp))
-    bar = tqdm(total=len(paths), initial=len(paths) - len(todo), desc="calibrate --inconclusive: batches",
-               disable=not progress, file=sys.stderr)
-    _run_jobs(_draw_batch, todo, jobs, bar)
+                resume["reused_jobs"] += 1
+                return
+            resume["stale_jobs_redrawn"] += 1
+        todo.append((fn, job + (str(path), fp)))
+
+    runs, scenario, draws = check
+    for first in range(0, runs, CHECK_CHUNK):
+        count = min(CHECK_CHUNK, runs - first)
+        job = (settings, str(scenario_dir), m, scenario, draws, first, count, settings.seed)
+        path = store / f"check{first:05d}.parquet"
+        checks.append(path)
+        want("check", path, fingerprint(code, "check", *job), job)
+    for b in range((commands + BATCH - 1) // BATCH):
+        n = min(BATCH, commands - b * BATCH)
+        job = (settings, str(scenario_dir), m, b, n, b * BATCH < control_commands, derive_seed(settings.seed, NAME, b))
+        path = store / f"batch{b:05d}.parquet"
+        batches.append(path)
+        want("batch", path, fingerprint(code, "batch", *job), job)
+    return todo, batches, checks, resume
+
+
+def simulate_commands(settings, scenario_dir, *, commands: int, control_commands: int, m: Optional[int],
+                      check: tuple, store: Path, jobs: int, progress: bool) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(every simulated command's runs, every run of the check, what was resumed): the check's jobs first, then the
+    batches of commands, on ``jobs`` worker processes."""
+    from tqdm import tqdm
+    todo, batches, checks, resume = _jobs(settings, scenario_dir, commands=commands, control_commands=control_commands,
+                                          m=m, check=check, store=store)
+    total = len(batches) + len(checks)
+    bar = tqdm(total=total, initial=total - len(todo), desc="calibrate --inconclusive: jobs", disable=not progress,
+               file=sys.stderr)
+    _run_jobs(_dispatch, todo, jobs, bar)
     bar.close()
-    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True), resume
+    allruns = pd.concat([pd.read_parquet(p) for p in batches], ignore_index=True)
+    checked = pd.concat([pd.read_parquet(p) for p in checks], ignore_index=True) if checks else pd.DataFrame()
+    return allruns, checked, resume
+
+
+def _dispatch(item: tuple) -> str:
+    fn, job = item
+    return (_check_job if fn == "check" else _draw_batch)(job)
 
 
 def _run_jobs(fn, todo: list, jobs: int, bar) -> None:
@@ -172,16 +199,32 @@ def real_run(plan: CommandPlan, seed: int):
     return judge_command(plan, [acc])[0].iloc[0]
 
 
-def check_same_law(plan: CommandPlan, scenario: str, draws: int, runs: int, seed: int) -> pd.DataFrame:
-    """``runs`` real and ``runs`` multinomial runs of the reference on ``scenario`` at ``draws`` sequences: per
-    statistic (:data:`CHECK_FIELDS`), both samples' quantiles and the two-sample KS statistic and p-value."""
+CHECK_CHUNK = 25  # real and multinomial runs of the check per stored job
+
+
+def _check_job(job: tuple) -> str:
+    """Runs ``first``..``first + count - 1`` of the check, real and multinomial, stored (a worker)."""
+    settings, scenario_dir, m, scenario, draws, first, count, seed, path, fp = job
     import torch
     torch.set_num_threads(1)
-    cp = _check_plan(plan, scenario, draws)
-    rng = np.random.default_rng(derive_seed(seed, NAME, "check"))
+    cp = _check_plan(_plan(settings, scenario_dir, m, False), scenario, draws)
+    rng = np.random.default_rng(derive_seed(seed, NAME, "check", first))
+    rows = []
     with memo_upper_choice():
-        sim = pd.DataFrame([simulate_command(cp, rng)[0].iloc[0] for _ in range(runs)])
-        real = pd.DataFrame([real_run(cp, derive_seed(seed, NAME, "real", i)) for i in range(runs)])
+        for i in range(first, first + count):
+            rows.append(dict(simulate_command(cp, rng)[0].iloc[0][list(CHECK_ROW)], kind="multinomial", index=i))
+            rows.append(dict(real_run(cp, derive_seed(seed, NAME, "real", i))[list(CHECK_ROW)], kind="real", index=i))
+    atomic_write_parquet(Path(path), pd.DataFrame(rows), {"fingerprint": fp})
+    return str(path)
+
+
+CHECK_ROW = ("certificate",) + CHECK_FIELDS
+
+
+def check_table(runs: pd.DataFrame, scenario: str, draws: int) -> pd.DataFrame:
+    """Per statistic (:data:`CHECK_FIELDS`): the real and the multinomial runs' quantiles, the two-sample KS
+    statistic and p-value, and how many of each ended inconclusive."""
+    real, sim = runs[runs.kind == "real"], runs[runs.kind == "multinomial"]
     rows = []
     for f in CHECK_FIELDS:
         a, b = real[f].to_numpy(np.float64), sim[f].to_numpy(np.float64)
@@ -339,15 +382,16 @@ def calibrate_inconclusive(settings, scenario_dir, *, commands: int, control_com
     tic = time.perf_counter()
     m, m_source = holm_tests()
     plan = _plan(settings, str(scenario_dir), m, False)
-    check = check_same_law(plan, check_scenario, check_draws, check_runs, settings.seed) if check_runs else \
-        pd.DataFrame()
-    allruns, resume = simulate_commands(settings, scenario_dir, commands=commands, control_commands=control_commands,
-                                        m=m, store=store, jobs=jobs, progress=progress)
+    allruns, checked, resume = simulate_commands(settings, scenario_dir, commands=commands,
+                                                 control_commands=control_commands, m=m,
+                                                 check=(check_runs, check_scenario, check_draws), store=store,
+                                                 jobs=jobs, progress=progress)
+    check = check_table(checked, check_scenario, check_draws) if check_runs else pd.DataFrame()
     table = rates(allruns)
     per_command = allruns.groupby("command").agg(verdict=("command_verdict", "first"),
                                                  with_controls=("with_controls", "first"),
                                                  runs=("run", "size"), worst_ratio=("cert_worst_ratio", "max"))
-    config = {"mode": "inconclusive", "commands": commands, "control_commands": min(control_commands, commands),
+    config = {"mode": "inconclusive", "commands": commands, "control_commands": int(per_command.with_controls.sum()),
               "scenarios": [r.spec.scenario.name for r in plan.runs], "n_bounds": plan.levels.n_bounds,
               "n_bounds_exact": plan.n_bounds_exact, "n_bounds_real": plan.n_bounds_real,
               "tv_delta_each": plan.levels.delta_each, "n_tests": plan.levels.n_tests, "n_tests_source": m_source,

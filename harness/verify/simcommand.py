@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 import harness.verify.battery as battery
+from harness import stats
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, scenario_law
 from harness.verify.battery import Accumulator, TestRow, plan_tests
 from harness.verify.cli import real_model_spec
@@ -234,17 +235,35 @@ def memo_upper_choice():
 def _gof_rows(run: SimRun, acc: Accumulator, plan: CommandPlan) -> list[TestRow]:
     """The run's gof rows as the command evaluates them (:func:`harness.verify.family._evaluate` at its levels)."""
     r = run.spec
-    specs = plan_tests(acc, None, r.scenario.k, False)  # no baseline, PIT, log-likelihood or acceptance: gof only
+    specs = [ts for ts in plan_tests(acc, None, r.scenario.k, False) if ts.family == "gof"]  # no baseline: no 2-sample
     return [_evaluate(PlannedTest(r.label, r.role, r.scenario.name, ts), plan.levels, plan.power) for ts in specs]
+
+
+def holm_padded(rows: list[TestRow], m: int, family_alpha: float) -> list[TestRow]:
+    """What :func:`harness.verify.family.holm_adjust` makes of ``rows`` when m - len(rows) rows of p = 1 follow them
+    (the command's tests not simulated), the padding left out: the same adjusted p-values, rejections and verdicts
+    (tests/verify/test_simcommand.py checks equality), without building thousands of padding rows per command."""
+    k = len(rows)
+    if m <= k:
+        return holm_adjust(rows, family_alpha)
+    p = np.clip(np.array([r.pvalue for r in rows], dtype=np.float64), 0.0, 1.0)
+    cut = p < 1.0  # a p-value of 1 adjusts to 1 wherever it sorts: only the others need Holm's step-down
+    adjusted = np.ones(k)
+    adjusted[cut] = stats.holm(np.concatenate([p[cut], np.ones(m - int(cut.sum()))]))[:int(cut.sum())]
+    out = []
+    for r, pv, pa in zip(rows, p, adjusted):
+        reject = bool(pa <= family_alpha)
+        verdict = ("REJECT (lossy)" if r.loss_test else "REJECT (acceptance law)") if reject else "pass"
+        out.append(replace(r, pvalue=float(pv), p_adjusted=float(pa), reject=reject, verdict=verdict))
+    return out
 
 
 def judge_command(plan: CommandPlan, accs: list) -> tuple[pd.DataFrame, str]:
     """(the ``runs.csv`` rows of the simulated runs, the command's verdict) from one accumulator per run of
-    ``plan.runs``: gof rows, Holm over the command's m (tests not simulated at p = 1), :func:`exact_verdict`."""
+    ``plan.runs``: gof rows, Holm over the command's m (tests not simulated at p = 1, :func:`holm_padded`),
+    :func:`exact_verdict`."""
     rows = [row for run, acc in zip(plan.runs, accs) for row in _gof_rows(run, acc, plan)]
-    pad = max(0, plan.levels.n_tests - len(rows))
-    judged = holm_adjust(rows + [TestRow(pvalue=1.0, run="(not simulated)")] * pad, plan.holm_alpha)[:len(rows)]
-    table = rows_table(judged)
+    table = rows_table(holm_padded(rows, plan.levels.n_tests, plan.holm_alpha))
     verdicts = []
     for run, acc in zip(plan.runs, accs):
         spec = replace(run.spec, acc=acc, error=None)
