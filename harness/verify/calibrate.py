@@ -108,6 +108,7 @@ def run(args) -> int:
     settings = load_settings(args.scenario_dir)
     scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
     if args.inconclusive:
+        calibrate_inconclusive.check_args(args, settings)
         args.out = claim_out(args, "calibrate", ("scenario", "inconclusive")) / calibrate_inconclusive.NAME
         return calibrate_inconclusive.run(args, settings)
     if args.null:

@@ -41,17 +41,16 @@ from harness.core.outdir import own_subfolder
 from harness.core.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
 from harness.verify.battery import Accumulator
 from harness.verify.shards import ShardTask, draw_shard, sampler_recipe
+from harness.verify.measured import MEASURED, NAME, measured_line
 from harness.verify.simcommand import (CommandPlan, SimRun, default_command, judge_command, memo_upper_choice,
                                        simulate_command)
 from specimpl.speculative import speculative_generate
 
-__all__ = ["run", "calibrate_inconclusive", "measured_line", "MEASURED", "NAME"]
+__all__ = ["run", "check_args", "calibrate_inconclusive", "measured_line", "MEASURED", "NAME"]
 
-NAME = "inconclusive_default"
 BATCH = 25  # commands per stored batch
 CONFIDENCE = 0.95
 REPO = Path(__file__).resolve().parents[2]
-MEASURED = REPO / "results" / "calibrate" / NAME / "rates.csv"  # the committed measurement summary.md quotes
 REFERENCE_META = REPO / "results" / "verify" / "meta.json"  # the committed default command: its Holm m
 REPORT_FILES = ("runs.csv", "commands.csv", "rates.csv", "check.csv", "summary.md", "README.md")
 RUN_FIELDS = ("run", "role", "scenario", "sequences", "certificate", "cert_worst", "cert_worst_ratio",
@@ -344,7 +343,7 @@ whole default commands from the exact laws (issue 42, item 2).  Made by
 
 - `rates.csv`: per run of the command and per command, inconclusive and lossy counts, rates and exact Clopper–Pearson
   95 % intervals (`inconclusive_cp_high`: the upper bound), beside the planner's figures.  `verify`'s summary.md
-  quotes the per-command row (`harness.verify.calibrate_inconclusive.measured_line`).
+  quotes the per-command row (`harness.verify.measured.measured_line`).
 - `runs.csv`: one row per simulated run (command, run, scenario, certificate, the certificate statistic
   `cert_worst_ratio` = largest bound / ε, ...); `commands.csv`: one row per command with its verdict
   (`harness.verify.outcome.command_verdict`).
@@ -352,20 +351,6 @@ whole default commands from the exact laws (issue 42, item 2).  Made by
   statistic's quantiles and a two-sample KS test: the simulation is the real statistic in law.
 - `summary.md`: the figures in words.  Every CSV has its provenance in `<name>.csv.meta.json`.
 """
-
-
-def measured_line(path: Path = MEASURED) -> Optional[str]:
-    """The measured per-command false-inconclusive rate of the default command, in words, read from the committed
-    calibration (``results/calibrate/inconclusive_default/rates.csv``); None without it."""
-    try:
-        t = pd.read_csv(path)
-        r = t[(t.level == "command") & t.runs.str.startswith("reference")].iloc[0]
-    except (OSError, ValueError, KeyError, IndexError, AttributeError):
-        return None
-    return (f"measured at the default configuration: {int(r.inconclusive)} of {int(r.commands):,} simulated default "
-            f"commands (every scenario's reference run from its exact law, judged by this code's certificate) ended "
-            f"inconclusive, so P(inconclusive | lossless) per command ≤ {r.inconclusive_cp_high:.2g} (exact "
-            f"Clopper–Pearson 95 %; results/calibrate/{NAME}/rates.csv, `python -m harness calibrate --inconclusive`)")
 
 
 # ------------------------------------------------------------------------------------------- the run
@@ -421,10 +406,8 @@ def calibrate_inconclusive(settings, scenario_dir, *, commands: int, control_com
     return {"rates": table, "runs": allruns, "check": check, "summary": summary, "console": console, "meta": meta}
 
 
-def run(args, settings) -> int:
-    """`calibrate --inconclusive`: exit 0 when the count tests' false-alarm rate is consistent with the family's budget
-    (its interval's lower end <= family_alpha) and the check does not reject equality in law at 1e-3, 1 otherwise
-    (the inconclusive rate itself is reported, not judged)."""
+def check_args(args, settings) -> None:
+    """The options of ``--inconclusive``, checked before any work (UsageError, exit 2, naming the option)."""
     check_option(1 <= args.commands <= 100_000, "--commands", args.commands, "an integer in [1, 100,000]")
     check_option(0 <= args.control_commands <= 100_000, "--control-commands", args.control_commands,
                  "an integer in [0, 100,000]")
@@ -433,6 +416,12 @@ def run(args, settings) -> int:
                  "an integer in [500, 10,000,000]")
     check_option(args.check_scenario in settings.scenarios, "--check-scenario", args.check_scenario,
                  f"one of the default scenarios ({', '.join(settings.scenarios)})")
+
+
+def run(args, settings) -> int:
+    """`calibrate --inconclusive`: exit 0 when the count tests' false-alarm rate is consistent with the family's budget
+    (its interval's lower end <= family_alpha) and the check does not reject equality in law at 1e-3, 1 otherwise
+    (the inconclusive rate itself is reported, not judged)."""
     line = (f"python -m harness calibrate --inconclusive --commands {args.commands} --control-commands "
             f"{args.control_commands} --check-runs {args.check_runs} --check-scenario {args.check_scenario} "
             f"--check-draws {args.check_draws} --jobs {args.jobs}")
