@@ -29,6 +29,7 @@ def measured_line(path: Path = MEASURED) -> Optional[str]:
     except (OSError, ValueError, KeyError, IndexError, AttributeError, TypeError):
         return None
     return (f"measured at the default configuration: {k} of {n:,} simulated default commands (the reference run "
-            f"of every default scenario drawn from its exact law and judged by this certificate code) ended "
+            f"of every default exact-law scenario drawn from its exact law and judged by this certificate code; not "
+            f"the real-model scenario, which has no enumerable law here) ended "
             f"inconclusive: P(inconclusive | lossless) per command ≤ {high:.2g} (exact Clopper–Pearson 95 %; "
             f"results/calibrate/{NAME}/rates.csv, `python -m harness calibrate --inconclusive`)")
