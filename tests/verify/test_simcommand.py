@@ -197,3 +197,10 @@ def test_calibrate_inconclusive_cli_writes_its_report_and_resumes(tmp_path):
     assert len(pd.read_csv(d / "runs.csv")) == 2 * len(load_settings().scenarios)
     assert len(pd.read_csv(d / "check.csv")) == 3 and "Clopper" in (d / "summary.md").read_text()
     assert json.loads((d / "rates.csv.meta.json").read_text())["config"]["commands"] == 2
+
+
+def test_the_committed_measurement_is_read():
+    line = measured_line()
+    if not (ROOT / "results/calibrate/inconclusive_default/rates.csv").is_file():
+        pytest.skip("no committed measurement")
+    assert line is not None and "simulated default commands" in line and "Clopper" in line
