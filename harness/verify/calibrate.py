@@ -49,7 +49,7 @@ from specimpl.speculative import speculative_generate
 from harness.verify.realmodel import REAL_MODEL_SCENARIO
 from harness.core.provenance import atomic_savefig
 from harness.core.figures import pyplot as _plt
-from harness.verify import calibrate_null
+from harness.verify import calibrate_inconclusive, calibrate_null
 
 __all__ = ["add_arguments", "run", "calibrate"]
 
@@ -81,6 +81,18 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--replicates", type=int, default=2_000_000, help="--null: replicates per kind of test")
     ap.add_argument("--null-draws", type=int, default=None, help="--null: sequences per scenario (default: "
                     "default.toml's draws, as make verify)")
+    ap.add_argument("--inconclusive", action="store_true",
+                    help="measure the false-inconclusive rate of the default verify command: whole commands "
+                         "simulated from the exact laws (harness.verify.calibrate_inconclusive); writes to "
+                         f"<out>/{calibrate_inconclusive.NAME}")
+    ap.add_argument("--commands", type=int, default=3000, help="--inconclusive: simulated commands (default 3,000)")
+    ap.add_argument("--control-commands", type=int, default=100,
+                    help="--inconclusive: of those, how many also hold the control-sized certified runs (default 100)")
+    ap.add_argument("--check-runs", type=int, default=300,
+                    help="--inconclusive: real and multinomial runs compared in law (default 300 each)")
+    ap.add_argument("--check-scenario", default="base", help="--inconclusive: the check's scenario (default base)")
+    ap.add_argument("--check-draws", type=int, default=20_000,
+                    help="--inconclusive: sequences per run of the check (default 20,000)")
 
 
 def run(args) -> int:
@@ -95,6 +107,10 @@ def run(args) -> int:
     check_unique(args.scenario, "--scenario")
     settings = load_settings(args.scenario_dir)
     scenarios = [load_scenario(n, args.scenario_dir) for n in (args.scenario or settings.scenarios)]
+    if args.inconclusive:
+        calibrate_inconclusive.check_args(args, settings)
+        args.out = claim_out(args, "calibrate", ("scenario", "inconclusive")) / calibrate_inconclusive.NAME
+        return calibrate_inconclusive.run(args, settings)
     if args.null:
         check_option(1000 <= args.replicates <= 10 ** 8, "--replicates", args.replicates,
                      "an integer in [1000, 100,000,000] (replicates per kind of test: the default 2,000,000 already "

@@ -33,6 +33,7 @@ from harness.core.provenance import (atomic_savefig, atomic_write_csv, atomic_wr
                                 atomic_write_text, metadata)
 from harness.verify.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
 from harness.verify.family import run_acceptance
+from harness.verify.measured import measured_line
 from harness.verify.outcome import Outcome, loss_estimate
 from harness.core.verdict import headline
 from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST
@@ -268,6 +269,12 @@ def _strongest(v, config) -> list[str]:
                   f"(≤ {both[1]:.2g}) over the {int(ok.sum())} runs with a certificate (the real-model ones on the "
                   f"exact pair included); over the {int(main_runs.sum())} scenarios of the sampler under test ≈ "
                   f"{nine[0]:.2g} (≤ {nine[1]:.2g})"]
+    measured = measured_line()
+    if measured:
+        st = config.get("settings") or {}
+        default = not config.get("full") and config.get("draws") == st.get("draws")
+        L += ["", f"The false-inconclusive rate {measured}" + ("." if default else " (this run's sizes are not the "
+                                                                                   "default's).")]
     return L + [""]
 
 

@@ -1,0 +1,35 @@
+"""The measured false-inconclusive rate of the default `verify` command, as `verify`'s summary.md quotes it.
+
+``python -m harness calibrate --inconclusive --out results/calibrate`` (:mod:`harness.verify.calibrate_inconclusive`)
+simulates whole default commands from the exact laws and commits the rates to
+``results/calibrate/inconclusive_default/rates.csv``; :func:`measured_line` reads its per-command row back, so the
+report states the measured figure (named, with its source) beside the planner's normal approximation.  Kept apart
+from the calibration (which imports the whole pipeline) so the report can import it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+__all__ = ["NAME", "MEASURED", "measured_line"]
+
+NAME = "inconclusive_default"  # results/calibrate/<NAME>
+MEASURED = Path(__file__).resolve().parents[2] / "results" / "calibrate" / NAME / "rates.csv"
+
+
+def measured_line(path: Path = MEASURED) -> Optional[str]:
+    """The measured per-command false-inconclusive rate of the default command, in words, from the committed
+    calibration ``path``; None without it (a missing or unreadable file)."""
+    try:
+        t = pd.read_csv(path)
+        r = t[(t.level == "command") & t.runs.str.startswith("reference")].iloc[0]
+        k, n, high = int(r.inconclusive), int(r.commands), float(r.inconclusive_cp_high)
+    except (OSError, ValueError, KeyError, IndexError, AttributeError, TypeError):
+        return None
+    return (f"measured at the default configuration: {k} of {n:,} simulated default commands (the reference run "
+            f"of every default exact-law scenario drawn from its exact law and judged by this certificate code; not "
+            f"the real-model scenario, which has no enumerable law here) ended "
+            f"inconclusive: P(inconclusive | lossless) per command ≤ {high:.2g} (exact Clopper–Pearson 95 %; "
+            f"results/calibrate/{NAME}/rates.csv, `python -m harness calibrate --inconclusive`)")
