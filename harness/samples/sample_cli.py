@@ -325,11 +325,14 @@ def _check_engine_spec(args) -> None:
                  "--engine openvino")
     check_option(args.spec != "draft" or args.draft is not None, "--draft", args.draft,
                  "a draft checkpoint for --engine openvino --spec draft")
+    args.openvino_python = args.openvino_python or OV.default_python()
+    check_option(Path(args.openvino_python).exists(), "--openvino-python", args.openvino_python,
+                 "the Python of an environment with openvino-genai and optimum-intel (make openvino-venv)")
 
 
 def _openvino(args, reqs, w: SampleWriter) -> int:
     """OpenVINO GenAI in its own environment (:mod:`harness.samples.engines.openvino_engine`)."""
-    return OV.produce_openvino(reqs, w, python=args.openvino_python or OV.default_python(), target=args.target,
+    return OV.produce_openvino(reqs, w, python=args.openvino_python, target=args.target,
                                draft=args.draft, spec=args.spec, progress=not args.no_progress, k=args.k,
                                controls=_controls(args), seed=args.seed, prefix_caching=args.prefix_caching == "on",
                                max_num_seqs=args.max_num_seqs, kv_precision=args.kv_precision,
