@@ -9,7 +9,8 @@ per-request seeds, KV cache f32 -- then ``verify-samples --exact`` against the t
 first 4 tokens (every position, pair and the 4-window tested; a token-TV bound per position at confidence 0.999).
 Sizes: the planner asks ~109k completions for epsilon = 0.01 (a 20k plain draw bounded 0.024), so the rows
 meant to certify draw 200k; the draft-model row that upstream reports lossy draws 10k (its loss shows at a few
-hundred).  Prompt lookup runs 256 requests per ``generate`` call: 1,024 or more crash the engine (see README).
+hundred); the rows that locate the loss draw 10k-20k.  The plain and lookup rows share their seeds, and the table
+says which share of their completions are identical request by request.  Prompt lookup runs 256 requests per ``generate`` call: 1,024 or more crash the engine (see README).
 
 Columns: verdict, largest per-position bound and estimate, the estimate at each position, the first rejecting
 tests, completions, completions per second drawn here (engine generate time) and each step's wall time, the
@@ -44,7 +45,13 @@ ROWS = {
     "lookup": (["--spec", "lookup", "--openvino-chunk", "256"], 200_000),
     "lookup-chunk-1024": (["--spec", "lookup", "--openvino-chunk", "1024"], 4096),
     "plain-prefix-caching": (["--spec", "none", "--prefix-caching", "on"], 20_000),
+    # where the loss is (docs/engines.md, "Finding the OpenVINO loss"): one request per generate call, then also
+    # 2 new tokens instead of 4
+    "draft-one-request-per-call": (["--spec", "draft", "--draft", "exact-draft", "--openvino-chunk", "1"], 10_000),
+    "draft-one-request-per-call-2-tokens": (["--spec", "draft", "--draft", "exact-draft", "--openvino-chunk", "1",
+                                             "--max-new-tokens", "2"], 20_000),
 }
+KEEP = ("plain", "lookup")  # compared request by request (same seeds) before they are removed
 COMMON = ["--engine", "openvino", "--target", "exact", "--k", "4", "--prompt-vocab", "13", "--prompt-lengths", "4", "4",
           "--n-prompts", "1", "--max-new-tokens", "4", "--kv-precision", "f32", "--no-progress"]
 
@@ -57,6 +64,8 @@ def _run(cmd: list[str], env=None) -> tuple[int, float, str]:
 
 def _counters(engine: dict) -> dict:
     calls = [c["counters"] for c in engine.get("calls", []) if c.get("counters")]
+    if not calls:  # prompt lookup exposes no extended_perf_metrics: unknown, not zero
+        return {"draft_tokens": None, "accepted_tokens": None, "acceptance": None}
     drafted = sum(c["draft_tokens"] for c in calls)
     accepted = sum(c["accepted_tokens"] for c in calls)
     return {"draft_tokens": drafted, "accepted_tokens": accepted,
@@ -74,8 +83,9 @@ def one(name: str, args, out: Path) -> dict:
                           "--openvino-python", args.openvino_python, "--n-per-prompt", str(n), "--out", str(samples)])
     row = {"engine": "openvino-genai 2026.4.1 (CPU)", "row": name, "options": " ".join(opts), "completions": n,
            "sample_wall_s": round(wall, 1)}
-    if rc != 0:
+    if rc != 0:  # the failure's line goes to the table; the traceback (machine paths) is not kept
         samples.unlink(missing_ok=True)
+        (d / "error.log").unlink(missing_ok=True)
         return {**row, "verdict": f"engine failed (exit {rc})", "detail": err.splitlines()[-1][:300] if err else ""}
     engine = json.loads(Path(str(samples) + ".engine.json").read_text())
     shutil.move(str(samples) + ".engine.json", d / "engine.json")
@@ -89,13 +99,23 @@ def one(name: str, args, out: Path) -> dict:
     if rc in (0, 1, 4):
         hats = json.loads((d / "report" / "meta.json").read_text()).get("bounds", {}).get("hat") or []
         row["tv_hat_per_position"] = " ".join(f"{h:.3g}" for h in hats)
-    if not args.keep_samples:
+    if not args.keep_samples and name not in KEEP:
         samples.unlink()
     return row
 
 
+def same_outputs(out: Path) -> float | None:
+    """The share of requests whose completion is the same in the plain and lookup files (same request seeds)."""
+    files = [out / n / "samples.jsonl" for n in KEEP]
+    if not all(f.exists() for f in files):
+        return None
+    a, b = ({r["request_id"]: r["output_ids"] for r in map(json.loads, f.read_text().splitlines())} for f in files)
+    return sum(a[k] == b.get(k) for k in a) / len(a)
+
+
 COLUMNS = ["row", "verdict", "max_position_tv_upper", "max_position_tv_hat", "tv_hat_per_position", "first_rejecting",
-           "completions", "completions_per_s", "sample_wall_s", "verify_wall_s", "draft_tokens", "acceptance"]
+           "completions", "completions_per_s", "sample_wall_s", "verify_wall_s", "draft_tokens", "acceptance",
+           "same_as_plain"]
 
 
 def table_md(df: pd.DataFrame, meta: dict) -> str:
@@ -122,6 +142,13 @@ def main(argv=None) -> int:
     for name in args.rows.split(","):
         rows.append(one(name, args, args.out))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    share = same_outputs(args.out)
+    for row in rows:
+        if row["row"] == "lookup" and share is not None:
+            row["same_as_plain"] = round(share, 6)
+    if not args.keep_samples:
+        for n in KEEP:
+            (args.out / n / "samples.jsonl").unlink(missing_ok=True)
     df = pd.DataFrame(rows)
     meta = metadata({"rows": args.rows, "seed": args.seed, "epsilon": args.epsilon,
                      "max_per_prompt": args.max_per_prompt}, args.seed)
