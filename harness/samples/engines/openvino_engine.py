@@ -71,7 +71,7 @@ def root_cause(log: str) -> str:
     """The engine's error line of a worker's log (OpenVINO's failed check, else the last lines)."""
     lines = [x.strip() for x in log.splitlines() if x.strip()]
     for x in lines:
-        if x.startswith(("RuntimeError", "ValueError", "TypeError", "Check '")):
+        if x.startswith(("RuntimeError", "ValueError", "TypeError", "Check '", "Fatal Python error")):
             return x.split(" at /", 1)[0][:300]  # the build machine's source path adds nothing
     return " | ".join(lines[-3:])[:300]
 
