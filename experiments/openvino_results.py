@@ -87,7 +87,7 @@ def one(name: str, args, out: Path) -> dict:
     if rc != 0:  # the failure's line goes to the table; the traceback (machine paths) is not kept
         samples.unlink(missing_ok=True)
         (d / "error.log").unlink(missing_ok=True)
-        line = re.sub(r"/[^\s\"']*/([^/\s\"']+)", r"\1", err.splitlines()[0] if err else "")  # no machine paths
+        line = re.sub(r"(?<![\w.])/[^\s\"']*/([^/\s\"']+)", r"\1", err.splitlines()[0] if err else "")  # no machine paths
         return {**row, "verdict": f"engine failed (exit {rc})", "detail": line[:300]}
     engine = json.loads(Path(str(samples) + ".engine.json").read_text())
     shutil.move(str(samples) + ".engine.json", d / "engine.json")
