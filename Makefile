@@ -97,7 +97,7 @@ $(OPENVINO_VENV)/.installed:
 	@touch $@
 
 # the shipped exact pair exported by our own command, plain decoding certified at token TV <= 0.01 and draft-model
-# speculation (prefix caching off) judged lossy against the float64 law (~5 min after the install on 2 cores)
+# speculation (prefix caching off) judged lossy against the float64 law (~7 min after the install on 2 shared cores)
 openvino-check: setup openvino-venv
 	SPECVERIFY_OPENVINO_PYTHON=$(abspath $(OPENVINO_VENV))/bin/python $(PY) -m pytest -p no:cacheprovider $(OPENVINO_TESTS) $(ARGS)
 

@@ -12,7 +12,7 @@ drawn at 200k the bound sits near 0.007, so a lossless engine ends inconclusive 
 with prefix caching off (openvinotoolkit/openvino.genai#4190) moves the law of position 0 by ~0.47 in TV
 (10,000 completions, results/engines/openvino/): at 3,000 completions the position-0 test's power against a TV of
 even 0.1 is ~1, so the known-lossy configuration is judged lossy unless the engine changed.  Each test draws
-fresh (a new export when the cache is cold), about 5 min on 2 cores in all.
+fresh (a new export when the cache is cold): 412 s on 2 cores shared with other jobs (load ~7).
 """
 from __future__ import annotations
 
