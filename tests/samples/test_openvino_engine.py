@@ -52,6 +52,16 @@ def test_the_export_cache_key_follows_the_bytes(tmp_path):
     assert content_key(src) != key
 
 
+def test_many_calls_are_pooled_into_one_entry_with_their_totals():
+    from harness.samples.engines.openvino_engine import pooled_calls, speculation_summary
+    calls = [{"requests": 1, "generate_s": 0.5, "counters": {"draft_tokens": 3, "accepted_tokens": 2,
+                                                              "acceptance_rate": 2 / 3}}] * 100
+    (one,) = pooled_calls(calls)
+    assert one["n_calls"] == 100 and one["requests"] == 100 and one["counters"]["draft_tokens"] == 300
+    assert speculation_summary({"calls": [one]}) == speculation_summary({"calls": calls})
+    assert pooled_calls(calls[:64]) == calls[:64]
+
+
 @pytest.mark.parametrize("extra, needle", [(["--spec", "ngram"], "--spec"),
                                            (["--spec", "draft"], "--draft"),
                                            (["--spec", "none", "--openvino-python", "/nonexistent/python"],

@@ -36,7 +36,7 @@ from harness.samples.engines.server import stop_group
 from harness.samples.engines.vllm_engine import request_seed
 from harness.samples.format import SampleWriter, parse_record
 
-__all__ = ["SPECS", "KV_PRECISIONS", "WORKER", "default_python", "make_job", "run_worker", "produce_openvino",
+__all__ = ["SPECS", "KV_PRECISIONS", "WORKER", "default_python", "make_job", "run_worker", "produce_openvino", "pooled_calls",
            "speculation_summary", "root_cause"]
 
 WORKER = Path(__file__).resolve().with_name("openvino_worker.py")
@@ -115,6 +115,20 @@ def speculation_summary(summary: dict) -> str:
     return f"{drafted} draft tokens, {accepted} accepted ({accepted / drafted:.3f}; the engine's counters)"
 
 
+def pooled_calls(calls: list[dict], keep: int = 64) -> list[dict]:
+    """The worker's per-call entries, or past ``keep`` calls one entry totalling them (``n_calls``): a run of one
+    request per call would otherwise write an entry per request."""
+    if len(calls) <= keep:
+        return calls
+    counted = [c["counters"] for c in calls if c.get("counters")]
+    drafted = sum(c["draft_tokens"] for c in counted)
+    accepted = sum(c["accepted_tokens"] for c in counted)
+    counters = {"draft_tokens": drafted, "accepted_tokens": accepted,
+                "acceptance_rate": accepted / drafted if drafted else 0.0} if counted else None
+    return [{"n_calls": len(calls), "requests": sum(c["requests"] for c in calls),
+             "generate_s": round(sum(c["generate_s"] for c in calls), 4), "counters": counters}]
+
+
 def produce_openvino(reqs, writer: SampleWriter, *, python: str, target: str, draft: Optional[str], spec: str,
                      progress: bool = True, **job_kw) -> int:
     """Export the models, run the requests the file lacks through OpenVINO GenAI; the number of records written."""
@@ -127,6 +141,7 @@ def produce_openvino(reqs, writer: SampleWriter, *, python: str, target: str, dr
                    index_of={r.request_id: i for i, r in enumerate(reqs)}, **job_kw)
     records, summary = run_worker(job, python)
     n = writer.write_batch(parse_record(r) for r in records)
+    summary["calls"] = pooled_calls(summary["calls"])
     summary["models"] = {"target": Path(target).name, "target_ir": ir_target.name,
                          "draft": Path(draft).name if ir_draft else None, "draft_ir": ir_draft.name if ir_draft else None}
     if progress:
