@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_TARGETS = {"install-check": "INSTALL_TESTS", "ray-check": "RAY_TESTS", "engine-check": "ENGINE_TESTS",
-                 "vllm-check": "VLLM_TESTS"}
+                 "vllm-check": "VLLM_TESTS", "openvino-check": "OPENVINO_TESTS"}
 
 
 def _makefile() -> tuple[dict, dict]:
@@ -65,3 +65,9 @@ def test_test_slow_runs_every_slow_test_no_other_target_runs():
 def test_vllm_tests_live_where_vllm_check_runs_them():
     variables, _ = _makefile()
     assert _files_marked("vllm") <= set(variables["VLLM_TESTS"])
+
+
+def test_openvino_tests_live_where_openvino_check_runs_them():
+    variables, recipes = _makefile()
+    assert _files_marked("openvino") and _files_marked("openvino") <= set(variables["OPENVINO_TESTS"])
+    assert "not openvino" in " ".join(recipes["test"])

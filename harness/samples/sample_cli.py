@@ -40,12 +40,13 @@ from harness.samples.producers import make_requests
 from harness.samples.controls import CONTROLS
 from harness.samples.engines.llama_sample import SPEC_CHOICES as LLAMA_SPECS, produce_llama
 from harness.samples.engines.vllm_engine import SPEC_METHODS, default_python, produce_vllm, speculative_config
+from harness.samples.engines import openvino_engine as OV
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--engine", choices=("ours", "hf", "openai", "vllm", "llama-cpp"), required=True)
+    ap.add_argument("--engine", choices=("ours", "hf", "openai", "vllm", "llama-cpp", "openvino"), required=True)
     ap.add_argument("--out", type=Path, required=True, help="sample file to write (appended to; resumable)")
     ap.add_argument("--n-prompts", type=int, default=32)
     ap.add_argument("--n-per-prompt", type=int, default=4, help="completions per prompt (>= 2 for the "
@@ -66,9 +67,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--hf-mode", choices=("plain", "assistant", "prompt_lookup"), default="assistant", help="hf")
     ap.add_argument("--k", type=int, default=4, help="draft tokens a round (ours, hf assistant, prompt lookup)")
     ap.add_argument("--control", help="ours/hf: an engine-level control of harness.samples.controls")
-    ap.add_argument("--target", help="ours/hf/vllm/llama-cpp: target checkpoint, a folder or a shipped name (tiny, exact, "
+    ap.add_argument("--target", help="ours/hf/vllm/llama-cpp/openvino: target checkpoint, a folder or a shipped name (tiny, exact, "
                                      "exact-markov, ...: `python -m harness models`; default: the shipped tiny pair)")
-    ap.add_argument("--draft", help="ours/hf/vllm: draft checkpoint, a folder or a shipped name (default: the shipped tiny "
+    ap.add_argument("--draft", help="ours/hf/vllm/openvino: draft checkpoint, a folder or a shipped name (default: the shipped tiny "
                                     "pair)")
     ap.add_argument("--batch-size", type=int, default=64, help="ours/hf: requests per generate call")
     ap.add_argument("--url", help="openai: base URL, e.g. http://127.0.0.1:8000/v1")
@@ -93,12 +94,13 @@ def _add_vllm_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of ``--engine vllm`` (:mod:`harness.samples.engines.vllm_engine`)."""
     ap.add_argument("--vllm-python", help="vllm: the engine environment's Python (default $SPECVERIFY_VLLM_PYTHON or "
                                           ".venv-vllm/bin/python)")
-    ap.add_argument("--spec", choices=SPEC_METHODS, help="vllm: speculation (default draft: a draft model, probabilistic "
-                                                         "drafts); llama-cpp: none or ngram (default: prompt lookup)")
+    ap.add_argument("--spec", choices=tuple(dict.fromkeys(SPEC_METHODS + OV.SPECS)),
+                    help="vllm: speculation (default draft: a draft model, probabilistic drafts); llama-cpp: none or "
+                         "ngram (default: prompt lookup); openvino: none, draft or lookup (default draft)")
     ap.add_argument("--vllm-shim", choices=("fixed", "stock"), default="fixed",
                     help="vllm CPU: with the expand-kernel fix plugin (vllm#55005) or vLLM as shipped")
     ap.add_argument("--max-num-seqs", type=int, default=256, help="vllm: requests the engine batches (default 256)")
-    ap.add_argument("--prefix-caching", choices=("on", "off"), default="off", help="vllm: prefix caching")
+    ap.add_argument("--prefix-caching", choices=("on", "off"), default="off", help="vllm, openvino: prefix caching")
     ap.add_argument("--max-num-batched-tokens", type=int, default=32768,
                     help="vllm: tokens per scheduler step (default 32768: no prefill is chunked)")
     ap.add_argument("--seeding", choices=("all", "none", "mixed"), default="all",
@@ -108,6 +110,11 @@ def _add_vllm_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--omit-temperature", action="store_true", help="vllm: leave temperature unset (vLLM's default)")
     ap.add_argument("--gguf", help="llama-cpp: a GGUF file to run (default: --target exported to float32 GGUF)")
     ap.add_argument("--llama-workers", type=int, default=1, help="llama-cpp: engine processes (one thread each)")
+    ap.add_argument("--openvino-python", help="openvino: the engine environment's Python (default "
+                                              "$SPECVERIFY_OPENVINO_PYTHON or .venv-openvino/bin/python)")
+    ap.add_argument("--kv-precision", choices=OV.KV_PRECISIONS, default="f32",
+                    help="openvino: the CPU plugin's KV_CACHE_PRECISION (default f32; the plugin's own default is u8)")
+    ap.add_argument("--openvino-chunk", type=int, default=4096, help="openvino: requests per generate call")
 
 
 def _check(args) -> None:
@@ -146,6 +153,7 @@ def _check(args) -> None:
     check_count("--n-per-prompt", args.n_per_prompt, args.n_prompts * (400 + 8 * (hi + args.max_new_tokens)),
                 f"each unit of it is --n-prompts = {args.n_prompts:,} requests, each holding its prompt and completion")
     _check_model_options(args)
+    _check_engine_spec(args)
 
 
 def _needs_draft(args) -> bool:
@@ -308,6 +316,34 @@ def _vllm(args, reqs, w: SampleWriter) -> int:
                         omit_temperature=args.omit_temperature, engine_args=engine_args)
 
 
+def _check_engine_spec(args) -> None:
+    """--spec and the options of the engine that reads it (vllm, openvino), before any work."""
+    if args.engine == "vllm":
+        check_option(args.spec is None or args.spec in SPEC_METHODS, "--spec", args.spec,
+                     f"one of {SPEC_METHODS} for --engine vllm")
+    if args.engine != "openvino":
+        return
+    args.spec = args.spec or "draft"
+    check_option(args.spec in OV.SPECS, "--spec", args.spec, f"one of {OV.SPECS} for --engine openvino")
+    check_option(args.openvino_chunk >= 1, "--openvino-chunk", args.openvino_chunk, "an integer >= 1")
+    check_option(args.target is not None, "--target", args.target, "a checkpoint (a folder or a shipped name) for "
+                 "--engine openvino")
+    check_option(args.spec != "draft" or args.draft is not None, "--draft", args.draft,
+                 "a draft checkpoint for --engine openvino --spec draft")
+    args.openvino_python = args.openvino_python or OV.default_python()
+    check_option(Path(args.openvino_python).exists(), "--openvino-python", args.openvino_python,
+                 "the Python of an environment with openvino-genai and optimum-intel (make openvino-venv)")
+
+
+def _openvino(args, reqs, w: SampleWriter) -> int:
+    """OpenVINO GenAI in its own environment (:mod:`harness.samples.engines.openvino_engine`)."""
+    return OV.produce_openvino(reqs, w, python=args.openvino_python, target=args.target,
+                               draft=args.draft, spec=args.spec, progress=not args.no_progress, k=args.k,
+                               controls=_controls(args), seed=args.seed, prefix_caching=args.prefix_caching == "on",
+                               max_num_seqs=args.max_num_seqs, kv_precision=args.kv_precision,
+                               chunk=args.openvino_chunk)
+
+
 def _llama(args, reqs, w: SampleWriter) -> int:
     args.spec = args.spec or "ngram"
     check_option(args.spec in LLAMA_SPECS, "--spec", args.spec, f"one of {LLAMA_SPECS} for --engine llama-cpp "
@@ -343,9 +379,10 @@ def run(args) -> int:
     with SampleWriter(args.out) as w:
         _check_resume(w, _controls(args), args, reqs)
         before = len(w.done)
+        producers = {"openai": _openai, "vllm": _vllm, "llama-cpp": _llama, "openvino": _openvino}
         try:
-            n = (_openai(args, reqs, w) if args.engine == "openai" else _vllm(args, reqs, w) if args.engine == "vllm"
-                 else _llama(args, reqs, w) if args.engine == "llama-cpp" else _in_process(args, reqs, w, models))
+            n = (producers[args.engine](args, reqs, w) if args.engine in producers
+                 else _in_process(args, reqs, w, models))
         except (SamplerError, UsageError):
             raise
         except (OSError, ValueError) as e:
