@@ -359,9 +359,10 @@ def check(records, level: float = LEVEL, *, keys=None, log_probs=None, baseline_
 
 
 def apply(certificate, dep: DependenceResult):
-    """The certificate with a dependence finding: *lossy*, the finding first among its reasons (unchanged when
-    nothing was found)."""
+    """The certificate with a dependence finding: *lossy* (unchanged when nothing was found).  The finding is the
+    first reason of a file whose marginals passed, and comes after the marginal tests' reasons of a file already
+    lossy (the duplicates test reads the target's law, so a lossy law can set it off too: the marginals say more)."""
     if dep.finding is None:
         return certificate
-    reasons = (dep.finding,) + (certificate.reasons if certificate.verdict == "lossy" else ())
+    reasons = ((*certificate.reasons, dep.finding) if certificate.verdict == "lossy" else (dep.finding,))
     return replace(certificate, verdict="lossy", reasons=reasons)

@@ -269,7 +269,7 @@ def _strongest(v, config) -> list[str]:
                   f"(≤ {both[1]:.2g}) over the {int(ok.sum())} runs with a certificate (the real-model ones on the "
                   f"exact pair included); over the {int(main_runs.sum())} scenarios of the sampler under test ≈ "
                   f"{nine[0]:.2g} (≤ {nine[1]:.2g})"]
-    measured = measured_line()
+    measured = measured_line() if np.any(ok) else None  # a lossy run: no planning figures, measured ones neither
     if measured:
         st = config.get("settings") or {}
         default = not config.get("full") and config.get("draws") == st.get("draws")
