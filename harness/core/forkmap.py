@@ -20,7 +20,7 @@ from typing import Callable
 
 from harness.core.lifeline import die_with_parent
 
-__all__ = ["fork_map", "fork_available", "ForkedChildLost"]
+__all__ = ["fork_map", "fork_available", "ForkedChildLost", "run_jobs"]
 
 class ForkedChildLost(RuntimeError):
     """A child of :func:`fork_map` ended without returning its result."""
@@ -76,3 +76,17 @@ def fork_map(fn: Callable[[int], object], n: int, workers: int, chunksize: int =
         for child in children if not done else ():  # Ctrl-C or an error: the rest of the work is not wanted
             if child.is_alive():
                 child.terminate()
+
+
+def run_jobs(fn, todo: list, jobs: int, bar) -> None:
+    """``fn`` over ``todo`` on ``jobs`` spawned processes (serially for one), ticking ``bar`` per finished job."""
+    if jobs > 1 and len(todo) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            for _ in pool.map(fn, todo):
+                bar.update(1)
+    else:
+        for job in todo:
+            fn(job)
+            bar.update(1)

@@ -35,6 +35,7 @@ import pandas as pd
 
 from harness.core.atomic import staged_report
 from harness.stats import clopper_pearson
+from harness.core.forkmap import run_jobs
 from harness.core.fingerprint import code_fingerprint, fingerprint, short
 from harness.core.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
 from harness.laws.scenarios import SCENARIO_DIR, load_scenario, load_settings
@@ -193,16 +194,7 @@ def _pvalues(settings, scenarios, *, seeds: int, draws: int, store: Path, progre
             resume["stale_seeds_redrawn"].append(seed)
         todo.append((settings, scenarios, draws, seed, real_model, real_model_sequences, algorithms, str(path), fp))
     bar = tqdm(total=seeds, initial=seeds - len(todo), desc="calibrate: seeds", disable=not progress, file=sys.stderr)
-    if jobs > 1 and len(todo) > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            for _ in pool.map(_draw_seed, todo):
-                bar.update(1)
-    else:
-        for job in todo:
-            _draw_seed(job)
-            bar.update(1)
+    run_jobs(_draw_seed, todo, jobs, bar)
     bar.close()
     allp = pd.concat([pd.read_parquet(paths[s]) for s in sorted(paths)], ignore_index=True)
     allp["kind"] = _kinds(allp)

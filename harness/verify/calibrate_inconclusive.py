@@ -36,6 +36,7 @@ from scipy import stats as sps
 from harness.core.atomic import staged_report
 from harness.core.config import derive_seed
 from harness.core.fingerprint import code_fingerprint, fingerprint
+from harness.core.forkmap import run_jobs
 from harness.core.options import check_option
 from harness.core.outdir import own_subfolder
 from harness.core.provenance import atomic_write_csv, atomic_write_parquet, atomic_write_text, metadata
@@ -147,7 +148,7 @@ def simulate_commands(settings, scenario_dir, *, commands: int, control_commands
     total = len(batches) + len(checks)
     bar = tqdm(total=total, initial=total - len(todo), desc="calibrate --inconclusive: jobs", disable=not progress,
                file=sys.stderr)
-    _run_jobs(_dispatch, todo, jobs, bar)
+    run_jobs(_dispatch, todo, jobs, bar)
     bar.close()
     allruns = pd.concat([pd.read_parquet(p) for p in batches], ignore_index=True)
     checked = pd.concat([pd.read_parquet(p) for p in checks], ignore_index=True) if checks else pd.DataFrame()
@@ -157,19 +158,6 @@ def simulate_commands(settings, scenario_dir, *, commands: int, control_commands
 def _dispatch(item: tuple) -> str:
     fn, job = item
     return (_check_job if fn == "check" else _draw_batch)(job)
-
-
-def _run_jobs(fn, todo: list, jobs: int, bar) -> None:
-    if jobs > 1 and len(todo) > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            for _ in pool.map(fn, todo):
-                bar.update(1)
-    else:
-        for job in todo:
-            fn(job)
-            bar.update(1)
 
 
 # ------------------------------------------------------------------------------ the check: same law

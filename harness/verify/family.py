@@ -164,7 +164,11 @@ def holm_adjust(rows: list[TestRow], family_alpha: float) -> list[TestRow]:
     if not rows:
         return []
     p = np.clip(np.array([r.pvalue for r in rows], dtype=np.float64), 0.0, 1.0)
-    adjusted = stats.holm(p)
+    return judged(rows, p, stats.holm(p), family_alpha)
+
+
+def judged(rows: list[TestRow], p: np.ndarray, adjusted: np.ndarray, family_alpha: float) -> list[TestRow]:
+    """``rows`` with their clipped p-values ``p`` and Holm-adjusted ``adjusted``, judged at ``family_alpha``."""
     out = []
     for r, pv, pa in zip(rows, p, adjusted):
         reject = bool(pa <= family_alpha)

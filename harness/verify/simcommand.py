@@ -45,7 +45,7 @@ from harness.verify.battery import Accumulator, TestRow, plan_tests
 from harness.verify.cli import real_model_spec
 from harness.verify.epsilon import epsilons_for
 from harness.verify.exactmodel import window_offsets
-from harness.verify.family import FamilyLevels, PlannedTest, _evaluate, holm_adjust, rows_table
+from harness.verify.family import FamilyLevels, PlannedTest, _evaluate, holm_adjust, judged, rows_table
 from harness.verify.outcome import command_verdict
 from harness.verify.runs import RunSpec, algorithm_runs, exact_runs, real_runs_for, run_sizes
 from harness.verify.verdicts import RUN_COLUMNS, Certifier, exact_verdict, standing
@@ -250,12 +250,7 @@ def holm_padded(rows: list[TestRow], m: int, family_alpha: float) -> list[TestRo
     cut = p < 1.0  # a p-value of 1 adjusts to 1 wherever it sorts: only the others need Holm's step-down
     adjusted = np.ones(k)
     adjusted[cut] = stats.holm(np.concatenate([p[cut], np.ones(m - int(cut.sum()))]))[:int(cut.sum())]
-    out = []
-    for r, pv, pa in zip(rows, p, adjusted):
-        reject = bool(pa <= family_alpha)
-        verdict = ("REJECT (lossy)" if r.loss_test else "REJECT (acceptance law)") if reject else "pass"
-        out.append(replace(r, pvalue=float(pv), p_adjusted=float(pa), reject=reject, verdict=verdict))
-    return out
+    return judged(rows, p, adjusted, family_alpha)
 
 
 def judge_command(plan: CommandPlan, accs: list) -> tuple[pd.DataFrame, str]:
