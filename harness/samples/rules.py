@@ -17,7 +17,9 @@ place every step in the completion (step i emits accepted_i + 1 tokens), so the 
 compared with each rule's expectation: z = (accepted − Σ a(c_j)) / √Σ a(1 − a) over every judged position
 (independent Bernoulli trials given the states, under the rule).  A rule is *consistent* when |z| < 5
 (two-sided ~6e-7); the report names the consistent rule(s), so a silent fallback (e.g. "block" verification
-running greedy drafts) is named.  n-gram drafts propose by lookup (q is not a model): not inferred here.
+running greedy drafts) is named.  n-gram drafts propose by lookup (q is a point mass on the looked-up token, not
+the draft model's law): their drafts are rebuilt from the tokens (:mod:`harness.samples.lookup_drafts`) and
+judged by the fixed-draft expectation p(d | c).
 """
 from __future__ import annotations
 
@@ -33,9 +35,10 @@ from harness.core.errors import UsageError
 from harness.core.models import resolve_model
 from harness.laws.transformer import check_markov, load_model, transition_matrix
 from harness.samples.format import SampleRecord, read_samples
+from harness.samples.lookup_drafts import rebuild_steps
 from harness.samples.producers import config_of
 
-__all__ = ["RULES", "rule_acceptance", "judged_states", "fixed_draft_fit", "RuleFit", "fit_rules", "main"]
+__all__ = ["RULES", "rule_acceptance", "judged_states", "fixed_draft_fit", "ngram_fit", "RuleFit", "fit_rules", "main"]
 
 Z_CONSISTENT = 5.0
 
@@ -67,12 +70,14 @@ def judged_states(rec: SampleRecord, spec: dict) -> tuple[np.ndarray, np.ndarray
             np.asarray(tok, np.int64))
 
 
-def fixed_draft_fit(records: list[SampleRecord], P: np.ndarray) -> tuple[int, int, float, float]:
-    """Drafts the engine names token by token (a lookup, e.g. llama.cpp's prompt lookup: ``x_spec.draft_tokens``):
+def fixed_draft_fit(records: list[SampleRecord], P: np.ndarray, steps: list[dict] | None = None
+                    ) -> tuple[int, int, float, float]:
+    """Drafts the engine names token by token (a lookup, e.g. llama.cpp's prompt lookup: ``x_spec.draft_tokens``,
+    or vLLM's n-gram drafts rebuilt by :mod:`harness.samples.lookup_drafts`, given as ``steps``, one per record):
     every lossless verification of a fixed draft token d in state c accepts it with probability p(d | c)
     (standard rule with a one-hot q, or exact match).  (judged, accepted, expected, z)."""
-    parts = [judged_states(r, r.extra["x_spec"]) for r in records
-             if r.extra.get("x_spec") and r.extra["x_spec"].get("draft_tokens") is not None]
+    steps = steps if steps is not None else [r.extra.get("x_spec") for r in records]
+    parts = [judged_states(r, x) for r, x in zip(records, steps) if x and x.get("draft_tokens") is not None]
     if not parts:
         raise ValueError("no record lists its drafted tokens (x_spec.draft_tokens)")
     st, _, acc, tok = (np.concatenate(x) for x in zip(*parts))
@@ -138,7 +143,7 @@ def main(argv=None) -> int:
               f"judged drafts accepted, {exp:.0f} expected)")
         return 0
     if spec.get("method") == "ngram":
-        print("n-gram drafts: the rule is not inferred (the draft is a lookup, not the draft model's q)")
+        print(_ngram_line(records, spec, _markov(args.target)))
         return 0
     config = config_of(records[0].controls)
     P, Q = (transition_matrix(_markov(m), config) for m in (args.target, args.draft))
@@ -152,6 +157,34 @@ def main(argv=None) -> int:
               + ", ".join(f"{r} {v:.4f}" for r, v in exp.items()))
     print(fit.line())
     return 0
+
+
+def ngram_fit(records: list[SampleRecord], spec: dict, P: np.ndarray) -> tuple[int, int, float, float]:
+    """An n-gram run's fixed-draft fit (:func:`fixed_draft_fit`): its drafts rebuilt from the tokens
+    (:mod:`harness.samples.lookup_drafts`) and checked against the engine's counters.  ValueError naming the
+    request when a record's counters disagree with the rebuild, or when no record carries counters."""
+    kept = [r for r in records if r.extra.get("x_spec")]
+    if not kept:
+        raise ValueError("no record carries the engine's speculative counters (x_spec): speculation never ran")
+    steps = []
+    for r in kept:
+        try:
+            steps.append(rebuild_steps(r.prompt_ids, r.output_ids, r.extra["x_spec"], k=spec["num_speculative_tokens"],
+                                       min_n=spec["prompt_lookup_min"], max_n=spec["prompt_lookup_max"]))
+        except ValueError as e:
+            raise ValueError(f"n-gram drafts not rebuilt from the tokens (request {r.request_id}: {e})") from None
+    return fixed_draft_fit(kept, P, steps)
+
+
+def _ngram_line(records: list[SampleRecord], spec: dict, target: torch.nn.Module) -> str:
+    """The rule line of an n-gram run (:func:`ngram_fit`)."""
+    try:
+        n, k, exp, z = ngram_fit(records, spec, transition_matrix(target, config_of(records[0].controls)))
+    except ValueError as e:
+        return str(e)
+    verdict = "consistent with" if abs(z) < Z_CONSISTENT else "NOT consistent with"
+    return (f"{verdict}: lossless verification of n-gram drafts (rebuilt from the tokens, every engine step "
+            f"matched), acceptance p(d | c) (z = {z:+.1f}; {k} of {n} judged drafts accepted, {exp:.0f} expected)")
 
 
 def _markov(path: str) -> torch.nn.Module:
