@@ -370,7 +370,7 @@ def test_eagle_tree_round_calls_and_acceptance_inputs():
 def test_published_speedups_many_sources_and_never_fitted(published):
     from harness.speedup.roofline.fidelity import fidelity_table, summary
     pub, t = published
-    m = summary(t)
+    m = summary(t, None)
     assert m["speedups"] >= 20 and m["groups"] >= 4
     # a speculative figure is never an input: changing every measured speedup changes no prediction
     moved = {**pub, "row": [{**r, "measured": r["measured"] * 1.5} if r["quantity"] == "speedup" else r
@@ -517,3 +517,76 @@ def test_spec_engine_tax_and_run_fields_refuse_bad_values():
         with pytest.raises(ConfigError, match="prompt_tokens"):
             row_run({"id": "r", "prompt_tokens": P, "output_tokens": O})
     assert row_run({"id": "r"}) is None
+
+
+TERMS = Path(__file__).resolve().parents[2] / "harness" / "configs" / "fidelity" / "terms.toml"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "roofline.md"
+
+
+def _doc_terms() -> dict:
+    """term -> set of groups from the table under "The declared split" in docs/roofline.md."""
+    text = DOC.read_text().split("**The declared split.**", 1)[1].split("\n\n", 2)[1]
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("term, rule or knob", "---"):
+            out[cells[0]] = set() if cells[1].startswith("–") else {g.strip() for g in cells[1].split(",")}
+    return out
+
+
+def test_every_row_declares_its_split_and_a_source_sits_on_one_side(tmp_path, published):
+    from harness.speedup.roofline.fidelity import PUBLISHED, SPLITS, load_published
+    pub, t = published
+    assert all(r["split"] in SPLITS for r in pub["row"])
+    assert (t.groupby("group").split.nunique() == 1).all()
+    assert {"calibration", "evaluation"} <= set(t.split)
+    text = PUBLISHED.read_text()
+    p = tmp_path / "p.toml"
+    p.write_text(text.replace('[[row]]\nsplit = "calibration"\n', "[[row]]\n", 1))  # the first row loses its split
+    with pytest.raises(ConfigError, match="'split' is missing"):
+        load_published(p)
+    p.write_text(text.replace('[[row]]\nsplit = "calibration"\nid = "vllm-h100-eagle1-k3"',
+                              '[[row]]\nsplit = "evaluation"\nid = "vllm-h100-eagle1-k3"', 1))
+    with pytest.raises(ConfigError, match="vllm-ekagra.*calibration or evaluation as a whole"):
+        load_published(p)
+    p.write_text(text.replace('split = "calibration"', 'split = "test"', 1))
+    with pytest.raises(ConfigError, match="`split` must be one of"):
+        load_published(p)
+
+
+def test_every_term_is_chosen_by_calibration_sources_only(published):
+    import tomllib
+    pub, t = published
+    side = dict(zip(t.group, t.split))
+    terms = tomllib.loads(TERMS.read_text())["term"]
+    assert len(terms) >= 10
+    for name, term in terms.items():
+        assert term["what"] and term["basis"], name
+        for g in term["chosen_by"]:
+            assert g in side, f"terms.toml: {name} names {g!r}, which is no group of published.toml"
+            assert side[g] == "calibration", f"terms.toml: {name} was chosen by {g!r}, an evaluation source"
+    # the docs say the same, term by term (a term added to one and not the other fails here)
+    assert _doc_terms() == {name: set(term["chosen_by"]) for name, term in terms.items()}
+
+
+def test_committed_headline_is_computed_from_evaluation_rows_only():
+    from harness.speedup.roofline.fidelity import by_source, failures, summary
+    res = Path(__file__).resolve().parents[2] / "results" / "roofline"
+    t = pd.read_csv(res / "fidelity_published.csv", keep_default_na=False, na_values=[""])
+    t["is_input"] = t.is_input.astype(str).str.lower() == "true"
+    t["sign_ok"] = t.sign_ok.map(lambda v: None if v == "" or v is None else str(v).lower() == "true")
+    t["fails_because"] = t.fails_because.fillna("")
+    md = (res / "fidelity_published.md").read_text()
+    ev, cal = summary(t, "evaluation"), summary(t, "calibration")
+    head = md.split("Calibration rows", 1)[0]
+    assert (f"Evaluation speedups predicted: {ev['speedups']} from {ev['groups']} sources; |error| median "
+            f"{100 * ev['speedup_median']:.3g} %, worst {100 * ev['speedup_worst']:.3g} %") in head
+    assert f"sign of S - 1 right at {ev['sign_right']} of {ev['speedups']}" in head
+    assert f"{100 * ev['speedup_median_of_sources']:.3g} %" in head
+    # the in-sample calibration figure is not the headline, and no calibration row is listed in the md
+    assert ev["speedup_median"] != cal["speedup_median"]
+    listed = {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
+    assert not (set(t[t.split == "calibration"].id) & listed)
+    assert {g for g, *_ in by_source(t, "evaluation")} == set(t[(t.split == "evaluation") & (t.quantity == "speedup")].group)
+    # every failing evaluation row says why (missing information in the source, or a term the model lacks)
+    assert set(failures(t).fails_because) <= {"source", "term"}

@@ -141,9 +141,11 @@ def fig_goodput(plt, res, out, formats):
 
 
 def load_fidelity(res) -> pd.DataFrame:
-    """The published speculative speedups with a prediction (fidelity_published.csv), or an empty frame."""
+    """The published speculative speedups of the evaluation rows with a prediction (fidelity_published.csv; a
+    table without a split column counts whole), or an empty frame."""
     t = _stored(res, "fidelity_published.csv")
     t = t[(t.quantity == "speedup") & t.predicted.notna()] if "quantity" in t else t.iloc[:0]
+    t = t[t.split == "evaluation"] if "split" in t else t
     return t.assign(sign_ok=t.sign_ok.astype(str).str.lower() == "true") if len(t) else t
 
 
@@ -169,7 +171,7 @@ def fig_fidelity(plt, res, out, formats):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured speedup (published)", ylabel="predicted speedup (roofline)",
-           title=f"{len(t)} published speedups from {t.group.nunique()} sources: |error| median {100 * err.median():.1f} %, "
+           title=f"{len(t)} published speedups (evaluation rows) from {t.group.nunique()} sources: |error| median {100 * err.median():.1f} %, "
                  f"worst {100 * err.max():.0f} %;\nsign of S-1 wrong at {int((~t.sign_ok).sum())} (x)")
     ax.title.set_fontsize(7)
     ax.legend(loc="upper left", fontsize=6)

@@ -39,13 +39,15 @@ from harness.core.figures import results_line
 from harness.core.errors import UsageError
 from harness.core.outdir import claim_out
 
-__all__ = ["PUBLISHED", "load_published", "row_costs", "predict_row", "fidelity_table", "scenario_tables",
+__all__ = ["PUBLISHED", "SPLITS", "load_published", "of_split", "failures", "by_source", "row_costs", "predict_row", "fidelity_table", "scenario_tables",
            "crossover_table", "fidelity_md", "write_fidelity", "bound_of", "fits_of", "summary"]
 
 PUBLISHED = CONFIGS / "fidelity" / "published.toml"
 QUANTITIES = ("ar_ms_per_token", "draft_ms_per_call", "c", "speedup", "tokens_per_s_ar", "tokens_per_s_spec")
 _ROW_KEYS = ("id", "source", "quantity", "measured", "hardware", "target", "draft", "k", "batch", "context",
-             "taken", "assumed")
+             "taken", "assumed", "split")
+SPLITS = ("calibration", "evaluation")
+FAILS_BECAUSE = {"source": "missing information in the source", "term": "a term the model lacks"}
 
 
 def load_published(path=PUBLISHED) -> dict:
@@ -70,6 +72,7 @@ def load_published(path=PUBLISHED) -> dict:
         for role in ("target", "draft"):
             if row[role] not in models:
                 raise ConfigError(f"{path}: row {row['id']}: `{role}` {row[role]!r} is not in [models]")
+    _check_split(d.get("row", []), path)
     d["_shapes"] = {name: ModelShape.from_dict(cfg, where=f"{path}: models.{name}", name=name)
                     for name, cfg in models.items()}
     pools = d.get("pool", {})
@@ -77,6 +80,23 @@ def load_published(path=PUBLISHED) -> dict:
         if "calibrate_pool" in row:
             row["_pool"] = _pool_points(pools, row, models, path)
     return d
+
+
+def _check_split(rows: list, path) -> None:
+    """Every row's ``split`` is calibration or evaluation, one side per source (``group``), and ``fails_because``
+    (where given) names a known kind of failure."""
+    side: dict = {}
+    for row in rows:
+        if row["split"] not in SPLITS:
+            raise ConfigError(f"{path}: row {row['id']}: `split` must be one of {SPLITS}; got {row['split']!r}")
+        g = row.get("group", row["source"])
+        if side.setdefault(g, (row["split"], row["id"]))[0] != row["split"]:
+            first = side[g]
+            raise ConfigError(f"{path}: row {row['id']}: `split` {row['split']!r}, but row {first[1]} of the same "
+                              f"group {g!r} is {first[0]!r}: a source is calibration or evaluation as a whole")
+        if "fails_because" in row and row["fails_because"] not in FAILS_BECAUSE:
+            raise ConfigError(f"{path}: row {row['id']}: `fails_because` must be one of {sorted(FAILS_BECAUSE)}; "
+                              f"got {row['fails_because']!r}")
 
 
 def _pool_points(pools: dict, row: dict, models: dict, path) -> tuple:
@@ -261,14 +281,23 @@ def _fidelity_table(pub: dict) -> pd.DataFrame:
         rows.append({"id": row["id"], "quantity": row["quantity"], "hardware": row["hardware"], "batch": row["batch"],
                      "k": row["k"], "context": row["context"], "method": row.get("method", "chain"),
                      "measured": row["measured"], **p, "rel_err": err, "is_input": is_input, "sign_ok": sign,
-                     "source": row["source"], "group": row.get("group", row["source"]), "taken": row["taken"],
-                     "assumed": row["assumed"], "note": row.get("note", "")})
+                     "source": row["source"], "group": row.get("group", row["source"]), "split": row["split"],
+                     "taken": row["taken"], "assumed": row["assumed"], "note": row.get("note", ""),
+                     "fails_because": row.get("fails_because", "")})
     return pd.DataFrame(rows)
 
 
-def summary(table: pd.DataFrame) -> dict:
-    """|error| median / worst over the predicted rows, and over the speculative speedups alone (with the
-    sign of S - 1: right at how many), their sources counted."""
+def of_split(table: pd.DataFrame, split: Optional[str]) -> pd.DataFrame:
+    """The rows of one side of the declared split (all rows for None, or a table without the column)."""
+    check_arg(split in (None, *SPLITS), "split", split, f"one of {SPLITS} or None")
+    return table if split is None or "split" not in table else table[table.split == split]
+
+
+def summary(table: pd.DataFrame, split: Optional[str] = "evaluation") -> dict:
+    """|error| median / worst over the predicted rows of ``split`` (evaluation by default: the figures a
+    reader may quote; calibration rows chose terms and are in-sample), and over the speculative speedups alone
+    (with the sign of S - 1: right at how many), their sources counted."""
+    table = of_split(table, split)
     preds = table[~table.is_input & table.rel_err.notna()]
     spec = preds[preds.quantity == "speedup"]
     a, b = preds.rel_err.abs(), spec.rel_err.abs()
@@ -277,7 +306,8 @@ def summary(table: pd.DataFrame) -> dict:
             "speedup_median_of_sources": float(per_source.median()) if len(per_source) else float("nan"),
             "speedups": len(spec), "speedup_median": float(b.median()), "speedup_worst": float(b.max()),
             "sign_right": int(spec.sign_ok.astype(bool).sum()), "groups": int(spec.group.nunique()),
-            "within_10": int((b <= 0.10).sum()), "within_20": int((b <= 0.20).sum())}
+            "within_10": int((b <= 0.10).sum()), "within_20": int((b <= 0.20).sum()),
+            "speedup_worst_of_sources": float(per_source.max()) if len(per_source) else float("nan")}
 
 
 def _scenario_costs(pub: dict, sc: dict):
@@ -341,19 +371,31 @@ def _fmt(v, nd=3) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{nd}g}"
 
 
-def by_source(table: pd.DataFrame) -> list:
-    """(group, speedups, median |error|, worst |error|, signs right) per source of the predicted speedups."""
-    spec = table[(table.quantity == "speedup") & ~table.is_input & table.rel_err.notna()]
-    return [(g, len(x), float(x.rel_err.abs().median()), float(x.rel_err.abs().max()), int(x.sign_ok.astype(bool).sum()))
+def by_source(table: pd.DataFrame, split: Optional[str] = "evaluation") -> list:
+    """(group, speedups, median |error|, worst |error|, within 10 %, signs right) per source of the predicted
+    speedups of ``split``."""
+    spec = _speedups(of_split(table, split))
+    return [(g, len(x), float(x.rel_err.abs().median()), float(x.rel_err.abs().max()),
+             int((x.rel_err.abs() <= 0.10).sum()), int(x.sign_ok.astype(bool).sum()))
             for g, x in spec.groupby("group", sort=False)]
+
+
+def _speedups(table: pd.DataFrame) -> pd.DataFrame:
+    return table[(table.quantity == "speedup") & ~table.is_input & table.rel_err.notna()]
+
+
+def failures(table: pd.DataFrame) -> pd.DataFrame:
+    """The evaluation speedups the model gets wrong: |error| > 10 % or the sign of S - 1 wrong."""
+    spec = _speedups(of_split(table, "evaluation"))
+    return spec[(spec.rel_err.abs() > 0.10) | ~spec.sign_ok.astype(bool)]
 
 
 def _sign(v) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else ("right" if v else "WRONG")
 
 
-def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
-    lines = [header, "", "| id | quantity | hardware | B | L | k | method | measured | predicted | error | sign of S-1 | "
+def _row_lines(table: pd.DataFrame) -> list:
+    lines = ["| id | quantity | hardware | B | L | k | method | measured | predicted | error | sign of S-1 | "
              "alpha needed | verify call | source | inputs taken | inputs assumed | what the model lacks here |",
              "|" + "---|" * 17]
     for r in table.itertuples():
@@ -361,18 +403,57 @@ def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
         lines.append(f"| {r.id} | {r.quantity} | {r.hardware} | {r.batch} | {r.context} | {r.k} | {r.method} | "
                      f"{_fmt(r.measured, 4)} | {_fmt(r.predicted, 4)} | {err} | {_sign(r.sign_ok)} | "
                      f"{_fmt(r.alpha_required)} | {r.verify_call_bound} | {r.source} | {r.taken} | {r.assumed} | {r.note} |")
-    m = summary(table)
-    lines += ["", f"Predicted rows: {m['predicted']}; |error| median {_fmt(100 * m['median'])} %, "
-              f"worst {_fmt(100 * m['worst'])} %.",
-              f"Speculative speedups predicted: {m['speedups']} from {m['groups']} sources; |error| median "
-              f"{_fmt(100 * m['speedup_median'])} %, worst {_fmt(100 * m['speedup_worst'])} %; within 10 %: "
-              f"{m['within_10']}, within 20 %: {m['within_20']}; sign of S - 1 right at {m['sign_right']} of "
-              f"{m['speedups']}.",
-              f"Median over sources of each source's median |error| (each source counted once): "
-              f"{_fmt(100 * m['speedup_median_of_sources'])} %.", "", "Per source (rows of one source are not independent):", "",
-              "| source | speedups | median abs error | worst | sign of S-1 right |", "|---|---|---|---|---|"]
-    lines += [f"| {g} | {n} | {_fmt(100 * med)} % | {_fmt(100 * worst)} % | {right} of {n} |"
-              for g, n, med, worst, right in by_source(table)]
+    return lines
+
+
+def _headline(table: pd.DataFrame) -> list:
+    m = summary(table, "evaluation")
+    return [f"Evaluation speedups predicted: {m['speedups']} from {m['groups']} sources; |error| median "
+            f"{_fmt(100 * m['speedup_median'])} %, worst {_fmt(100 * m['speedup_worst'])} %; within 10 %: "
+            f"{m['within_10']}, within 20 %: {m['within_20']}; sign of S - 1 right at {m['sign_right']} of "
+            f"{m['speedups']}.",
+            f"Median over sources of each source's median |error| (each source counted once): "
+            f"{_fmt(100 * m['speedup_median_of_sources'])} %; the worst source's median: "
+            f"{_fmt(100 * m['speedup_worst_of_sources'])} %.",
+            "Goal (issue 43): median <= 10 %, worst <= 25 %, every sign right, median over sources <= 12 %: "
+            + _goal(m) + "."]
+
+
+def _goal(m: dict) -> str:
+    parts = [("median", m["speedup_median"] <= 0.10), ("worst", m["speedup_worst"] <= 0.25),
+             ("signs", m["sign_right"] == m["speedups"]), ("median over sources", m["speedup_median_of_sources"] <= 0.12)]
+    return ", ".join(f"{name} {'met' if ok else 'NOT met'}" for name, ok in parts)
+
+
+def _failure_lines(table: pd.DataFrame) -> list:
+    f = failures(table)
+    lines = ["Where it still fails (evaluation speedups off by more than 10 % or with the sign of S - 1 wrong), and why:",
+             "", "| id | measured | predicted | error | sign of S-1 | why: kind | why: what |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.id} | {_fmt(r.measured, 4)} | {_fmt(r.predicted, 4)} | {_fmt(100 * r.rel_err, 3)} % | "
+              f"{_sign(r.sign_ok)} | {FAILS_BECAUSE.get(r.fails_because, 'not yet explained')} | {r.note or '–'} |"
+              for r in f.itertuples()]
+    kinds = f.fails_because.map(lambda v: FAILS_BECAUSE.get(v, "not yet explained")).value_counts()
+    return lines + ["", "Of these: " + ("; ".join(f"{k}: {n}" for k, n in kinds.items()) or "none") + "."]
+
+
+def fidelity_md(table: pd.DataFrame, cross: pd.DataFrame, header: str) -> str:
+    """The committed table: the evaluation rows (sources added after the terms were chosen) and their figures,
+    per source, where the model still fails and why; the calibration rows, which chose the terms, are counted in
+    one line and listed in the CSV only (split = calibration)."""
+    ev, cal = of_split(table, "evaluation"), of_split(table, "calibration")
+    mc = summary(table, "calibration")
+    lines = [header, "", "Rows are split by source before any is predicted (docs/roofline.md, \"The declared split\"). "
+             "Only evaluation rows are scored here; the model's terms, rules and knobs were chosen on the calibration "
+             "rows (harness/configs/fidelity/terms.toml names which chose each).", ""]
+    lines += _headline(table) + ["", f"Calibration rows (in-sample, not a test of the model): {len(cal)} rows, "
+                                 f"{mc['speedups']} speedups from {mc['groups']} sources, |error| median "
+                                 f"{_fmt(100 * mc['speedup_median'])} %; listed in fidelity_published.csv (split = "
+                                 "calibration).", "", "Per evaluation source (rows of one source are not independent):",
+                                 "", "| source | speedups | median abs error | worst | within 10 % | sign of S-1 right |",
+                                 "|---|---|---|---|---|---|"]
+    lines += [f"| {g} | {n} | {_fmt(100 * med)} % | {_fmt(100 * worst)} % | {w10} of {n} | {right} of {n} |"
+              for g, n, med, worst, w10, right in by_source(table, "evaluation")]
+    lines += [""] + _failure_lines(table) + ["", "Evaluation rows:", ""] + _row_lines(ev)
     lines += ["",
               "S = 1 crossover batch of steady decoding at a fixed context (the [[scenario]] grids: no prefill, unlike "
               "the whole-run rows above; interpolated in log B over the batches whose weights and KV caches fit in the "
