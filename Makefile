@@ -22,7 +22,7 @@ VENV_FLAGS :=
 TORCH_INSTALL := $(PY) -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 endif
 
-.PHONY: setup test test-slow install-check ray-check engine-check vllm-venv vllm-check openvino-venv openvino-check verify verify-reference calibrate bench sweep report clean-venv
+.PHONY: setup test test-slow install-check ray-check engine-check vllm-venv vllm-check openvino-venv openvino-check mistralrs-venv mistralrs-check verify verify-reference calibrate bench sweep report clean-venv
 
 setup: $(VENV)/.installed
 
@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: setup
-	$(PY) -m pytest -m "not slow and not vllm and not openvino" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	$(PY) -m pytest -m "not slow and not vllm and not openvino and not mistralrs" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 # The test files of the targets below (each runs every test of its files, slow or not); `make test-slow` runs every
 # other slow test, so that each test of tests/ runs in a target .ci/run calls (tests/test_ci_targets.py checks it)
@@ -42,10 +42,11 @@ RAY_TESTS := tests/verify/test_shards_ray.py
 ENGINE_TESTS := tests/samples/test_gguf_export.py tests/samples/test_llama_cpp.py tests/samples/test_llama_sample.py
 VLLM_TESTS := tests/samples/test_vllm_engine.py
 OPENVINO_TESTS := tests/samples/test_openvino_engine.py
+MISTRALRS_TESTS := tests/samples/test_mistralrs_engine.py
 
 # the slow statistical tests no other target runs (real-model PIT batteries, calibration, false-alarm sweeps)
 test-slow: setup
-	$(PY) -m pytest -m slow -p no:cacheprovider $(foreach f,$(INSTALL_TESTS) $(RAY_TESTS) $(ENGINE_TESTS) $(VLLM_TESTS) $(OPENVINO_TESTS),--ignore=$(f)) $(ARGS)
+	$(PY) -m pytest -m slow -p no:cacheprovider $(foreach f,$(INSTALL_TESTS) $(RAY_TESTS) $(ENGINE_TESTS) $(VLLM_TESTS) $(OPENVINO_TESTS) $(MISTRALRS_TESTS),--ignore=$(f)) $(ARGS)
 
 # pip install . (not editable) into a fresh venv, then `python -m harness` from an empty directory
 install-check: setup
@@ -100,6 +101,21 @@ $(OPENVINO_VENV)/.installed:
 # speculation (prefix caching off) judged lossy against the float64 law (~7 min after the install on 2 shared cores)
 openvino-check: setup openvino-venv
 	SPECVERIFY_OPENVINO_PYTHON=$(abspath $(OPENVINO_VENV))/bin/python $(PY) -m pytest -p no:cacheprovider $(OPENVINO_TESTS) $(ARGS)
+
+# mistral.rs on this CPU (issue 41.6), in its own venv: the mistralrs 0.9.5 CPU wheel (no torch: the worker imports
+# only the standard library and mistralrs)
+MISTRALRS_VENV ?= .venv-mistralrs
+mistralrs-venv: $(MISTRALRS_VENV)/.installed
+
+$(MISTRALRS_VENV)/.installed:
+	$(PYTHON) -m venv $(MISTRALRS_VENV)
+	$(MISTRALRS_VENV)/bin/python -m pip install -q "mistralrs==0.9.5"
+	@touch $@
+
+# the shipped exact pair's target exported by our own code, plain decoding judged against the float64 law, the
+# engine's one-stream determinism and the resume replay (~5 min after a ~10 s install on 2 cores)
+mistralrs-check: setup mistralrs-venv
+	SPECVERIFY_MISTRALRS_PYTHON=$(abspath $(MISTRALRS_VENV))/bin/python $(PY) -m pytest -p no:cacheprovider $(MISTRALRS_TESTS) $(ARGS)
 
 # torch's AVX-512 and AVX2 kernels differ in the last bit of float32 exp / softmax / cumsum, which flips a few of the
 # exact-law scenarios' draws in millions, and numpy's / OpenBLAS's AVX-512 float64 reductions sum in another order

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_TARGETS = {"install-check": "INSTALL_TESTS", "ray-check": "RAY_TESTS", "engine-check": "ENGINE_TESTS",
-                 "vllm-check": "VLLM_TESTS", "openvino-check": "OPENVINO_TESTS"}
+                 "vllm-check": "VLLM_TESTS", "openvino-check": "OPENVINO_TESTS", "mistralrs-check": "MISTRALRS_TESTS"}
 
 
 def _makefile() -> tuple[dict, dict]:
@@ -71,3 +71,9 @@ def test_openvino_tests_live_where_openvino_check_runs_them():
     variables, recipes = _makefile()
     assert _files_marked("openvino") and _files_marked("openvino") <= set(variables["OPENVINO_TESTS"])
     assert "not openvino" in " ".join(recipes["test"])
+
+
+def test_mistralrs_tests_live_where_mistralrs_check_runs_them():
+    variables, recipes = _makefile()
+    assert _files_marked("mistralrs") and _files_marked("mistralrs") <= set(variables["MISTRALRS_TESTS"])
+    assert "not mistralrs" in " ".join(recipes["test"])

@@ -41,12 +41,14 @@ from harness.samples.controls import CONTROLS
 from harness.samples.engines.llama_sample import SPEC_CHOICES as LLAMA_SPECS, produce_llama
 from harness.samples.engines.vllm_engine import SPEC_METHODS, default_python, produce_vllm, speculative_config
 from harness.samples.engines import openvino_engine as OV
+from harness.samples.engines import mistralrs_engine as MRS
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--engine", choices=("ours", "hf", "openai", "vllm", "llama-cpp", "openvino"), required=True)
+    ap.add_argument("--engine", choices=("ours", "hf", "openai", "vllm", "llama-cpp", "openvino", "mistralrs"),
+                    required=True)
     ap.add_argument("--out", type=Path, required=True, help="sample file to write (appended to; resumable)")
     ap.add_argument("--n-prompts", type=int, default=32)
     ap.add_argument("--n-per-prompt", type=int, default=4, help="completions per prompt (>= 2 for the "
@@ -100,7 +102,7 @@ def _add_vllm_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--vllm-shim", choices=("fixed", "stock"), default="fixed",
                     help="vllm CPU: with the expand-kernel fix plugin (vllm#55005) or vLLM as shipped")
     ap.add_argument("--max-num-seqs", type=int, default=256, help="vllm: requests the engine batches (default 256)")
-    ap.add_argument("--prefix-caching", choices=("on", "off"), default="off", help="vllm, openvino: prefix caching")
+    ap.add_argument("--prefix-caching", choices=("on", "off"), default="off", help="vllm, openvino, mistralrs: prefix caching")
     ap.add_argument("--max-num-batched-tokens", type=int, default=32768,
                     help="vllm: tokens per scheduler step (default 32768: no prefill is chunked)")
     ap.add_argument("--seeding", choices=("all", "none", "mixed"), default="all",
@@ -113,8 +115,11 @@ def _add_vllm_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--openvino-python", help="openvino: the engine environment's Python (default "
                                               "$SPECVERIFY_OPENVINO_PYTHON or .venv-openvino/bin/python)")
     ap.add_argument("--kv-precision", choices=OV.KV_PRECISIONS, default="f32",
-                    help="openvino: the CPU plugin's KV_CACHE_PRECISION (default f32; the plugin's own default is u8)")
+                    help="openvino: the CPU plugin's KV_CACHE_PRECISION (default f32; the plugin's own default is u8); "
+                         "mistralrs: f32 or f16 (its CPU default is f16)")
     ap.add_argument("--openvino-chunk", type=int, default=4096, help="openvino: requests per generate call")
+    ap.add_argument("--mistralrs-python", help="mistralrs: the engine environment's Python (default "
+                                               "$SPECVERIFY_MISTRALRS_PYTHON or .venv-mistralrs/bin/python)")
 
 
 def _check(args) -> None:
@@ -321,6 +326,8 @@ def _check_engine_spec(args) -> None:
     if args.engine == "vllm":
         check_option(args.spec is None or args.spec in SPEC_METHODS, "--spec", args.spec,
                      f"one of {SPEC_METHODS} for --engine vllm")
+    if args.engine == "mistralrs":
+        _check_mistralrs(args)
     if args.engine != "openvino":
         return
     args.spec = args.spec or "draft"
@@ -333,6 +340,26 @@ def _check_engine_spec(args) -> None:
     args.openvino_python = args.openvino_python or OV.default_python()
     check_option(Path(args.openvino_python).exists(), "--openvino-python", args.openvino_python,
                  "the Python of an environment with openvino-genai and optimum-intel (make openvino-venv)")
+
+
+def _check_mistralrs(args) -> None:
+    """The options of ``--engine mistralrs`` (plain decoding: its speculative path needs PagedAttention, not on CPU)."""
+    check_option(args.spec in (None, "none"), "--spec", args.spec, "none for --engine mistralrs (mistral.rs 0.9.5 "
+                 "speculates only with an MTP assistant, which needs PagedAttention: not available on CPU)")
+    check_option(args.target is not None, "--target", args.target, "a checkpoint (a folder or a shipped name) for "
+                 "--engine mistralrs")
+    check_option(args.kv_precision in MRS.KV_PRECISIONS, "--kv-precision", args.kv_precision,
+                 f"one of {MRS.KV_PRECISIONS} for --engine mistralrs")
+    args.mistralrs_python = args.mistralrs_python or MRS.default_python()
+    check_option(Path(args.mistralrs_python).exists(), "--mistralrs-python", args.mistralrs_python,
+                 "the Python of an environment with mistralrs (make mistralrs-venv)")
+
+
+def _mistralrs(args, reqs, w: SampleWriter) -> int:
+    """mistral.rs in its own environment (:mod:`harness.samples.engines.mistralrs_engine`)."""
+    return MRS.produce_mistralrs(reqs, w, python=args.mistralrs_python, target=args.target, controls=_controls(args),
+                                 progress=not args.no_progress, kv=args.kv_precision,
+                                 prefix_caching=args.prefix_caching == "on")
 
 
 def _openvino(args, reqs, w: SampleWriter) -> int:
@@ -379,7 +406,7 @@ def run(args) -> int:
     with SampleWriter(args.out) as w:
         _check_resume(w, _controls(args), args, reqs)
         before = len(w.done)
-        producers = {"openai": _openai, "vllm": _vllm, "llama-cpp": _llama, "openvino": _openvino}
+        producers = {"openai": _openai, "vllm": _vllm, "llama-cpp": _llama, "openvino": _openvino, "mistralrs": _mistralrs}
         try:
             n = (producers[args.engine](args, reqs, w) if args.engine in producers
                  else _in_process(args, reqs, w, models))

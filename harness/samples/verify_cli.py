@@ -339,7 +339,8 @@ def verify_samples(args) -> SamplesVerdict:
         res = scored(records, args.target, args, settings)
     else:
         res = two_sample(records, args.baseline, args, settings)
-    res = dataclasses.replace(res, info={**res.info, "prompts": len({r.prompt_ids for r in records})})
+    res = dataclasses.replace(res, info={**res.info, "prompts": len({r.prompt_ids for r in records}),
+                                         "unseeded": all(r.controls.seed is None for r in records)})
     finding = early_stop_finding(records)
     if finding:  # meta.json's info and the console line of run()
         res.info["early_stops"] = {"completions": len(early_stopped(records)), "finding": finding}
@@ -393,6 +394,10 @@ def advice(res: SamplesVerdict, args) -> list[str]:
     lines += [f"  python -m harness sample <the options that wrote {getattr(args, o[2:])}, another --seed> "
               f"--n-per-prompt {per_prompt} --out {p}" for o, p in new.items()]
     lines.append("  " + rerun_command("verify-samples", getattr(args, "_argv", None), new))
+    if res.info.get("unseeded"):
+        lines.append("  (the records carry no seed: the new file must not repeat these completions; an engine that "
+                     "cannot be seeded and restarts one stream in every process, as mistral.rs on CPU does, draws "
+                     "them again first, so draw the planned size once, into one file, decided before looking)")
     return lines
 
 
