@@ -120,8 +120,12 @@ mistralrs-check: setup mistralrs-venv
 # torch's AVX-512 and AVX2 kernels differ in the last bit of float32 exp / softmax / cumsum, which flips a few of the
 # exact-law scenarios' draws in millions, and numpy's / OpenBLAS's AVX-512 float64 reductions sum in another order
 # (a last-bit difference in ~90 statistics): the gate runs the AVX2 kernels of all three, so its exact-law tables
-# reproduce bit for bit across x86 machines (README, "What reproduces"); VERIFY_ENV= runs the machine's own
-VERIFY_ENV ?= ATEN_CPU_CAPABILITY=avx2 NPY_DISABLE_CPU_FEATURES=X86_V4,AVX512_ICL,AVX512_SPR OPENBLAS_CORETYPE=Haswell
+# reproduce bit for bit across x86 machines (README, "What reproduces"); VERIFY_ENV= runs the machine's own.
+# MKL (torch's BLAS: the real-model forwards) picks its GEMM kernels by CPU, and ignores MKL_CBWR=AVX2 on an AMD CPU
+# (it falls back to AUTO): COMPATIBLE is the branch it applies on every x86 CPU, STRICT makes GEMMs independent of
+# the thread count (tests/test_verify_env.py reads the branch MKL applied)
+VERIFY_ENV ?= ATEN_CPU_CAPABILITY=avx2 NPY_DISABLE_CPU_FEATURES=X86_V4,AVX512_ICL,AVX512_SPR OPENBLAS_CORETYPE=Haswell \
+	MKL_CBWR=COMPATIBLE,STRICT
 # the gate writes its report to a run folder of its own (runs/verify/<name>-<hash of the options>, printed first;
 # git-ignored) and exits with the verdict; the committed reference results/verify changes only by verify-reference
 verify: setup

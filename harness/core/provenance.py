@@ -130,6 +130,32 @@ def _torch_cpu_capability() -> Optional[str]:
         return None
 
 
+_CNR_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2", 9: "AVX",
+                 10: "AVX2", 11: "AVX512_MIC", 12: "AVX512", 13: "AVX512_MIC_E1", 14: "AVX512_E1"}
+_CNR_STRICT = 0x10000
+
+
+def mkl_cnr() -> Optional[str]:
+    """The conditional-numerical-reproducibility branch MKL applies in this process (``MKL_CBWR`` asks for one; MKL
+    may fall back: ``AVX2`` on an AMD CPU gives ``AUTO``), read from torch's statically linked MKL, e.g.
+    ``"COMPATIBLE,STRICT"``; None without torch or MKL.  The real-model forwards' float32 GEMMs sum in the branch's
+    order: under COMPATIBLE (the same code on every x86 CPU) and STRICT (the same result at any thread count)
+    they give the same bits on every machine."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.backends.mkl.is_available():
+        return None
+    try:
+        import ctypes
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        get = lib.mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    torch.ones(2, 2) @ torch.ones(2, 2)  # MKL reads MKL_CBWR at its first call
+    mode = get(-1)  # MKL_CBWR_ALL: the branch and the STRICT flag
+    return _CNR_BRANCHES.get(mode & 0xFFFF, str(mode & 0xFFFF)) + (",STRICT" if mode & _CNR_STRICT else "")
+
+
 KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
 
 
@@ -151,6 +177,7 @@ def machine() -> dict:
         "cpu": _cpu_model(),
         "cpu_simd": _simd_flags(),
         "torch_cpu_capability": _torch_cpu_capability(),
+        "mkl_cnr": mkl_cnr(),
         "numpy_simd": _numpy_simd(),
         "kernel_env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ},
         "cpu_count": os.cpu_count(),
