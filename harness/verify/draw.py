@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 import threading
 import time
@@ -53,7 +54,7 @@ from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumann
 from harness.verify.sequential import RunEProcess, sequential_level
 from harness.verify.epsilon import epsilons_for
 from harness.verify.verdicts import control_sized
-from harness.verify.stopping import SCHEME as STOP_SCHEME, look_chunks, reference_delta, stop_rule
+from harness.verify.stopping import CAP_FACTOR, SCHEME as STOP_SCHEME, look_chunks, reference_delta, stop_rule
 from harness.verify.isolation import backend_for, is_plugin_task, lost_message, not_from_generator, task_timeout
 from harness.verify.progress import CostBar, kind_of
 from harness.verify.exactmodel import EXACT_PAIR_DIR, ExactModelDraw, remember_law, sequences_per_shard
@@ -342,13 +343,24 @@ def _sharded_runs(rs: RunSet, seed: int, settings, state: RunState) -> list[Shar
         rs.laws[name], _ = scenario_law(base.scenario)
         for r in runs:  # --stop-at-need: the runs under test stop at their first certified look
             r.stop = (stop_rule(rs.laws[name], r.scenario.joint_tokens, epsilons_for(settings, r.scenario), delta_ref,
-                                r.draws) if delta_ref and r.role in UNDER_TEST and not control_sized(r) else None)
+                                r.draws) if delta_ref and _stops_at_need(r, settings) else None)
         n_max = max(r.draws for r in runs)  # grid of the PIT pair tables: n_max sequences of N // 2 pairs
         pair_bins = stats.pit_pair_bins(n_max * (base.scenario.max_new_tokens // 2))
         jobs.append(ShardedRun(len(jobs), base, rs.laws[name], seed, settings, pair_bins, state, is_baseline=True))
         for r in runs:
             jobs.append(ShardedRun(len(jobs), r, rs.laws[name], seed, settings, pair_bins, state, seq_level=level))
     return jobs
+
+
+def _stops_at_need(r, settings) -> bool:
+    """Whether ``r`` is drawn by --stop-at-need (a run under test at its own size, not control-sized)."""
+    return bool(getattr(settings, "stop_at_need", False)) and r.role in UNDER_TEST and not control_sized(r)
+
+
+def _bar_draws(r, settings) -> int:
+    """Sequences the progress bar counts for ``r`` before drawing: its size, or its cap under --stop-at-need (the
+    bar drops what a stop leaves undrawn)."""
+    return int(math.ceil(CAP_FACTOR * r.draws)) if _stops_at_need(r, settings) else int(r.draws)
 
 
 def _bounds_upper_count(rs: RunSet) -> int:
@@ -603,7 +615,7 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
     if state.run_fingerprint is None and state.dir is not None:
         state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
     real_tasks, real_here = _real_tasks(rs, state) if rs.real_runs else ([], [])
-    totals = {"law": sum(r.draws * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]),
+    totals = {"law": sum(_bar_draws(r, settings) * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]),
               "real": 0, "exact": 0}
     for t in [*real_tasks, *real_here]:  # those still to draw (a resumed run's saved ones are not counted)
         totals[kind_of(t)] += t.positions
