@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 import threading
 import time
@@ -51,6 +52,9 @@ from harness.core.provenance import atomic_write_bytes
 from harness.verify.realmodel import REAL_MODEL_SCENARIO, RealModelDraw, RealModelSpec
 from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumannRun
 from harness.verify.sequential import RunEProcess, sequential_level
+from harness.verify.epsilon import epsilons_for
+from harness.verify.verdicts import control_sized
+from harness.verify.stopping import CAP_FACTOR, SCHEME as STOP_SCHEME, look_chunks, reference_delta, stop_rule
 from harness.verify.isolation import backend_for, is_plugin_task, lost_message, not_from_generator, task_timeout
 from harness.verify.progress import CostBar, kind_of
 from harness.verify.exactmodel import EXACT_PAIR_DIR, ExactModelDraw, remember_law, sequences_per_shard
@@ -237,18 +241,24 @@ class ShardedRun:
         # sequential stopping (harness.verify.sequential): every run but a baseline, when the level is > 0
         run.sequential = None if is_baseline or seq_level <= 0 else RunEProcess.for_accumulator(run.acc, seq_level)
         run.error, run.wall_s, run.tokens, run.positions = None, 0.0, 0, 0
-        sizes = plan_chunks(run.draws, 1 if is_baseline else settings.min_chunks, settings.max_chunk)
+        stop = getattr(run, "stop", None)  # --stop-at-need (harness.verify.stopping): calls end at every look
+        run.certified_at = None
+        sizes = (look_chunks(stop.looks.sizes, settings.min_chunks, settings.max_chunk) if stop is not None else
+                 plan_chunks(run.draws, 1 if is_baseline else settings.min_chunks, settings.max_chunk))
         self.n_shards, self.next, self.pending, self.failures = len(sizes), 0, {}, 0
         self.slot = RunState.slot(run.label, run.role, sc.name, seed)
         self.fp = state.fingerprint(run.sampler, SHARD_SCHEME, sc, run.draws, seed, is_baseline, settings.min_chunks,
                                     settings.max_chunk, settings.pit_bins, settings.logprob_max, sc.joint_tokens,
-                                    pair_bins, SEQUENTIAL_SCHEME, seq_level if run.sequential else 0.0)
+                                    pair_bins, SEQUENTIAL_SCHEME, seq_level if run.sequential else 0.0,
+                                    *((STOP_SCHEME, list(stop.looks.sizes), list(stop.looks.deltas), stop.delta_ref)
+                                      if stop is not None else ()))
         saved = state.load(self.slot, self.fp)
         self.modules = dict(state.modules.get(self.slot) or {})  # module files its sampler imported while drawing
         if saved is not None:
             run.acc.merge(saved["acc"])
             if run.sequential is not None:
                 run.sequential.restore(saved.get("sequential"))
+            run.certified_at = saved.get("certified_at")
             run.wall_s, run.tokens, run.positions, self.next = (saved[k] for k in ("wall_s", "tokens", "positions",
                                                                                    "done"))
         self.saved_at, self.saved_next = time.perf_counter(), self.next
@@ -263,8 +273,10 @@ class ShardedRun:
 
     @property
     def stopped(self) -> bool:
-        """Whether the run stopped early (lossy by its e-process): its later shards are not drawn."""
-        return self.run.sequential is not None and self.run.sequential.stopped_at is not None
+        """Whether the run stopped early (lossy by its e-process, or certified at a look of --stop-at-need): its later
+        shards are not drawn."""
+        return ((self.run.sequential is not None and self.run.sequential.stopped_at is not None)
+                or self.run.certified_at is not None)
 
     @property
     def failed(self) -> bool:
@@ -305,6 +317,9 @@ class ShardedRun:
         run.wall_s += r.wall_s
         if run.sequential is not None:
             run.sequential.look(run.acc)
+        stop = getattr(run, "stop", None)
+        if stop is not None and not self.stopped and stop.certified(run.acc):
+            run.certified_at = int(run.acc.n)
 
     def save(self) -> None:
         """Save the merged prefix (nothing once the run has failed: a failed run is drawn again)."""
@@ -312,7 +327,8 @@ class ShardedRun:
         if run.error is None:
             self.state.save(self.slot, self.fp, {"acc": run.acc.statistics(), "done": self.next, "tokens": run.tokens,
                                                  "positions": run.positions, "wall_s": run.wall_s,
-                                                 "sequential": run.sequential.state() if run.sequential else None},
+                                                 "sequential": run.sequential.state() if run.sequential else None,
+                                                 "certified_at": run.certified_at},
                             self.modules)
         self.saved_at, self.saved_next = time.perf_counter(), self.next
 
@@ -321,15 +337,45 @@ def _sharded_runs(rs: RunSet, seed: int, settings, state: RunState) -> list[Shar
     """Per scenario (in order): its exact law, then its target-only baseline and every run on it."""
     jobs = []
     level = sequential_level(settings, len(rs.runs))  # every run has its scenario's baseline
+    delta_ref = reference_delta(settings, _bounds_upper_count(rs)) if getattr(settings, "stop_at_need", False) else 0
     for name, base in rs.baselines.items():
         runs = [r for r in rs.runs if r.scenario.name == name]
         rs.laws[name], _ = scenario_law(base.scenario)
+        for r in runs:  # --stop-at-need: the runs under test stop at their first certified look
+            r.stop = (stop_rule(rs.laws[name], r.scenario.joint_tokens, epsilons_for(settings, r.scenario), delta_ref,
+                                r.draws) if delta_ref and _stops_at_need(r, settings) else None)
         n_max = max(r.draws for r in runs)  # grid of the PIT pair tables: n_max sequences of N // 2 pairs
         pair_bins = stats.pit_pair_bins(n_max * (base.scenario.max_new_tokens // 2))
         jobs.append(ShardedRun(len(jobs), base, rs.laws[name], seed, settings, pair_bins, state, is_baseline=True))
         for r in runs:
             jobs.append(ShardedRun(len(jobs), r, rs.laws[name], seed, settings, pair_bins, state, seq_level=level))
     return jobs
+
+
+def _stops_at_need(r, settings) -> bool:
+    """Whether ``r`` is drawn by --stop-at-need (a run under test at its own size, not control-sized)."""
+    return bool(getattr(settings, "stop_at_need", False)) and r.role in UNDER_TEST and not control_sized(r)
+
+
+def _bar_draws(r, settings) -> int:
+    """Sequences the progress bar counts for ``r`` before drawing: its size, or its cap under --stop-at-need (the
+    bar drops what a stop leaves undrawn)."""
+    return int(math.ceil(CAP_FACTOR * r.draws)) if _stops_at_need(r, settings) else int(r.draws)
+
+
+def _bounds_upper_count(rs: RunSet) -> int:
+    """An upper count of the command's TV bounds (every exact-law run's positions, pairs and J-windows; the
+    real-model certificate's per prompt): δ per bound from it is at most the verdict's (harness.verify.stopping)."""
+    n = 0
+    for r in rs.runs:
+        N, J = r.scenario.max_new_tokens, r.scenario.joint_tokens
+        n += N + (N - 1) + (N - J + 1 if J >= 2 else 0)
+    spec = rs.real_model
+    ex = getattr(spec, "exact", None) if spec is not None else None
+    if ex is not None:
+        per = len(ex.prompts) * (2 * ex.n_tokens - 1 + max(0, ex.n_tokens - ex.window + 1))
+        n += per * sum(1 for rr in rs.real_runs if getattr(rr, "exact_n", 0) > 0)
+    return n
 
 
 def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, backend: Backend,
@@ -569,7 +615,7 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
     if state.run_fingerprint is None and state.dir is not None:
         state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
     real_tasks, real_here = _real_tasks(rs, state) if rs.real_runs else ([], [])
-    totals = {"law": sum(r.draws * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]),
+    totals = {"law": sum(_bar_draws(r, settings) * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]),
               "real": 0, "exact": 0}
     for t in [*real_tasks, *real_here]:  # those still to draw (a resumed run's saved ones are not counted)
         totals[kind_of(t)] += t.positions

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
+from harness.stats.anytime import METHOD as ANYTIME_METHOD
 from harness.laws.algorithms import acceptance_for
 from harness.verify.battery import (TEST_COLUMNS, TestRow, TestSpec, acceptance_notes, plan_pit_value_tests, plan_tests,
                              plan_von_neumann_tests)
@@ -44,6 +45,8 @@ class PlannedTest:
     spec: TestSpec
     seq_level: float = 0.0  # a sequential row (harness.verify.sequential): the level it is judged at, apart from Holm
     stopped: bool = False  # a fixed-n row of a run that stopped early: shown, not judged (left out of Holm)
+    looks: int = 1  # --stop-at-need (harness.verify.stopping): the run's looks L; its p-value is read as L x p
+    delta_share: float = 1.0  # ... and its TV bound at δ per bound x the share of the look it stopped at
 
 
 class FamilyPlan(list):
@@ -79,7 +82,9 @@ def plan_family(rs: RunSet) -> FamilyPlan:
             acceptance = run_acceptance(r, r.acc.law, laws, notes)
             seq = r.sequential
             stopped = seq is not None and seq.stopped_at is not None
-            plan += [PlannedTest(r.label, r.role, r.scenario.name, ts, stopped=stopped)
+            stop = getattr(r, "stop", None)  # --stop-at-need: read at a data-dependent look
+            looks, share = (len(stop.looks.sizes), stop.share_at(r.acc.n)) if stop is not None else (1, 1.0)
+            plan += [PlannedTest(r.label, r.role, r.scenario.name, ts, stopped=stopped, looks=looks, delta_share=share)
                      for ts in plan_tests(r.acc, base.acc if base.error is None else None, r.scenario.k, acceptance)]
             if seq is not None:
                 plan.append(PlannedTest(r.label, r.role, r.scenario.name, sequential_spec(seq), seq_level=seq.level))
@@ -140,10 +145,16 @@ def family_levels(plan: list[PlannedTest], settings) -> FamilyLevels:
 
 def _evaluate(p: PlannedTest, levels: FamilyLevels, power: float) -> TestRow:
     ts = p.spec
-    row = ts.evaluate(levels.alpha_each, power, levels.delta_each)
+    alpha = levels.alpha_each / p.looks  # a run of --stop-at-need: L x p is a p-value at its stopping look
+    row = ts.evaluate(alpha, power, levels.delta_each * p.delta_share)
+    if p.looks > 1:
+        note = f"read at one of {p.looks} looks (stop at the need): p x {p.looks}"
+        tv = (f"{row.tv_method}; {ANYTIME_METHOD}: at δ x {p.delta_share:.3g}" if row.tv_method else row.tv_method)
+        row = replace(row, pvalue=float(min(1.0, row.pvalue * p.looks)), tv_method=tv,
+                      method=f"{row.method}; {note}" if row.method else note)
     return replace(row, scenario=p.scenario, run=p.run, role=p.role, family=ts.family, test=ts.test,
                    position=-1 if ts.position is None else ts.position, loss_test=ts.loss,
-                   alpha_bonferroni=p.seq_level if p.seq_level > 0 else levels.alpha_each)
+                   alpha_bonferroni=p.seq_level if p.seq_level > 0 else alpha)
 
 
 def _judge_apart(row: TestRow, p: PlannedTest, family_alpha: float) -> TestRow:

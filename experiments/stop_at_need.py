@@ -1,0 +1,170 @@
+"""`verify --stop-at-need` measured on simulated lossless commands (issue 42, item 1).
+
+    python experiments/stop_at_need.py [--commands 200] [--cap-commands 3700] [--jobs 2] [--out results/calibrate/stop_at_need]
+
+Each simulated command holds the reference run of every default scenario (harness.verify.simcommand.default_command:
+the command's δ per bound over its 1,204 bounds); a lossless run's counts are drawn from the scenario's exact law
+with their exact joint law (simcommand.window_counts: the same statistic as real runs, results/calibrate/
+inconclusive_default/check.csv), in increments between the looks of harness.verify.stopping.run_looks, and the run
+stops at the first look where harness.verify.stopping.certified_at holds (every TV bound at the look's δ below its ε).
+
+1. ``--commands``: the stopping size of every run (draws.csv: per scenario the fixed-n need, the looks, the mean
+   stopping size over the need and over the fixed-n default, quantiles, inconclusive count);
+2. ``--cap-commands``: the false-inconclusive rate at the cap.  A run is inconclusive under --stop-at-need only if
+   it is not certified at its last look (the cap, at δ · CAP_SHARE), so P(inconclusive) ≤ P(not certified at the
+   cap): each command is drawn at the caps alone (cap.csv: per scenario and per command, with the exact
+   Clopper–Pearson 95 % interval).
+Writes draws.csv, cap.csv (with provenance sidecars) and summary.md.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's harness
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from scipy import stats as sps  # noqa: E402
+
+from harness.core.figures import md_table  # noqa: E402
+from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
+from harness.laws.scenarios import SCENARIO_DIR, load_settings  # noqa: E402
+from harness.verify.calibrate_inconclusive import holm_tests  # noqa: E402
+from harness.verify.simcommand import _empty_acc, default_command, fill_accumulator, memo_upper_choice, window_counts  # noqa: E402
+from harness.verify.stopping import CAP_FACTOR, CAP_SHARE, RATIO, certified_at, largest_ratio, need, run_looks  # noqa: E402
+
+SEED = 20261206
+_STATE: dict = {}
+
+
+def _setup():
+    if not _STATE:
+        s = load_settings(SCENARIO_DIR)
+        plan = default_command(s, SCENARIO_DIR, holm_tests()[0], with_controls=False)
+        d = plan.levels.delta_each
+        runs = []
+        for r in plan.runs:
+            sc, eps = r.spec.scenario, plan.certifier.of(r.spec.scenario.name)
+            runs.append((sc, r.law, eps, run_looks(r.law, sc.joint_tokens, eps, d, r.spec.draws),
+                         need(r.law, sc.joint_tokens, eps, d), r.spec.draws))
+        _STATE.update(plan=plan, runs=runs, delta=d)
+    return _STATE
+
+
+def _stop(sc, law, eps, looks, rng) -> float:
+    """The stopping size of one lossless run (NaN: not certified at the cap: inconclusive)."""
+    cum, prev = None, 0
+    for n in looks.sizes:
+        w = window_counts(law, sc.joint_tokens, n - prev, rng)
+        cum, prev = (w if cum is None else cum + w), n
+        if certified_at(fill_accumulator(_empty_acc(law, sc), cum), eps, looks):
+            return float(n)
+    return float("nan")
+
+
+def _draws_job(i: int) -> list:
+    st = _setup()
+    rng = np.random.default_rng([SEED, 1, i])
+    with memo_upper_choice():
+        return [(i, sc.name, _stop(sc, law, eps, looks, rng)) for sc, law, eps, looks, _, _ in st["runs"]]
+
+
+def _cap_job(i: int) -> list:
+    st = _setup()
+    rng = np.random.default_rng([SEED, 2, i])
+    out = []
+    with memo_upper_choice():
+        for sc, law, eps, looks, _, _ in st["runs"]:
+            acc = fill_accumulator(_empty_acc(law, sc), window_counts(law, sc.joint_tokens, looks.cap, rng))
+            out.append((i, sc.name, largest_ratio(acc, eps, looks.deltas[-1])))
+    return out
+
+
+def _cp(k: int, n: int) -> tuple:
+    ci = sps.binomtest(int(k), int(n)).proportion_ci(confidence_level=0.95, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def draws_table(rows: list) -> pd.DataFrame:
+    st = _setup()
+    df = pd.DataFrame(rows, columns=["command", "scenario", "stop"])
+    out = []
+    for sc, law, eps, looks, nd, fixed in st["runs"]:
+        s = df[df.scenario == sc.name].stop.to_numpy()
+        ok = s[~np.isnan(s)]
+        q = np.quantile(ok, [0.5, 0.9, 0.99]) if ok.size else [np.nan] * 3
+        out.append({"scenario": sc.name, "commands": s.size, "need": nd, "fixed_n_default": fixed, "cap": looks.cap,
+                    "looks": len(looks.sizes), "mean_stop": ok.mean() if ok.size else np.nan,
+                    "mean_over_need": ok.mean() / nd if ok.size else np.nan,
+                    "mean_over_default": ok.mean() / fixed if ok.size else np.nan,
+                    "median_stop": q[0], "p90_stop": q[1], "p99_stop": q[2],
+                    "inconclusive": int(np.isnan(s).sum()), "mean_draws_with_cap": np.where(np.isnan(s), looks.cap, s).mean()})
+    return pd.DataFrame(out)
+
+
+def cap_table(rows: list) -> pd.DataFrame:
+    st = _setup()
+    df = pd.DataFrame(rows, columns=["command", "scenario", "ratio"])
+    out = []
+    for sc, law, eps, looks, _, _ in st["runs"]:
+        r = df[df.scenario == sc.name].ratio.to_numpy()
+        k = int((r >= 1).sum())
+        lo, hi = _cp(k, r.size)
+        out.append({"level": "run", "scenario": sc.name, "cap": looks.cap, "delta_cap": looks.deltas[-1],
+                    "commands": r.size, "not_certified": k, "rate": k / r.size, "cp_low": lo, "cp_high": hi,
+                    "largest_ratio_max": float(r.max()), "largest_ratio_p99": float(np.quantile(r, 0.99))})
+    per_cmd = df.groupby("command").ratio.max().to_numpy()
+    k = int((per_cmd >= 1).sum())
+    lo, hi = _cp(k, per_cmd.size)
+    out.append({"level": "command", "scenario": "(all)", "cap": np.nan, "delta_cap": np.nan, "commands": per_cmd.size,
+                "not_certified": k, "rate": k / per_cmd.size, "cp_low": lo, "cp_high": hi,
+                "largest_ratio_max": float(per_cmd.max()), "largest_ratio_p99": float(np.quantile(per_cmd, 0.99))})
+    return pd.DataFrame(out)
+
+
+def _map(fn, n: int, jobs: int) -> list:
+    if jobs <= 1:
+        return [row for i in range(n) for row in fn(i)]
+    with Pool(jobs) as pool:
+        return [row for part in pool.imap_unordered(fn, range(n), chunksize=4) for row in part]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--commands", type=int, default=200)
+    ap.add_argument("--cap-commands", type=int, default=3700)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=Path("results/calibrate/stop_at_need"))
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    st = _setup()
+    draws = draws_table(_map(_draws_job, a.commands, a.jobs)) if a.commands else None
+    t1 = time.time()
+    cap = cap_table(_map(_cap_job, a.cap_commands, a.jobs)) if a.cap_commands else None
+    t2 = time.time()
+    cfg = {"commands": a.commands, "cap_commands": a.cap_commands, "ratio": RATIO, "cap_share": CAP_SHARE,
+           "cap_factor": CAP_FACTOR, "delta_each": st["delta"], "wall_draws_s": t1 - t0, "wall_cap_s": t2 - t1}
+    meta = metadata(cfg, SEED)
+    a.out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# `verify --stop-at-need` on simulated lossless commands\n",
+             f"Command: `python experiments/stop_at_need.py --commands {a.commands} --cap-commands {a.cap_commands} "
+             f"--jobs {a.jobs}`; looks x{RATIO} from the fixed-n need to the cap ({CAP_FACTOR} x the default size), "
+             f"δ per bound {st['delta']:.3g} spent: the cap {CAP_SHARE:g}, the earlier looks the rest evenly; "
+             f"{t1 - t0:.0f} s + {t2 - t1:.0f} s.\n"]
+    if draws is not None:
+        atomic_write_csv(a.out / "draws.csv", draws, meta)
+        lines += ["## Stopping size of a lossless run\n", md_table(draws.to_dict("records"), list(draws.columns)), ""]
+    if cap is not None:
+        atomic_write_csv(a.out / "cap.csv", cap, meta)
+        lines += ["## Not certified at the cap (the only way a run ends inconclusive)\n", md_table(cap.to_dict("records"), list(cap.columns)), ""]
+    atomic_write_text(a.out / "summary.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
