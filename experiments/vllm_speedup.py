@@ -80,15 +80,27 @@ def measure(args, prompts) -> pd.DataFrame:
     """Every timed call: (round, config, rep, batch, kind, seconds, tokens, drafted, accepted)."""
     cfgs = _configs(args.k)
     names = list(cfgs)
-    rows = []
+    rows, counters = [], {}
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             t, spec = cfgs[name]
             s = run_engine(args.vllm_python, t, spec, prompts, args)
             print(f"vllm_speedup: round {r} {name}: started in {s['startup_s']:.1f} s", file=sys.stderr)
             rows += [{"round": r, "config": name, **x} for x in s["rows"]]
+            if s.get("spec_requests"):
+                counters[(r, name)] = (s["spec_requests"], s["metrics_prom"])
             engine = s["engine"]
-    return pd.DataFrame(rows), engine
+    return pd.DataFrame(rows), engine, counters
+
+
+def write_counters(out: Path, counters: dict) -> None:
+    """The engines' own acceptance counters, in the formats ``tune --acceptance`` reads: acceptance/<config>-r<round>
+    .jsonl (vLLM's per-request spec_decode_metrics of the timed calls) and .prom (its /metrics spec-decode counters,
+    every call of the process)."""
+    (out / "acceptance").mkdir(parents=True, exist_ok=True)
+    for (r, name), (reqs, prom) in counters.items():
+        atomic_write_text(out / "acceptance" / f"{name}-r{r}.jsonl", "".join(json.dumps(x) + "\n" for x in reqs))
+        atomic_write_text(out / "acceptance" / f"{name}-r{r}.prom", prom)
 
 
 def _per_step(runs: pd.DataFrame, N: int) -> pd.DataFrame:
@@ -169,7 +181,7 @@ def main(argv=None) -> int:
     forwards = with_threads(1, lambda: pd.concat([
         profile_model(target, "target", [1] + [k + 1 for k in args.k], args.batches, ctx, repeats=7),
         profile_model(draft, "draft", [1], args.batches, ctx, repeats=7)], ignore_index=True))
-    runs, engine = measure(args, prompts)
+    runs, engine, counters = measure(args, prompts)
     step = _per_step(runs, args.max_new_tokens)
     table = measured_speedup(step, args.k).merge(
         predict(step, forwards, hists, args).pivot_table(index=["k", "batch"], columns="variant",
@@ -187,6 +199,7 @@ def main(argv=None) -> int:
     atomic_write_csv(args.out / "forwards.csv", forwards.drop(columns=["samples_s", "cpu_samples_s"]), meta)
     atomic_write_csv(args.out / "table.csv", table, meta)
     atomic_write_json(args.out / "meta.json", meta)
+    write_counters(args.out, counters)
     atomic_write_text(args.out / "table.md", md_table(table.to_dict("records"), list(table.columns)) + "\n")
     print(table.round(3).to_string(index=False))
     return 0

@@ -7,6 +7,9 @@ The job: ``target``, ``speculative`` (vLLM's speculative_config or null), ``prom
 ``batches``, ``max_new_tokens``, ``repeats``, ``temperature``, ``engine_args``.  After one discarded warm-up
 call per batch, each repeat times, per batch B (order alternating between repeats), one ``generate`` of the
 first B prompts with max_new_tokens tokens (EOS ignored) and one with a single token (prefill + first step).
+The output also holds the engine's own acceptance counters: ``spec_requests``, each timed request's vLLM
+per-request ``spec_decode_metrics`` (per-step drafted / accepted), and ``metrics_prom``, the engine's
+``vllm:spec_decode_*`` counters (``LLM.get_metrics``, every call of the process) as Prometheus text.
 Imports only the standard library, vLLM and harness/samples/engines/vllm_worker.py (itself stdlib + vLLM).
 """
 from __future__ import annotations
@@ -30,13 +33,31 @@ def _generate(llm, prompts, max_tokens: int, temperature: float):
     dt = time.perf_counter() - t0
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     drafted = accepted = 0
+    per_request = []
     for o in outs:
         m = getattr(o.outputs[0], "spec_decode_metrics", None)
         if m is not None:
             d = m.to_dict()
             drafted += sum(d.get("per_step_drafted") or [])
             accepted += sum(d.get("per_step_accepted") or [])
-    return dt, tokens, drafted, accepted
+            per_request.append({"per_step_drafted": d.get("per_step_drafted") or [],
+                                "per_step_accepted": d.get("per_step_accepted") or []})
+    return dt, tokens, drafted, accepted, per_request
+
+
+def _prometheus(llm) -> str:
+    """The engine's spec-decode counters as /metrics would show them (Prometheus text; '' without speculation)."""
+    lines = []
+    for m in llm.get_metrics():
+        if not m.name.startswith("vllm:spec_decode"):
+            continue
+        lab = ",".join(f'{k}="{v}"' for k, v in sorted(m.labels.items()))
+        if hasattr(m, "values"):  # the per-position vector
+            lines += [f'{m.name}_total{{{lab}{"," if lab else ""}position="{i}"}} {float(v)}'
+                      for i, v in enumerate(m.values)]
+        elif hasattr(m, "value"):
+            lines.append(f"{m.name}_total{{{lab}}} {float(m.value)}")
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def run(job: dict) -> dict:
@@ -47,14 +68,16 @@ def run(job: dict) -> dict:
     N, T, P = int(job["max_new_tokens"]), float(job["temperature"]), job["prompts"]
     for B in job["batches"]:  # warm-up, discarded
         _generate(llm, P[:B], N, T)
-    rows = []
+    rows, spec_requests = [], []
     for rep in range(int(job["repeats"])):
         for B in (job["batches"] if rep % 2 == 0 else job["batches"][::-1]):
             for kind, n in (("generate", N), ("first_token", 1)):
-                dt, tokens, drafted, accepted = _generate(llm, P[:B], n, T)
+                dt, tokens, drafted, accepted, per_request = _generate(llm, P[:B], n, T)
+                spec_requests += [{"rep": rep, "batch": B, **r} for r in per_request if kind == "generate"]
                 rows.append({"rep": rep, "batch": B, "kind": kind, "max_new_tokens": n, "seconds": dt,
                              "tokens": tokens, "drafted": drafted, "accepted": accepted})
-    return {"engine": engine_block(job), "startup_s": startup, "rows": rows}
+    return {"engine": engine_block(job), "startup_s": startup, "rows": rows, "spec_requests": spec_requests,
+            "metrics_prom": _prometheus(llm) if job["speculative"] else ""}
 
 
 def main(argv: list[str]) -> int:
