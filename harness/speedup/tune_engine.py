@@ -273,12 +273,12 @@ def _batches(args) -> list[int]:
 
 
 def _md(rec: pd.DataFrame, grid: pd.DataFrame, alpha: pd.DataFrame, pc: PositionCounts, draft_words: str,
-        costs: EngineCosts, args) -> str:
+        costs: EngineCosts, args, what: str) -> str:
     call = (f"a call of {args.max_new_tokens} tokens per request" if args.max_new_tokens else "steady state")
     lines = [f"`tune --acceptance` ({pc.fmt}, {int(pc.tried[0])} drafts, k <= {pc.k}); draft `{args.draft}`: "
              f"{draft_words}; target step {costs.a * 1e3:.3g} ms + {costs.b * 1e3:.3g} ms per request, an extra verified "
              f"position {costs.f:g} of that; S of {call}, "
-             f"95 % interval over {args.replicates} draws.", "",
+             f"95 % interval over {args.replicates} draws of {what}.", "",
              "| batch | chosen | S (95 %) | within noise |", "|---|---|---|---|"]
     lines += [f"| {r.batch} | {r.recommendation} | {r.speedup:.3f} ({r.speedup_lo:.3f}–{r.speedup_hi:.3f}) | {r.tie} |"
               for r in rec.itertuples()]
@@ -307,7 +307,11 @@ def _write(args, pc, ks, batches, costs, tr, dr, words) -> int:
     rec, grid = tune_from_counts(pc, costs, tr, dr, ks, batches, args.max_new_tokens, args.replicates, args.seed)
     alpha = pc.frame()
     meta = metadata({**vars(args), "name": f"tune-acceptance-{args.draft}"}, args.seed)
-    text = _md(rec, grid, alpha, pc, words, costs, args)
+    noisy = tr.batch.value_counts().max() >= 2 or (dr is not None and dr.batch.value_counts().max() >= 2)
+    what = " and ".join((["the acceptance counts"] if pc.counted else [])
+                        + (["the rates (resampled within each batch)"] if noisy else [])) or "nothing (a point)"
+    text = _md(rec, grid, alpha, pc, words, costs, args, what + ("" if noisy else "; one rate per batch: the costs "
+                                                                  "taken as exact"))
     with staged_report(out, "tune") as st:
         for name, df in (("recommendation.csv", rec), ("speedups.csv", grid), ("alpha.csv", alpha)):
             atomic_write_csv(st.dir / name, df, meta)
