@@ -99,6 +99,7 @@ def write_counters(out: Path, counters: dict) -> None:
     every call of the process)."""
     (out / "acceptance").mkdir(parents=True, exist_ok=True)
     for (r, name), (reqs, prom) in counters.items():
+        prom = prom.replace(str(REPO) + "/", "")  # model_name="<checkout>/specimpl/...": repository-relative
         atomic_write_text(out / "acceptance" / f"{name}-r{r}.jsonl", "".join(json.dumps(x) + "\n" for x in reqs))
         atomic_write_text(out / "acceptance" / f"{name}-r{r}.prom", prom)
 
