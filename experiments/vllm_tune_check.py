@@ -55,9 +55,19 @@ def run_tune(acceptance: Path, runs: pd.DataFrame, ks, batches, N: int, tmp: Pat
         (tmp / "tune" / "recommendation.md").read_text()
 
 
-def compare(grid: pd.DataFrame, rec: pd.DataFrame, measured: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def rep_range(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (k, B): the range of one timed call's tokens/s over plain's median (the spread behind the medians)."""
+    g = runs[runs.kind == "generate"].assign(tps=lambda d: d.tokens / d.seconds)
+    plain = g[g.config == "plain"].groupby("batch").tps.median()
+    spec = g[g.config.str.startswith("spec-k")].assign(k=lambda d: d.config.str[6:].astype(int))
+    spec = spec.assign(s=spec.tps / spec.batch.map(plain))
+    return spec.groupby(["k", "batch"]).s.agg(measured_rep_lo="min", measured_rep_hi="max").reset_index()
+
+
+def compare(grid: pd.DataFrame, rec: pd.DataFrame, measured: pd.DataFrame,
+            spread: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per (k, B): predicted vs measured S; per B: tune's pick vs the measured best)."""
-    t = grid.merge(measured[["k", "batch", "measured_speedup"]], on=["k", "batch"])
+    t = grid.merge(measured[["k", "batch", "measured_speedup"]], on=["k", "batch"]).merge(spread, on=["k", "batch"])
     t["error_pct"] = 100 * (t.speedup / t.measured_speedup - 1)
     picks = []
     for r in rec.itertuples():
@@ -82,12 +92,12 @@ def main(argv=None) -> int:
     ks, batches, N = src["config"]["k"], src["config"]["batches"], src["config"]["max_new_tokens"]
     args.out.mkdir(parents=True, exist_ok=True)
     prom = args.out / f"spec-k{max(ks)}.prom"  # the counters tune reads, committed beside the table
-    prom.write_text("".join((args.speedup / "acceptance" / f"spec-k{max(ks)}-r{r}.prom").read_text()
+    atomic_write_text(prom, "".join((args.speedup / "acceptance" / f"spec-k{max(ks)}-r{r}.prom").read_text()
                             for r in range(src["config"]["rounds"])))
     with tempfile.TemporaryDirectory(prefix="specverify-vllm-tune-") as tmp:
         rel = prom.relative_to(REPO) if prom.is_relative_to(REPO) else prom
         tune_argv, grid, rec, md = run_tune(rel, runs, ks, batches, N, Path(tmp))
-    table, picks = compare(grid, rec, measured)
+    table, picks = compare(grid, rec, measured, rep_range(runs))
     alphas = pd.concat([read_acceptance(args.speedup / "acceptance" / f"spec-k{k}-r0{ext}").frame().assign(
         k_run=k, source=ext[1:]) for k in ks for ext in (".prom", ".jsonl")], ignore_index=True)
     meta = metadata({"name": "vllm-tune-check", "speedup_run": src["commit"], "speedup_command": src.get("command"),
