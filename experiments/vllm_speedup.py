@@ -56,12 +56,16 @@ def _configs(ks) -> dict:
     return out
 
 
-def run_engine(python: str, target: str, spec, prompts, args) -> dict:
-    """One worker process; its JSON summary.  Exit 3 with the log's tail if the engine fails."""
+def run_engine(python: str, target, spec, prompts, args, configs=None) -> dict:
+    """One worker process (one engine, or with ``configs`` all of them interleaved); its JSON summary.  Exit 3
+    with the log's tail if the engine fails."""
     with tempfile.TemporaryDirectory(prefix="specverify-vllm-speedup-") as tmp:
         job = {"target": target, "speculative": spec, "prompts": prompts, "batches": args.batches,
                "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "temperature": 1.0,
                "engine_args": {"max_num_seqs": max(args.batches)}, "out": str(Path(tmp) / "out.json")}
+        if configs is not None:  # six engines in one process: a smaller KV cache each (the calls need ~100 KiB)
+            job.update(configs={n: {"target": t, "speculative": s} for n, (t, s) in configs.items()},
+                       engine_args={"max_num_seqs": max(args.batches), "kv_cache_memory_bytes": 1 << 28})
         (Path(tmp) / "job.json").write_text(json.dumps(job))
         with open(Path(tmp) / "log", "w") as lf:
             proc = subprocess.Popen([python, str(WORKER), str(Path(tmp) / "job.json")], env=_worker_env("fixed"),
@@ -91,6 +95,16 @@ def measure(args, prompts) -> pd.DataFrame:
                 counters[(r, name)] = (s["spec_requests"], s["metrics_prom"])
             engine = s["engine"]
     return pd.DataFrame(rows), engine, counters
+
+
+def measure_interleaved(args, prompts):
+    """As :func:`measure`, every engine in one worker process, their timed calls interleaved (``--interleave``)."""
+    cfgs = _configs(args.k)
+    s = run_engine(args.vllm_python, None, None, prompts, args, configs=cfgs)
+    runs = pd.DataFrame([{"round": 0, **x} for x in s["rows"]])
+    counters = {(0, n): ([x for x in s["spec_requests"] if x["config"] == n], prom)
+                for n, prom in s["metrics_prom"].items()}
+    return runs, s["engines"][f"spec-k{max(args.k)}"], counters
 
 
 def write_counters(out: Path, counters: dict) -> None:
@@ -170,6 +184,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--interleave", action="store_true",
+                    help="hold every engine in one worker process and interleave their timed calls (a random order "
+                         "per repeat and batch): robust to a shared machine's load drifting between engines")
     args = ap.parse_args(argv)
     if not Path(args.vllm_python).exists():
         print(f"vllm_speedup: `--vllm-python` {args.vllm_python!r} does not exist (make vllm-venv)", file=sys.stderr)
@@ -182,7 +199,7 @@ def main(argv=None) -> int:
     forwards = with_threads(1, lambda: pd.concat([
         profile_model(target, "target", [1] + [k + 1 for k in args.k], args.batches, ctx, repeats=7),
         profile_model(draft, "draft", [1], args.batches, ctx, repeats=7)], ignore_index=True))
-    runs, engine, counters = measure(args, prompts)
+    runs, engine, counters = (measure_interleaved if args.interleave else measure)(args, prompts)
     step = _per_step(runs, args.max_new_tokens)
     table = measured_speedup(step, args.k).merge(
         predict(step, forwards, hists, args).pivot_table(index=["k", "batch"], columns="variant",

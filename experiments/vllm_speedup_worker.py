@@ -10,7 +10,8 @@ first B prompts with max_new_tokens tokens (EOS ignored) and one with a single t
 The output also holds the engine's own acceptance counters: ``spec_requests``, each timed request's vLLM
 per-request ``spec_decode_metrics`` (per-step drafted / accepted), and ``metrics_prom``, the engine's
 ``vllm:spec_decode_*`` counters (``LLM.get_metrics``, every call of the process) as Prometheus text.
-Imports only the standard library, vLLM and harness/samples/engines/vllm_worker.py (itself stdlib + vLLM).
+With ``configs`` in the job (:func:`run_interleaved`) every engine is held in this one process and the timed
+calls of all of them interleave.  Imports only the standard library, vLLM and harness/samples/engines/vllm_worker.py (itself stdlib + vLLM).
 """
 from __future__ import annotations
 
@@ -80,9 +81,43 @@ def run(job: dict) -> dict:
             "metrics_prom": _prometheus(llm) if job["speculative"] else ""}
 
 
+def _timed(llm, job, name: str, rep: int, B: int, rows: list, spec_requests: list) -> None:
+    """One generate of B prompts and one single-token call, appended to ``rows`` (and the per-request counters)."""
+    N, T, P = int(job["max_new_tokens"]), float(job["temperature"]), job["prompts"]
+    for kind, n in (("generate", N), ("first_token", 1)):
+        dt, tokens, drafted, accepted, per_request = _generate(llm, P[:B], n, T)
+        rows.append({"config": name, "rep": rep, "batch": B, "kind": kind, "max_new_tokens": n, "seconds": dt,
+                     "tokens": tokens, "drafted": drafted, "accepted": accepted})
+        spec_requests += [{"config": name, "rep": rep, "batch": B, **r} for r in per_request if kind == "generate"]
+
+
+def run_interleaved(job: dict) -> dict:
+    """Every engine of ``job["configs"]`` ({name: {target, speculative}}) held in this one process, their timed calls
+    interleaved: per repeat and batch, each engine once, in a fresh random order (seed 0), so that all of them see
+    the same spells of a shared machine's load."""
+    import random
+    llms, engines = {}, {}
+    for name, c in job["configs"].items():
+        j = {**job, "target": c["target"], "speculative": c["speculative"]}
+        llms[name] = make_llm({"target": c["target"], "speculative": c["speculative"],
+                               "engine_args": job.get("engine_args") or {}})
+        engines[name] = engine_block(j)
+    for name, llm in llms.items():  # warm-up, discarded
+        for B in job["batches"]:
+            _generate(llm, job["prompts"][:B], int(job["max_new_tokens"]), float(job["temperature"]))
+    rng, rows, spec_requests = random.Random(0), [], []
+    for rep in range(int(job["repeats"])):
+        for B in (job["batches"] if rep % 2 == 0 else job["batches"][::-1]):
+            for name in rng.sample(list(llms), len(llms)):
+                _timed(llms[name], job, name, rep, B, rows, spec_requests)
+    return {"engines": engines, "rows": rows, "spec_requests": spec_requests,
+            "metrics_prom": {n: _prometheus(llm) for n, llm in llms.items() if job["configs"][n]["speculative"]}}
+
+
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    Path(job["out"]).write_text(json.dumps(run(job), indent=1), encoding="utf-8")
+    out = run_interleaved(job) if "configs" in job else run(job)
+    Path(job["out"]).write_text(json.dumps(out, indent=1), encoding="utf-8")
     return 0
 
 
