@@ -111,7 +111,9 @@ def run_interleaved(job: dict) -> dict:
             for name in rng.sample(list(llms), len(llms)):
                 _timed(llms[name], job, name, rep, B, rows, spec_requests)
     return {"engines": engines, "rows": rows, "spec_requests": spec_requests,
-            "metrics_prom": {n: _prometheus(llm) for n, llm in llms.items() if job["configs"][n]["speculative"]}}
+            # vLLM keeps one Prometheus registry per process and each new engine replaces the last one's counters:
+            # they are the last-created engine's only (run 6e629e8 wrote the k = 2 engine's under spec-k1 too)
+            "metrics_prom": {n: _prometheus(llms[n]) for n in list(llms)[-1:] if job["configs"][n]["speculative"]}}
 
 
 def main(argv: list[str]) -> int:
