@@ -56,12 +56,16 @@ def _configs(ks) -> dict:
     return out
 
 
-def run_engine(python: str, target: str, spec, prompts, args) -> dict:
-    """One worker process; its JSON summary.  Exit 3 with the log's tail if the engine fails."""
+def run_engine(python: str, target, spec, prompts, args, configs=None) -> dict:
+    """One worker process (one engine, or with ``configs`` all of them interleaved); its JSON summary.  Exit 3
+    with the log's tail if the engine fails."""
     with tempfile.TemporaryDirectory(prefix="specverify-vllm-speedup-") as tmp:
         job = {"target": target, "speculative": spec, "prompts": prompts, "batches": args.batches,
                "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "temperature": 1.0,
                "engine_args": {"max_num_seqs": max(args.batches)}, "out": str(Path(tmp) / "out.json")}
+        if configs is not None:  # six engines in one process: a smaller KV cache each (the calls need ~100 KiB)
+            job.update(configs={n: {"target": t, "speculative": s} for n, (t, s) in configs.items()},
+                       engine_args={"max_num_seqs": max(args.batches), "kv_cache_memory_bytes": 1 << 28})
         (Path(tmp) / "job.json").write_text(json.dumps(job))
         with open(Path(tmp) / "log", "w") as lf:
             proc = subprocess.Popen([python, str(WORKER), str(Path(tmp) / "job.json")], env=_worker_env("fixed"),
@@ -80,15 +84,38 @@ def measure(args, prompts) -> pd.DataFrame:
     """Every timed call: (round, config, rep, batch, kind, seconds, tokens, drafted, accepted)."""
     cfgs = _configs(args.k)
     names = list(cfgs)
-    rows = []
+    rows, counters = [], {}
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             t, spec = cfgs[name]
             s = run_engine(args.vllm_python, t, spec, prompts, args)
             print(f"vllm_speedup: round {r} {name}: started in {s['startup_s']:.1f} s", file=sys.stderr)
             rows += [{"round": r, "config": name, **x} for x in s["rows"]]
+            if s.get("spec_requests"):
+                counters[(r, name)] = (s["spec_requests"], s["metrics_prom"])
             engine = s["engine"]
-    return pd.DataFrame(rows), engine
+    return pd.DataFrame(rows), engine, counters
+
+
+def measure_interleaved(args, prompts):
+    """As :func:`measure`, every engine in one worker process, their timed calls interleaved (``--interleave``)."""
+    cfgs = _configs(args.k)
+    s = run_engine(args.vllm_python, None, None, prompts, args, configs=cfgs)
+    runs = pd.DataFrame([{"round": 0, **x} for x in s["rows"]])
+    counters = {(0, n): ([x for x in s["spec_requests"] if x["config"] == n], prom)
+                for n, prom in s["metrics_prom"].items()}
+    return runs, s["engines"][f"spec-k{max(args.k)}"], counters
+
+
+def write_counters(out: Path, counters: dict) -> None:
+    """The engines' own acceptance counters, in the formats ``tune --acceptance`` reads: acceptance/<config>-r<round>
+    .jsonl (vLLM's per-request spec_decode_metrics of the timed calls) and .prom (its /metrics spec-decode counters,
+    every call of the process)."""
+    (out / "acceptance").mkdir(parents=True, exist_ok=True)
+    for (r, name), (reqs, prom) in counters.items():
+        prom = prom.replace(str(REPO) + "/", "")  # model_name="<checkout>/specimpl/...": repository-relative
+        atomic_write_text(out / "acceptance" / f"{name}-r{r}.jsonl", "".join(json.dumps(x) + "\n" for x in reqs))
+        atomic_write_text(out / "acceptance" / f"{name}-r{r}.prom", prom)
 
 
 def _per_step(runs: pd.DataFrame, N: int) -> pd.DataFrame:
@@ -157,6 +184,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--interleave", action="store_true",
+                    help="hold every engine in one worker process and interleave their timed calls (a random order "
+                         "per repeat and batch): robust to a shared machine's load drifting between engines")
     args = ap.parse_args(argv)
     if not Path(args.vllm_python).exists():
         print(f"vllm_speedup: `--vllm-python` {args.vllm_python!r} does not exist (make vllm-venv)", file=sys.stderr)
@@ -169,7 +199,7 @@ def main(argv=None) -> int:
     forwards = with_threads(1, lambda: pd.concat([
         profile_model(target, "target", [1] + [k + 1 for k in args.k], args.batches, ctx, repeats=7),
         profile_model(draft, "draft", [1], args.batches, ctx, repeats=7)], ignore_index=True))
-    runs, engine = measure(args, prompts)
+    runs, engine, counters = (measure_interleaved if args.interleave else measure)(args, prompts)
     step = _per_step(runs, args.max_new_tokens)
     table = measured_speedup(step, args.k).merge(
         predict(step, forwards, hists, args).pivot_table(index=["k", "batch"], columns="variant",
@@ -187,6 +217,7 @@ def main(argv=None) -> int:
     atomic_write_csv(args.out / "forwards.csv", forwards.drop(columns=["samples_s", "cpu_samples_s"]), meta)
     atomic_write_csv(args.out / "table.csv", table, meta)
     atomic_write_json(args.out / "meta.json", meta)
+    write_counters(args.out, counters)
     atomic_write_text(args.out / "table.md", md_table(table.to_dict("records"), list(table.columns)) + "\n")
     print(table.round(3).to_string(index=False))
     return 0

@@ -72,6 +72,7 @@ from harness.core.figures import results_line
 from harness.core.threads import with_threads
 from harness.speedup.membound.widen import apply_prepack
 from specimpl.hf import tiny_pair_prompts
+from harness.speedup import tune_engine
 
 __all__ = ["add_arguments", "run", "measure_acceptance", "roofline_costs", "recommend"]
 
@@ -80,15 +81,34 @@ ROOFLINE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--target", required=True, help="target model: a local HF folder (config.json + safetensors) or a "
-                                                    "shipped name (tiny, exact, ...: `python -m harness models`)")
-    ap.add_argument("--draft", required=True, help="draft model: a local HF folder or a shipped name (tiny-draft, ...)")
+    ap.add_argument("--target", default=None, help="target model: a local HF folder (config.json + safetensors) or a "
+                                                   "shipped name (tiny, exact, ...: `python -m harness models`); "
+                                                   "left out with --acceptance")
+    ap.add_argument("--draft", default=None, help="draft model: a local HF folder or a shipped name (tiny-draft, ...); "
+                                                  "with --acceptance the draft's kind: eagle, mtp, model or ngram")
+    ap.add_argument("--acceptance", type=Path, default=None,
+                    help="an engine's per-position acceptance counters (vLLM /metrics text, per-request JSONL, CSV or "
+                         "JSON: harness.speedup.engine_acceptance): tune from the engine's own numbers, no model of "
+                         "ours loaded (harness.speedup.tune_engine); needs --target-only-rates")
+    ap.add_argument("--target-only-rates", default=None, metavar="B:TOK_S,...",
+                    help="with --acceptance: the target's tokens/s with speculation off at two or more batch sizes")
+    ap.add_argument("--draft-rates", default=None, metavar="B:TOK_S,...",
+                    help="with --acceptance --draft model: the draft model's tokens/s served alone")
+    ap.add_argument("--draft-cost", type=float, default=None,
+                    help="with --acceptance: a drafted token's cost as a fraction of the target's step (default: "
+                         "eagle/mtp 1/--target-layers, ngram 0)")
+    ap.add_argument("--verify-row-cost", type=float, default=0.0,
+                    help="with --acceptance: the share of a request's per-row step cost each extra verified position "
+                         "pays (0: verifying k + 1 tokens costs one step, the memory-bound rule; 1: compute-bound)")
+    ap.add_argument("--target-layers", type=int, default=None, help="with --acceptance --draft eagle|mtp: the "
+                                                                    "target's decoder layers")
     ap.add_argument("--hardware", default="local", help="local (profile this machine) or a file of harness/configs/hardware")
     ap.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     ap.add_argument("--context", default="512,4096", help="comma-separated context lengths (tokens)")
     ap.add_argument("--prompts", type=Path, default=None, help="a text file, one prompt a line (default: built-in)")
     ap.add_argument("--algorithms", default="chain,block,tree2", help="comma-separated (harness.laws.algorithms names)")
-    ap.add_argument("--k", default="1,2,3,4,6,8", help="comma-separated draft lengths")
+    ap.add_argument("--k", default=None, help="comma-separated draft lengths (default 1,2,3,4,6,8; with "
+                                               "--acceptance 1..the file's k)")
     ap.add_argument("--n-sequences", type=int, default=64, help="prompts used for acceptance")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5, help="profiler passes (local)")
@@ -139,6 +159,14 @@ def _CAPS(args) -> list:
 
 def _check(args):
     """Every option, before any work: (hardware or None for local, algorithms, ks, batches, contexts)."""
+    for opt in ("--target", "--draft"):
+        check_option(getattr(args, opt[2:]) is not None, opt, None, "a model (a local HF folder or a shipped name), "
+                     "unless --acceptance is given")
+    for opt in ("--target-only-rates", "--draft-rates", "--draft-cost", "--target-layers"):
+        val = getattr(args, opt[2:].replace("-", "_"))
+        check_option(val is None, opt, val, "given only with --acceptance")
+    check_option(args.verify_row_cost == 0.0, "--verify-row-cost", args.verify_row_cost, "given only with --acceptance")
+    args.k = "1,2,3,4,6,8" if args.k is None else args.k
     args.target, args.draft = resolve_model(args.target, "--target"), resolve_model(args.draft, "--draft")
     check_seed(args.seed)
     check_threads(args.threads)
@@ -484,6 +512,8 @@ def _check_batch(args, target, draft, algos, ks, batches, contexts) -> None:
 
 
 def run(args) -> int:
+    if args.acceptance is not None:
+        return tune_engine.run(args)
     hw, algos, ks, batches, contexts = _check(args)
     tshape, dshape = _shapes(args)
     target, draft = _models(args)
