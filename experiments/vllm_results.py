@@ -13,8 +13,11 @@ under ``--out/<mode>-<shim>/``; the sample files themselves are not kept (``--ke
 
 The table: engine, mode, shim, verdict, the certified token TV (largest per-position bound) or the first
 rejecting tests and their effect (the largest per-position TV estimate), completions, engine wall time,
-acceptance per draft position (the engine's counters) and the rule they are consistent with
-(:mod:`harness.samples.rules`).
+acceptance per draft position (the engine's counters), the rule they are consistent with
+(:mod:`harness.samples.rules`) and the dependence stage's line (:mod:`harness.samples.dependence`).
+
+results/engines/vllm/dependence/ is this script at 20,000 completions per fixed row (``--per-prompt 20000``): the
+dependence stage on every mode and shim of the table, whose 400,000-completion sample files are not kept.
 """
 from __future__ import annotations
 
@@ -82,7 +85,7 @@ def one(mode: str, shim: str, per_prompt: int, args, out: Path) -> dict:
 
 
 COLUMNS = ["engine", "mode", "shim", "verdict", "max_position_tv_upper", "max_position_tv_hat", "rejecting_tests",
-           "first_rejecting", "completions", "engine_generate_s", "tokens_per_s", "rule"]
+           "first_rejecting", "completions", "engine_generate_s", "tokens_per_s", "rule", "dependence"]
 
 
 def table_md(df: pd.DataFrame, meta: dict) -> str:
