@@ -32,8 +32,8 @@ these controls):
 
 Sizes are fixed in advance: 45,000 completions per judged law (the planner asks ~28.7k for epsilon = 0.02 at
 this prompt and family; its figure is the *expected* bound, so 1.6 times it), except where a probe's throughput
-here makes that size cost more than its share of the hour (``NOT_DRAWN``: the row states why, and the planner's
-size is in ``needed_for_0.02``); penalties 60,000 a side (the two-sample planner asks ~162,000).  The table (probes.md / probes.csv): probe, part, verdict, largest per-position token-TV bound, the
+here makes that size cost more than its share of the hour (``BELOW_SIZE``: the row states the size that would
+certify and the engine time it would take at the rate measured; the planner's size is in ``needed_for_0.02``); penalties 60,000 a side (the two-sample planner asks ~162,000).  The table (probes.md / probes.csv): probe, part, verdict, largest per-position token-TV bound, the
 completions the planner asks for epsilon = 0.02, completions drawn, the engine's completions per second, how
 long the certificate took (verify-samples wall time), the dependence stage's line.  A probe whose engine fails
 is reported as such (exit status and root cause; reproductions in experiments/vllm_crash_repro.py).
@@ -66,6 +66,7 @@ MIXED = [{"temperature": 1.0}, {"temperature": 0.6, "max_new_tokens": 5}, {"top_
 CLIENTS = [[], ["--temperature", "0.6"], ["--top-p", "0.8"]]
 N = 45_000  # completions per judged law
 N2 = 60_000  # completions a side, two-sample
+TWO_SAMPLE = ("min_p", "penalties")
 PROBES = {  # name -> (extra sample options, requests per prompt)
     "mixed_rows": (["--row-controls", json.dumps(MIXED)], 7 * N // 2),
     "n_2_seeded": (["--n", "2"], N // 2),
@@ -84,18 +85,30 @@ PROBES = {  # name -> (extra sample options, requests per prompt)
     "max_num_seqs_2": (["--max-num-seqs", "2"], 6_000),
     "max_num_seqs_1": (["--max-num-seqs", "1"], 3_000),
 }
-TWO_SAMPLE = ("min_p", "penalties")
-NOT_DRAWN = {  # probes drawn below the certifying size: why
-    "max_num_seqs_1": "~45 completions/s here: 45,000 would take ~17 min of the hour's engine time",
-    "max_num_seqs_2": "~85 completions/s here: 45,000 would take ~9 min",
-    "max_num_seqs_4": "~150 completions/s here: 45,000 would take ~5 min",
-    "chunked_prefill_unseeded": "~90 completions/s here (64 tokens a step): 45,000 would take ~8 min",
-    "penalties": "two-sample: the planner asks ~162,000 a side (~14 min of engine time here for both sides)",
-    "server_concurrent": "~7 completions/s through HTTP here (three clients together): 3 x 45,000 would take ~5 h",
+NOT_DRAWN = {  # probes with no law to judge: why
     "top_k_no_temperature": "the engine crashes at its first step (a reproduction, not a sample)",
     "chunked_prefill_seeded": "the engine crashes at its first chunked step (a reproduction, not a sample)",
     "min_p": "vLLM refuses min_p with speculative decoding (VLLMValidationError at the request): no law to judge",
 }
+BELOW_SIZE = {"max_num_seqs_1": 1, "max_num_seqs_2": 1, "max_num_seqs_4": 1, "chunked_prefill_unseeded": 1,
+              "server_concurrent": 3, "penalties": 2}  # drawn below the certifying size: files sharing the rate
+
+
+def size_note(row: dict) -> str:
+    """Why a row was not drawn at its certifying size: its fixed reason, or, for a probe drawn below size (its
+    throughput here), the size that would certify (1.6 x the planner's figure, per law or per side) and the engine
+    time it would take at the completions/s measured in this run."""
+    name = row["probe"]
+    if name in NOT_DRAWN:
+        return NOT_DRAWN[name]
+    need, rate = row.get("needed_for_0.02"), row.get("completions_per_s")
+    if name not in BELOW_SIZE or row.get("verdict") != "inconclusive" or not need or not rate or need != need:
+        return ""
+    want = int(1.6 * float(need) + 0.5)
+    mins = BELOW_SIZE[name] * want / float(rate) / 60
+    per = "a side (spec and plain)" if name in TWO_SAMPLE else "per law"
+    return (f"needs ~{want:,} {per} (1.6 x the planner's {int(need):,}): ~{mins:.0f} min of engine time at the "
+            f"{float(rate):.0f} completions/s measured here{' (three clients together)' if BELOW_SIZE[name] == 3 else ''}")
 
 
 def _run(cmd: list, timeout: float = 3600) -> subprocess.CompletedProcess:
@@ -215,8 +228,6 @@ def probe(name: str, args) -> list[dict]:
     d.mkdir(parents=True, exist_ok=True)
     fn = probe_server if name == "server_concurrent" else probe_two_sample if name in TWO_SAMPLE else probe_offline
     rows = fn(name, args, d)
-    for r in rows:
-        r["not_drawn_at_size"] = NOT_DRAWN.get(name, "")
     if not args.keep_samples:
         for f in d.glob("*.jsonl"):
             f.unlink()
@@ -235,6 +246,8 @@ def write_table(out: Path, names: list[str], meta: dict) -> None:
         f = out / name / "rows.json"
         if f.exists():
             rows += json.loads(f.read_text())
+    for r in rows:
+        r["not_drawn_at_size"] = size_note(r)
     df = pd.DataFrame(rows)
     atomic_write_csv(out / "probes.csv", df, meta)
     head = f"<!-- commit {meta.get('commit')}{' (dirty)' if meta.get('dirty') else ''}; command {meta.get('command')} -->\n"
@@ -248,6 +261,8 @@ def main(argv=None) -> int:
     ap.add_argument("--probes", default=",".join(PROBES), help="comma-separated probes to run (the table holds "
                                                                "every probe whose folder has rows.json)")
     ap.add_argument("--keep-samples", action="store_true")
+    ap.add_argument("--table-only", action="store_true", help="rewrite probes.md / probes.csv from the probe "
+                                                              "folders' rows.json, running nothing")
     args = ap.parse_args(argv)
     args.vllm_python = str(Path(args.vllm_python).absolute())
     args.out.mkdir(parents=True, exist_ok=True)
@@ -256,6 +271,9 @@ def main(argv=None) -> int:
             print(f"vllm_probes.py: error: `--probes` must name probes among {list(PROBES)}; got {name!r}",
                   file=sys.stderr)
             return 2
+    if args.table_only:
+        write_table(args.out, list(PROBES), metadata({"table_only": True, "epsilon": EPSILON}, 0))
+        return 0
     for name in args.probes.split(","):
         tic = time.perf_counter()
         rows = probe(name, args)
