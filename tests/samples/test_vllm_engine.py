@@ -159,3 +159,13 @@ def test_kernel_variants_are_not_lossy(tmp_path, fn):
     assert _kernel(tmp_path, fn, 20_000) in (0, 4)
     verdicts = pd.read_csv(tmp_path / f"k-{fn}" / "runs.csv")["verdict"]
     assert len(verdicts) and (verdicts != "lossy").all(), verdicts.tolist()
+
+
+def test_the_crash_reproductions_name_their_cases():
+    # experiments/vllm_crash_repro.py (docs/engines.md): its cases start an engine each (~1-3 min here), so no test
+    # runs them; this checks only that the script refuses an unknown case (exit 2) before importing vLLM
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, str(REPO / "experiments" / "vllm_crash_repro.py"), "nope"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "top_k|top_k_temperature|chunked_seeded|chunked_unseeded" in p.stderr
