@@ -21,6 +21,8 @@ Exit 0 done, 2 bad options or file, 3 the engine failed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -61,7 +63,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=0, help="0: off")
     ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--min-p", type=float, default=0.0, help="openai only (sent explicitly; 0: off)")
+    ap.add_argument("--min-p", type=float, default=0.0, help="openai, vllm (sent explicitly; 0: off)")
     ap.add_argument("--stop", action="append", default=[], help="openai only: a stop string (repeatable)")
     ap.add_argument("--no-eos", action="store_true", help="ours/hf: no end-of-sequence stop")
     ap.add_argument("--seed", type=int, default=0, help="sampler seed (ours/hf); base of request seeds (openai)")
@@ -110,6 +112,12 @@ def _add_vllm_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--greedy-share", type=float, default=0.0, help="vllm: share of greedy requests in the batch")
     ap.add_argument("--n", type=int, default=1, help="vllm: completions per request (SamplingParams.n)")
     ap.add_argument("--omit-temperature", action="store_true", help="vllm: leave temperature unset (vLLM's default)")
+    ap.add_argument("--row-controls", help="vllm: a JSON list of per-request overrides (keys temperature, top_p, "
+                                           "max_new_tokens) cycled over the requests: mixed controls in one batch")
+    for pen in ("repetition", "presence", "frequency"):
+        ap.add_argument(f"--{pen}-penalty", type=float, help=f"vllm: SamplingParams.{pen}_penalty (no field in the "
+                                                              "sample format: recorded in x_penalties)")
+    ap.add_argument("--max-model-len", type=int, help="vllm: the engine's max_model_len (default 512)")
     ap.add_argument("--gguf", help="llama-cpp: a GGUF file to run (default: --target exported to float32 GGUF)")
     ap.add_argument("--llama-workers", type=int, default=1, help="llama-cpp: engine processes (one thread each)")
     ap.add_argument("--openvino-python", help="openvino: the engine environment's Python (default "
@@ -143,8 +151,10 @@ def _check(args) -> None:
     for opt in ("target", "draft", "tokenizer"):  # local models: a shipped short name or a folder (not --model: a server's name)
         if getattr(args, opt) is not None:
             setattr(args, opt, resolve_model(getattr(args, opt), "--" + opt))
+    _check_vllm_rows(args)
     if args.engine != "openai":
-        check_option(args.min_p == 0, "--min-p", args.min_p, "0 for --engine ours/hf (their warp has no min_p)")
+        check_option(args.min_p == 0 or args.engine == "vllm", "--min-p", args.min_p,
+                     "0 for --engine ours/hf/llama-cpp/openvino (no min_p)")
         check_option(not args.stop, "--stop", args.stop, "absent for --engine ours/hf (no stop strings)")
     else:
         check_option(bool(args.url), "--url", args.url, "the endpoint's base URL for --engine openai")
@@ -159,6 +169,53 @@ def _check(args) -> None:
                 f"each unit of it is --n-prompts = {args.n_prompts:,} requests, each holding its prompt and completion")
     _check_model_options(args)
     _check_engine_spec(args)
+
+
+ROW_KEYS = {"temperature": (lambda v: isinstance(v, (int, float)) and v >= 0, "a number >= 0 (0: greedy)"),
+            "top_p": (lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]"),
+            "max_new_tokens": (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1")}
+
+
+def _check_vllm_rows(args) -> None:
+    """--row-controls (parsed into a tuple of dicts), the penalties and --max-model-len: vllm only."""
+    pens = {f"{p}_penalty": getattr(args, f"{p}_penalty") for p in ("repetition", "presence", "frequency")}
+    args.penalties = {k: v for k, v in pens.items() if v is not None}
+    vllm_only = {"--row-controls": args.row_controls, "--max-model-len": args.max_model_len,
+                 **{"--" + k.replace("_", "-"): v for k, v in args.penalties.items()}}
+    for opt, v in vllm_only.items():
+        check_option(v is None or args.engine == "vllm", opt, v, "absent unless --engine vllm")
+    check_option(args.max_model_len is None or args.max_model_len >= 2, "--max-model-len", args.max_model_len,
+                 "an integer >= 2")
+    check_option(args.penalties.get("repetition_penalty", 1.0) > 0, "--repetition-penalty",
+                 args.penalties.get("repetition_penalty"), "a number > 0 (1: off)")
+    rows = args.row_controls
+    if rows is None:
+        args.row_controls = ()
+        return
+    try:
+        rows = json.loads(rows)
+    except ValueError:
+        rows = None
+    check_option(isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows), "--row-controls",
+                 args.row_controls, "a non-empty JSON list of objects")
+    for r in rows:
+        for k, v in r.items():
+            check_option(k in ROW_KEYS, "--row-controls", r, f"objects with keys among {sorted(ROW_KEYS)}")
+            check_option(ROW_KEYS[k][0](v), f"--row-controls {k}", v, ROW_KEYS[k][1])
+    args.row_controls = tuple(rows)
+
+
+def _row_controls(args) -> list:
+    """The controls of each --row-controls entry (the one configuration without it)."""
+    base = _controls(args)
+    if not getattr(args, "row_controls", ()):
+        return [base]
+    out = []
+    for r in args.row_controls:
+        t = r.get("temperature", base.temperature)
+        out.append(dataclasses.replace(base, temperature=t, top_p=r.get("top_p", base.top_p), greedy=t == 0,
+                                       max_new_tokens=r.get("max_new_tokens", base.max_new_tokens)))
+    return out
 
 
 def _needs_draft(args) -> bool:
@@ -242,7 +299,7 @@ def _check_resume(w: SampleWriter, controls, args, reqs) -> None:
     held = read_samples(w.path, option="--out")
     first = held[0].controls
     where = f"`--out` {str(w.path)!r}"
-    if first.law_key() != controls.law_key():
+    if first.law_key() not in {c.law_key() for c in _row_controls(args)}:
         raise UsageError(f"{where} holds completions drawn under {first.to_json()}; this run asks "
                          f"for {controls.to_json()} (one configuration per file: write to another file)")
     prompts = {r.request_id: r.prompt_ids for r in reqs}
@@ -314,11 +371,14 @@ def _vllm(args, reqs, w: SampleWriter) -> int:
     draft = args.draft or (str(model_path("tiny-draft")) if not args.target else None)
     engine_args = {"max_num_seqs": args.max_num_seqs, "enable_prefix_caching": args.prefix_caching == "on",
                    "max_num_batched_tokens": args.max_num_batched_tokens}
+    if args.max_model_len is not None:
+        engine_args["max_model_len"] = args.max_model_len
     return produce_vllm(reqs, w, python=args.vllm_python or default_python(), shim=args.vllm_shim,
                         progress=not args.no_progress, target=target,
                         spec=speculative_config(args.spec or "draft", args.k, draft), controls=_controls(args), seed=args.seed,
                         seeding=args.seeding, greedy_share=args.greedy_share, n=args.n,
-                        omit_temperature=args.omit_temperature, engine_args=engine_args)
+                        omit_temperature=args.omit_temperature, engine_args=engine_args,
+                        row_controls=args.row_controls, penalties=args.penalties)
 
 
 def _check_engine_spec(args) -> None:

@@ -41,6 +41,35 @@ def test_the_worker_writes_this_sample_format():
     assert vllm_worker.FORMAT == FORMAT
 
 
+def test_row_controls_cycle_over_the_requests_and_each_record_says_its_own():
+    # no engine: the job make_job writes and the controls the worker gives each request (and writes in its record)
+    from harness.samples.engines.vllm_engine import make_job
+    from harness.samples.format import Controls
+    from harness.samples.producers import make_requests
+    reqs = make_requests(1, 4, (8, 8), 0, 13)
+    rows = ({"temperature": 0.6, "max_new_tokens": 3}, {"top_p": 0.8}, {"temperature": 0})
+    job = make_job(reqs, target=str(PAIR / "markov_target"), spec=None, controls=Controls(1.0, 0, 1.0, 8, min_p=0.1),
+                   seed=0, row_controls=rows, penalties={"presence_penalty": 0.5}, out="")
+    got = [vllm_worker._controls(job, r) for r in job["requests"]]
+    assert [(c["temperature"], c["top_p"], c["max_new_tokens"], c["greedy"]) for c in got] == \
+        [(0.6, 1.0, 3, False), (1.0, 0.8, 8, False), (0.0, 1.0, 8, True), (0.6, 1.0, 3, False)]
+    assert all(c["min_p"] == 0.1 and c["seed"] is not None for c in got) and job["penalties"] == {"presence_penalty": 0.5}
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--row-controls", '[{"top_q": 1}]'], "--row-controls"),
+    (["--row-controls", '[{"top_p": 0}]'], "--row-controls top_p"),
+    (["--row-controls", "{}"], "--row-controls"),
+    (["--engine", "ours", "--presence-penalty", "0.5"], "--presence-penalty"),
+    (["--engine", "ours", "--min-p", "0.1"], "--min-p"),
+])
+def test_bad_vllm_row_options_are_refused_naming_the_option(tmp_path, capsys, argv, option):
+    engine = [] if "--engine" in argv else ["--engine", "vllm"]
+    assert main(["sample", *engine, *argv, "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert f"`{option}`" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()
+
+
 def _sample(tmp_path, name, per_prompt, *extra) -> Path:
     out = tmp_path / f"{name}.jsonl"
     assert main(["sample", "--engine", "vllm", "--vllm-python", PY, *COMMON, "--n-per-prompt", str(per_prompt),
@@ -130,3 +159,13 @@ def test_kernel_variants_are_not_lossy(tmp_path, fn):
     assert _kernel(tmp_path, fn, 20_000) in (0, 4)
     verdicts = pd.read_csv(tmp_path / f"k-{fn}" / "runs.csv")["verdict"]
     assert len(verdicts) and (verdicts != "lossy").all(), verdicts.tolist()
+
+
+def test_the_crash_reproductions_name_their_cases():
+    # experiments/vllm_crash_repro.py (docs/engines.md): its cases start an engine each (~1-3 min here), so no test
+    # runs them; this checks only that the script refuses an unknown case (exit 2) before importing vLLM
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, str(REPO / "experiments" / "vllm_crash_repro.py"), "nope"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "top_k|top_k_temperature|chunked_seeded|chunked_unseeded" in p.stderr

@@ -85,16 +85,21 @@ def _seed_of(seeding: str, seed: int, i: int) -> Optional[int]:
 
 def make_job(reqs, *, target: str, spec: Optional[dict], controls, seed: int, seeding: str = "all",
              greedy_share: float = 0.0, n: int = 1, omit_temperature: bool = False,
-             engine_args: Optional[dict] = None, chunk: int = 20000, out: str) -> dict:
+             engine_args: Optional[dict] = None, chunk: int = 20000, row_controls: tuple = (),
+             penalties: Optional[dict] = None, out: str) -> dict:
     """The worker's job for the requests ``reqs`` (:class:`harness.samples.producers.Request`); every
-    ``round(1 / greedy_share)``-th request runs greedy (the probe "greedy and sampled rows in one batch")."""
+    ``round(1 / greedy_share)``-th request runs greedy (the probe "greedy and sampled rows in one batch");
+    ``row_controls`` (override dicts: temperature, top_p, max_new_tokens), when given, are cycled over the
+    requests in order (request i runs under ``row_controls[i % len]``: mixed controls in one generate call);
+    ``penalties`` (vLLM's repetition / presence / frequency penalty) apply to every request."""
     every = round(1 / greedy_share) if greedy_share > 0 else 0
     rows = [[r.request_id, r.prompt_id, list(r.prompt_ids), _seed_of(seeding, seed, i),
-             bool(every) and i % every == 0] for i, r in enumerate(reqs)]
+             bool(every) and i % every == 0, dict(row_controls[i % len(row_controls)]) if row_controls else None]
+            for i, r in enumerate(reqs)]
     return {"target": str(Path(target).resolve()), "speculative": spec, "requests": rows,
             "max_new_tokens": controls.max_new_tokens, "temperature": controls.temperature, "top_k": controls.top_k,
-            "top_p": controls.top_p, "n": n, "omit_temperature": omit_temperature, "engine_args": engine_args or {},
-            "chunk": chunk, "out": out}
+            "top_p": controls.top_p, "min_p": controls.min_p, "penalties": penalties or None, "n": n,
+            "omit_temperature": omit_temperature, "engine_args": engine_args or {}, "chunk": chunk, "out": out}
 
 
 def _worker_env(shim: str) -> dict:
@@ -140,7 +145,8 @@ def root_cause(log: str) -> str:
     """The first error line of a worker's log (vLLM prints the engine core's exception before the client's)."""
     for line in log.splitlines():
         s = line.split("] ", 1)[-1].strip()
-        if s.startswith(("RuntimeError", "ValueError", "TypeError", "AssertionError", "IndexError", "KeyError")):
+        if s.startswith(("RuntimeError", "ValueError", "TypeError", "AssertionError", "IndexError", "KeyError",
+                         "vllm.exceptions.")):
             return s[:300]
     tail = [x for x in log.strip().splitlines() if x.strip()][-3:]
     return " | ".join(tail)[:300]

@@ -7,13 +7,19 @@ job, reads the records back through the strict sample-format reader and appends 
 This file imports only the standard library and vLLM, so it runs in an environment without the harness.
 
 The job (JSON): ``target``, ``draft`` (or null), ``speculative`` (vLLM's ``speculative_config`` or null),
-``requests`` ([request_id, prompt_id, prompt_ids, seed or null, greedy]), ``max_new_tokens``, ``temperature``,
-``top_k`` (0: off), ``top_p``, ``n`` (completions per request; > 1 is the ``n`` probe), ``engine_args``
+``requests`` ([request_id, prompt_id, prompt_ids, seed or null, greedy, overrides or absent]), ``max_new_tokens``,
+``temperature``, ``top_k`` (0: off), ``top_p``, ``min_p`` (0: off), ``penalties`` (vLLM's
+``repetition_penalty`` / ``presence_penalty`` / ``frequency_penalty``, or absent), ``n`` (completions per
+request; > 1 is the ``n`` probe), ``engine_args``
 (``max_num_seqs``, ``enable_prefix_caching``, ``kv_cache_memory_bytes``, ...), ``chunk`` (requests per
 ``generate`` call) and ``out``.  Every request runs with EOS ignored (``max_new_tokens`` tokens, the law the
 harness enumerates), token-id prompts, and per-request speculative counters
 (``per_request_spec_decode_metrics="detailed"``): each record's ``x_spec`` holds the steps' drafted and
 accepted counts, so whether speculation ran, and how often each position was accepted, is in the file.
+A request's ``overrides`` (``temperature``, ``top_p``, ``max_new_tokens``) replace the job's controls for that
+request only (the probes "mixed controls" and "ragged max_tokens" in one generate call); its record's
+``controls`` say what it ran under.  Penalties have no field in the sample format: a record drawn with them
+carries them in ``x_penalties`` (the two-sample path compares such files with each other only).
 """
 from __future__ import annotations
 
@@ -51,11 +57,23 @@ def make_llm(job: dict):
     return LLM(**args)
 
 
-def _params(job: dict, seed, greedy: bool):
+def _controls(job: dict, row) -> dict:
+    """The controls request ``row`` runs under: the job's, with the row's overrides (index 5) applied."""
+    over = row[5] if len(row) > 5 and row[5] else {}
+    greedy = bool(row[4]) or over.get("temperature") == 0
+    return {"temperature": 0.0 if greedy else over.get("temperature", job["temperature"]), "top_k": job["top_k"],
+            "top_p": over.get("top_p", job["top_p"]), "min_p": job.get("min_p", 0.0), "seed": row[3],
+            "max_new_tokens": over.get("max_new_tokens", job["max_new_tokens"]), "greedy": greedy, "stop": []}
+
+
+def _params(job: dict, row):
     from vllm import SamplingParams
-    temp = 0.0 if greedy else job["temperature"]
-    kw = dict(temperature=temp, top_p=job["top_p"], max_tokens=job["max_new_tokens"], ignore_eos=True,
-              seed=seed, n=job.get("n", 1))
+    c = _controls(job, row)
+    kw = dict(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["max_new_tokens"], ignore_eos=True,
+              seed=c["seed"], n=job.get("n", 1), **(job.get("penalties") or {}))
+    if c["min_p"]:
+        kw["min_p"] = c["min_p"]
+    greedy = c["greedy"]
     if job["top_k"]:
         kw["top_k"] = job["top_k"]
     if job.get("omit_temperature") and not greedy:
@@ -74,16 +92,16 @@ def _spec_of(completion) -> dict | None:
 def _records(job: dict, batch, outputs, engine: dict, wall: float) -> list[dict]:
     out = []
     per = wall / max(1, len(batch))
-    for (rid, pid, prompt, seed, greedy), res in zip(batch, outputs):
+    pen = {"x_penalties": job["penalties"]} if job.get("penalties") else {}
+    for row, res in zip(batch, outputs):
+        rid, pid, prompt = row[:3]
+        ctrl = _controls(job, row)
         for c, comp in enumerate(res.outputs):
-            ctrl = {"temperature": 0.0 if greedy else job["temperature"], "top_k": job["top_k"],
-                    "top_p": job["top_p"], "min_p": 0.0, "seed": seed, "max_new_tokens": job["max_new_tokens"],
-                    "greedy": bool(greedy), "stop": []}
             out.append({"format": FORMAT, "request_id": rid if len(res.outputs) == 1 else f"{rid}-n{c}",
                         "prompt_id": pid, "prompt_ids": list(prompt), "output_ids": [int(t) for t in comp.token_ids],
-                        "finish_reason": "length" if len(comp.token_ids) == job["max_new_tokens"] else "stop",
+                        "finish_reason": "length" if len(comp.token_ids) == ctrl["max_new_tokens"] else "stop",
                         "controls": ctrl, "logprobs": None, "engine": engine, "x_spec": _spec_of(comp),
-                        "x_wall_s": per})
+                        "x_wall_s": per, **pen})
     return out
 
 
@@ -95,6 +113,7 @@ def engine_block(job: dict) -> dict:
             "version": vllm.__version__, "interface": "offline LLM.generate (token ids)", "dtype": "float32",
             "speculative": job.get("speculative"), "engine_args": job.get("engine_args") or {},
             "cpu_expand_fix": _fix_active(), "eos": "ignored (ignore_eos=True)", "n": job.get("n", 1),
+            **({"penalties": job["penalties"]} if job.get("penalties") else {}),
             "omit_temperature": bool(job.get("omit_temperature"))}
 
 
@@ -110,7 +129,7 @@ def run(job: dict) -> dict:
             batch = reqs[s:s + chunk]
             prompts = [TokensPrompt(prompt_token_ids=list(r[2])) for r in batch]
             t0 = time.perf_counter()
-            outputs = llm.generate(prompts, [_params(job, r[3], r[4]) for r in batch], use_tqdm=False)
+            outputs = llm.generate(prompts, [_params(job, r) for r in batch], use_tqdm=False)
             dt = time.perf_counter() - t0
             gen_s += dt
             for rec in _records(job, batch, outputs, engine, dt):
