@@ -183,8 +183,20 @@ def run_doc_command(cmd: DocCommand, cwd: pathlib.Path) -> tuple[int, float, str
     return rc, time.perf_counter() - t0, tail
 
 
+_RAN: dict = {}  # copy -> ids of the commands run in it
+
+
 def _check(cmd: DocCommand, copy: pathlib.Path) -> None:
+    """Run ``cmd`` in ``copy`` after the earlier commands of its page (same tier) that this copy has not run: a
+    page's commands may read what earlier ones wrote, and pytest-xdist may hand a page's tests to two workers
+    (each with its own copy) whatever their xdist_group says (seen with xdist 3.8 / pytest 9.2)."""
     _prepare(copy, cmd.page)
+    ran = _RAN.setdefault(copy, set())
+    for prior in [c for c in ALL if c.page == cmd.page and c.tier == cmd.tier and c.line < cmd.line]:
+        if prior.id not in ran:
+            run_doc_command(prior, copy)  # its own test judges its exit status
+            ran.add(prior.id)
+    ran.add(cmd.id)
     rc, wall, tail = run_doc_command(cmd, copy)
     assert rc in cmd.exits, f"{cmd.id}: `{cmd.command}` exited {rc} in {wall:.0f} s, the page says {cmd.exits}:\n{tail}"
 
