@@ -8,7 +8,8 @@ target (``exact``: V = 16, real attention and RoPE; exported by :func:`harness.s
 -- one 4-token prompt, 4 new tokens, temperature 1, EOS ignored, no seed (the engine refuses one on CPU), one
 engine process -- then ``verify-samples --exact`` against the float64 law of the first 4 tokens at ``--epsilon``.
 Rows: the KV cache in float32 (``--kv-precision f32``) and at the engine's CPU default, float16.  Sizes: the planner
-asks ~27k completions for epsilon = 0.02 and ~109k for 0.01 at 4 positions; at ~9-19 completions per second here
+asks ~27k completions for epsilon = 0.02 and ~109k for 0.01 at 4 positions; at ~280 completions per second here when quiet
+(9-19 under load)
 (one process: a second process would draw the same stream) the f32 row draws 30k and the f16 row 10k
 (``--completions`` sets every row's size).  results/engines/mistralrs/certify-0.01/ is ``--rows plain-kv-f32
 --completions 130000 --epsilon 0.01`` (the planner asks ~109k; the machine quiet: ~280 completions/s).
