@@ -35,14 +35,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from harness.core.errors import SamplerError, UsageError
-from harness.samples.engines.openvino_engine import root_cause
-from harness.samples.engines.server import stop_group
+from harness.core.errors import UsageError
+from harness.samples.engines.job_worker import run_job
 from harness.samples.format import SampleWriter, parse_record
 
 __all__ = ["ALPHABET", "KV_PRECISIONS", "WORKER", "default_python", "export", "make_job", "run_worker", "replayed",
@@ -129,26 +127,7 @@ def run_worker(job: dict, python: str, timeout: float = 7200.0) -> tuple[list[di
     if not Path(python).exists():
         raise UsageError(f"`--mistralrs-python` must be the Python of an environment with mistralrs (make "
                          f"mistralrs-venv); got {python!r}, which does not exist")
-    with tempfile.TemporaryDirectory(prefix="specverify-mistralrs-") as tmp:
-        job = {**job, "out": str(Path(tmp) / "records.jsonl")}
-        (Path(tmp) / "job.json").write_text(json.dumps(job))
-        log = Path(tmp) / "worker.log"
-        with open(log, "w") as lf:
-            proc = subprocess.Popen([python, str(WORKER), str(Path(tmp) / "job.json")], stdout=lf,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                rc = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                rc = None
-            finally:
-                stop_group(proc)
-        if rc != 0:
-            what = ("ran past its timeout" if rc is None else f"was killed by signal {-rc}" if rc < 0
-                    else f"exited with status {rc}")
-            raise SamplerError(f"the mistral.rs worker {what}: {root_cause(log.read_text(errors='replace'))}")
-        summary = json.loads(Path(job["out"] + ".summary.json").read_text())
-        records = [json.loads(x) for x in Path(job["out"]).read_text().splitlines()]
-    return records, summary
+    return run_job(job, python, WORKER, "mistral.rs", timeout)
 
 
 def replayed(reqs, done: set) -> int:

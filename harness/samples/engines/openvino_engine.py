@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
-from harness.core.errors import SamplerError, UsageError
+from harness.core.errors import UsageError
 from harness.core.provenance import portable_tree
 from harness.samples.engines.openvino_export import export
-from harness.samples.engines.server import stop_group
+from harness.samples.engines.job_worker import root_cause, run_job
 from harness.samples.engines.vllm_engine import request_seed
 from harness.samples.format import SampleWriter, parse_record
 
@@ -67,42 +65,13 @@ def make_job(reqs, *, target: str, draft: Optional[str], spec: str, k: int, cont
             "chunk": int(chunk), "out": out}
 
 
-def root_cause(log: str) -> str:
-    """The engine's error line of a worker's log (OpenVINO's failed check, else the last lines)."""
-    lines = [x.strip() for x in log.splitlines() if x.strip()]
-    for x in lines:
-        if x.startswith(("RuntimeError", "ValueError", "TypeError", "Check '", "Fatal Python error")):
-            return x.split(" at /", 1)[0][:300]  # the build machine's source path adds nothing
-    return " | ".join(lines[-3:])[:300]
-
-
 def run_worker(job: dict, python: str, timeout: float = 7200.0) -> tuple[list[dict], dict]:
     """Run the worker on ``job``; (records as dicts, the worker's summary).  SamplerError (exit 3) when the
     engine fails, naming its failed check."""
     if not Path(python).exists():
         raise UsageError(f"`--openvino-python` must be the Python of an environment with openvino-genai (make "
                          f"openvino-venv); got {python!r}, which does not exist")
-    with tempfile.TemporaryDirectory(prefix="specverify-openvino-") as tmp:
-        job = {**job, "out": str(Path(tmp) / "records.jsonl")}
-        path = Path(tmp) / "job.json"
-        path.write_text(json.dumps(job))
-        log = Path(tmp) / "worker.log"
-        with open(log, "w") as lf:
-            proc = subprocess.Popen([python, str(WORKER), str(path)], stdout=lf, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-            try:
-                rc = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                rc = None
-            finally:
-                stop_group(proc)
-        if rc != 0:
-            what = ("ran past its timeout" if rc is None else f"was killed by signal {-rc}" if rc < 0
-                    else f"exited with status {rc}")
-            raise SamplerError(f"the OpenVINO worker {what}: {root_cause(log.read_text(errors='replace'))}")
-        summary = json.loads(Path(job["out"] + ".summary.json").read_text())
-        records = [json.loads(x) for x in Path(job["out"]).read_text().splitlines()]
-    return records, summary
+    return run_job(job, python, WORKER, "OpenVINO", timeout)
 
 
 def speculation_summary(summary: dict) -> str:
