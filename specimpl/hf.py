@@ -137,6 +137,7 @@ class HFModel(LanguageModel):
         self._mask_kind = _mask_kind(model.config)
         self._min = torch.finfo(next(model.parameters()).dtype).min
         self._ar = torch.arange(64, device=self.device)
+        self.cache_headroom = 64  # KV slots past the longest prompt before the cache grows (see _capacity)
         if probe:
             _probe_causal(self)
 
@@ -175,18 +176,27 @@ class HFModel(LanguageModel):
 
     # -- the interface --------------------------------------------------------------------------
     def prefill(self, prompts: Prompts) -> HFState:
+        """Consume every prompt token but the last.  Identical prompts are run once and their cache rows copied
+        (a batch that repeats a few prompts, as the exact-pair certificate's does, pays for the distinct ones)."""
         plist = as_prompt_list(prompts, self.vocab_size)
+        keys = [tuple(p) for p in plist]
+        first = {}
+        inverse = [first.setdefault(key, len(first)) for key in keys]  # (B,) row of each prompt's distinct copy
+        if 2 * len(first) > len(plist):
+            return self._prefill_rows(plist)
+        state = self._prefill_rows([list(key) for key in first])  # (U,) distinct prompts, in first-seen order
+        return self.select(state, torch.tensor(inverse, dtype=torch.long))
+
+    def _prefill_rows(self, plist: list) -> HFState:
         B = len(plist)
         n = [len(p) - 1 for p in plist]  # every prompt token but the last
         state = HFState(lengths=torch.zeros(B, dtype=torch.long, device=self.device),
-                        cache=RaggedKVCache(self.num_layers, initial_capacity=_round_up(max(n) + 64, 64)),
+                        cache=RaggedKVCache(self.num_layers, initial_capacity=self._capacity(max(n))),
                         max_len=0, uniform=True)
         T = max(n)
         if T == 0:
             return state
-        tokens = torch.zeros(B, T, dtype=torch.long)
-        for b, p in enumerate(plist):
-            tokens[b, :n[b]] = torch.tensor(p[:-1], dtype=torch.long)
+        tokens = torch.tensor([p[:-1] + [0] * (T - len(p) + 1) for p in plist], dtype=torch.long)  # (B, T) padded
         self.forward(state, tokens.to(self.device), torch.tensor(n, dtype=torch.long, device=self.device),
                      _logits=False)
         return state
@@ -248,6 +258,13 @@ class HFModel(LanguageModel):
         return new
 
     # -- helpers --------------------------------------------------------------------------------
+    def _capacity(self, n_prompt: int) -> int:
+        """KV slots allocated at prefill: the longest prompt plus ``cache_headroom`` (the cache doubles when a row
+        outgrows it).  Zeroing the buffer is most of a short call's cost at large batches, so a caller that knows
+        how many tokens it will add (the exact-pair certificate: J + k + 2) sets a small headroom."""
+        h = int(self.cache_headroom)
+        return _round_up(n_prompt + h, min(64, _round_up(h, 8)))
+
     @staticmethod
     def _sync_host(state: HFState) -> None:
         """Host copies of max(lengths) and all-equal (one device read)."""

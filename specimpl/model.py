@@ -81,8 +81,9 @@ def as_prompt_list(prompts: Prompts, vocab_size: int) -> list[list[int]]:
     for i, p in enumerate(prompts):
         row = _token_row(p, i)
         check_arg(len(row) >= 1, f"prompts[{i}]", row, "a non-empty list of token ids")
-        bad = [t for t in row if not 0 <= t < vocab_size]
-        check_arg(not bad, f"prompts[{i}]", bad[:5], f"token ids in [0, {vocab_size})")
+        if not (0 <= min(row) and max(row) < vocab_size):
+            bad = [t for t in row if not 0 <= t < vocab_size]
+            check_arg(False, f"prompts[{i}]", bad[:5], f"token ids in [0, {vocab_size})")
         out.append(row)
     return out
 
@@ -95,6 +96,8 @@ def _token_row(p, i: int) -> list[int]:
         return p.tolist()
     check_arg(not isinstance(p, (str, bytes)) and hasattr(p, "__iter__"), f"prompts[{i}]", p,
               "a list of integer token ids")
+    if type(p) is list and all(type(t) is int for t in p):  # the common case: already Python ints (no bools)
+        return list(p)
     row = []
     for j, t in enumerate(p):
         v = as_int(t)

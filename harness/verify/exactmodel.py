@@ -168,6 +168,8 @@ def exact_model_draw(sampler: Callable, spec: ExactModelSpec, *, n_sequences: in
     check_arg(isinstance(n_sequences, (int, np.integer)) and n_sequences >= 1, "n_sequences", n_sequences,
               "an integer >= 1")
     target, draft = exact_pair(spec)
+    for m in (target, draft):  # the KV cache sized for J tokens and a last round of k drafts (it grows if outgrown)
+        m.cache_headroom = spec.n_tokens + spec.k + 2
     label = name or getattr(sampler, "__name__", "sampler")
     P, J = len(spec.prompts), spec.n_tokens
     gen = torch.Generator().manual_seed(int(seed))
