@@ -145,13 +145,14 @@ def test_per_request_cost_beside_a_fixed_cost_and_bandwidth_needs_three_batches(
 
 # -- (c) an EAGLE / MTP head's cost ----------------------------------------------------------------------------------
 def test_draft_head_is_one_layer_plus_its_lm_head_and_pays_one_layers_fixed_cost(shapes):
-    """ModelShape.draft_head builds the heads written by hand in published.toml (EAGLE-1 on Llama-3.1-8B, the
-    Qwen3.8-27B MTP module).  Its cost is not 1/L of the target's step: on Llama-3-8B the LM head alone is 2.4
+    """ModelShape.draft_head builds the heads written by hand for the calibration rows of published.toml (EAGLE-1 on
+    Llama-3.1-8B, the dense EAGLE-3 head on Qwen3-30B-A3B).  Its cost is not 1/L of the target's step: on Llama-3-8B the LM head alone is 2.4
     layers, so a memory-bound head costs ~10 % of a target step, not 1/32; and with a per-layer fixed cost it
     pays one layer's share, not the target's 32."""
     t = shapes["llama3.1-8b"]
     for head, want in ((t.draft_head(name="e1"), shapes["eagle1-llama3.1-8b"]),
-                       (shapes["qwen3.8-27b-q4"].draft_head(), shapes["qwen3.8-27b-mtp-q4"])):
+                       (shapes["qwen3-30b-a3b"].draft_head(vocab=32000, fc_inputs=3, intermediate=6144,
+                                                           extra=2048 * 128 * 40), shapes["eagle3-qwen3-30b-a3b"])):
         assert head.weight_bytes == pytest.approx(want.weight_bytes, rel=1e-9)
         assert head.matmul_params == want.matmul_params
     head = t.draft_head()
