@@ -165,3 +165,24 @@ def test_draft_head_is_one_layer_plus_its_lm_head_and_pays_one_layers_fixed_cost
     assert extra == pytest.approx(1e-4) and float(Roofline(t, fixed)(1, 1, 256) - Roofline(t, hw)(1, 1, 256)) == pytest.approx(32e-4)
     with pytest.raises(ValueError, match="fc_inputs"):
         t.draft_head(fc_inputs=-1)
+
+
+# -- item 4's diagnostic: what a multi-token verification would have to cost ------------------------------------------
+def test_verify_row_cost_needed_recovers_a_known_per_row_cost(shapes):
+    """experiments/roofline_failures.py: a row whose measured S was made with T(n) = T(1 row) (1 + r (n - 1)) added to
+    the roofline gives that r back; a row the model already under-predicts gives nan (no such cost explains it)."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("roofline_failures", Path(__file__).resolve().parents[2]
+                                                  / "experiments" / "roofline_failures.py")
+    rf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rf)
+    pub = F.load_published()
+    row = dict(next(r for r in pub["row"] if r["id"] == "vllm-h100-eagle1-k3"))
+    costs, rt, _ = F.row_costs(row, shapes)
+    e = F.row_tokens(row)
+    tgt = (lambda n, B, L: float(rt(n, B, L)) + 0.3 * (n - 1) * float(rt(1, B, L)))  # noqa: E731
+    row["measured"] = row_speedup(PairCosts(tgt, costs.draft, costs.overhead_round_s, costs.overhead_token_s), row, e)
+    assert rf.verify_row_cost_needed(row, shapes) == pytest.approx(0.3, abs=1e-3)
+    row["measured"] = 1.01 * row_speedup(costs, row, e)
+    assert rf.verify_row_cost_needed(row, shapes) != rf.verify_row_cost_needed(row, shapes)  # nan
