@@ -102,6 +102,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "pays (0: verifying k + 1 tokens costs one step, the memory-bound rule; 1: compute-bound)")
     ap.add_argument("--target-layers", type=int, default=None, help="with --acceptance --draft eagle|mtp: the "
                                                                     "target's decoder layers")
+    ap.add_argument("--target-config", type=Path, default=None,
+                    help="with --acceptance --draft eagle|mtp: the target's HF config.json (or its folder): the head "
+                         "is priced as one of its layers, an fc and its LM head against the target's weight read")
+    ap.add_argument("--draft-vocab", type=int, default=None,
+                    help="with --target-config: the head's own (smaller) vocabulary (EAGLE-3, FR-Spec); default the "
+                         "target's")
     ap.add_argument("--hardware", default="local", help="local (profile this machine) or a file of harness/configs/hardware")
     ap.add_argument("--batch", default="1,8,32", help="comma-separated batch sizes")
     ap.add_argument("--context", default="512,4096", help="comma-separated context lengths (tokens)")
@@ -162,7 +168,8 @@ def _check(args):
     for opt in ("--target", "--draft"):
         check_option(getattr(args, opt[2:]) is not None, opt, None, "a model (a local HF folder or a shipped name), "
                      "unless --acceptance is given")
-    for opt in ("--target-only-rates", "--draft-rates", "--draft-cost", "--target-layers"):
+    for opt in ("--target-only-rates", "--draft-rates", "--draft-cost", "--target-layers", "--target-config",
+                "--draft-vocab"):
         val = getattr(args, opt[2:].replace("-", "_"))
         check_option(val is None, opt, val, "given only with --acceptance")
     check_option(args.verify_row_cost == 0.0, "--verify-row-cost", args.verify_row_cost, "given only with --acceptance")

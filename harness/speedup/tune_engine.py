@@ -22,7 +22,10 @@ The cost model (docs/roofline.md, "tune from an engine's own numbers"):
   ``eagle`` / ``mtp``, a head of one decoder layer (EAGLE-1/2/3: Li et al. 2024, 2025; DeepSeek-V3's MTP module:
   DeepSeek-AI 2024, sec. 2.2): ``--draft-cost`` x t(B), by default 1 / ``--target-layers`` (one layer's share of
   the target's step; the LM head the head shares with the target is not counted: give ``--draft-cost`` where
-  the vocabulary is large against a layer); ``ngram``: a lookup on the host, ``--draft-cost`` (default 0).
+  the vocabulary is large against a layer), or with ``--target-config`` (the target's config.json) the head's
+  weight read over the target's: one layer, an fc and its LM head of ``--draft-vocab`` rows (default the
+  target's vocabulary; Llama-3-8B: 0.104 of a step, not 1/32); ``ngram``: a lookup on the host, ``--draft-cost``
+  (default 0).
 - **Round.**  E_k = 1 + sum_i prod_{j <= i} alpha_j tokens per request from the file's conditional alphas
   (positions past the file's k are not predicted: ``--k`` must stay within them; a chain draft's alpha at
   position i is taken not to depend on k); steady-state S = E_k t(B) / (a + b B (k + 1) + k d(B)); the S of a
@@ -45,11 +48,13 @@ import numpy as np
 import pandas as pd
 
 from harness.core.atomic import staged_report
+from harness.core.errors import UsageError
 from harness.core.options import check_option, check_out, check_seed
 from harness.core.outdir import claim_out
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
 from harness.speedup.costmodel import simulate_rounds
 from harness.speedup.engine_acceptance import PositionCounts, read_acceptance
+from harness.speedup.roofline.model import ConfigError, ModelShape
 
 __all__ = ["DRAFT_KINDS", "parse_rates", "fit_step", "EngineCosts", "engine_costs", "speedup_draws", "choose",
            "tune_from_counts", "run"]
@@ -126,6 +131,11 @@ def engine_costs(args) -> tuple[EngineCosts, pd.DataFrame, pd.DataFrame | None, 
         dr = parse_rates("--draft-rates", args.draft_rates)
         da, db = _checked_fit("--draft-rates", args.draft_rates, dr)
         return EngineCosts(a, b, f, da, db), tr, dr, "draft model's own step (--draft-rates)"
+    check_option(args.draft_vocab is None or args.target_config is not None, "--draft-vocab", args.draft_vocab,
+                 "given only with --target-config")
+    if kind in ("eagle", "mtp") and frac is None and args.target_config is not None:
+        frac, words = head_fraction(args)
+        return EngineCosts(a, b, f, d_frac=frac), tr, None, words
     if kind in ("eagle", "mtp") and frac is None:
         check_option(args.target_layers is not None and args.target_layers >= 1, "--target-layers",
                      args.target_layers, f"the target's decoder layers (an integer >= 1) with --draft {kind}, "
@@ -134,6 +144,24 @@ def engine_costs(args) -> tuple[EngineCosts, pd.DataFrame, pd.DataFrame | None, 
         return EngineCosts(a, b, f, d_frac=frac), tr, None, f"one decoder layer: 1/{args.target_layers} of the target step"
     frac = 0.0 if frac is None else frac
     return EngineCosts(a, b, f, d_frac=frac), tr, None, f"{frac:g} x the target step (--draft-cost)"
+
+
+def head_fraction(args) -> tuple[float, str]:
+    """An EAGLE / MTP head's cost per drafted token as a fraction of the target's step, from ``--target-config``:
+    the head's weight read (one target layer, an fc of 2 hidden states, its LM head of ``--draft-vocab`` rows or
+    the target's: :meth:`harness.speedup.roofline.model.ModelShape.draft_head`) over the target's, the share of a
+    memory-bound step it costs.  Exit 2 naming the option at fault."""
+    check_option(args.target_layers is None, "--target-layers", args.target_layers,
+                 "left out with --target-config (the config gives the layers)")
+    check_option(args.draft_vocab is None or args.draft_vocab >= 1, "--draft-vocab", args.draft_vocab, "an integer >= 1")
+    try:
+        t = ModelShape.from_config(args.target_config)
+    except ConfigError as e:
+        raise UsageError(f"`--target-config`: {e}") from None
+    head = t.draft_head(vocab=args.draft_vocab)
+    frac = head.weight_bytes / t.weight_bytes
+    return frac, (f"one of the target's {t.layers} layers, an fc and an LM head of {head.vocab} rows: {frac:.3g} of "
+                  f"the target's weight read (--target-config)")
 
 
 def expected_tokens(alpha: np.ndarray, k: int) -> np.ndarray:

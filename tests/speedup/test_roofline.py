@@ -502,9 +502,11 @@ def test_each_a40_term_lowers_the_held_out_error(published):
     pub, t = published
     med = (lambda tab: float(tab[(tab.group == "a40-goodput") & (tab.quantity == "speedup")].rel_err.abs().median()))
     full = med(t)
-    for variant in (abl.drop_fields(pub, "prompt_tokens", "output_tokens"), abl.drop_fields(pub, "spec_off_rates"),
-                    abl.own_runs_only(pub)):
+    for variant in (abl.drop_fields(pub, "prompt_tokens", "output_tokens"), abl.drop_fields(pub, "spec_off_rates")):
         assert med(fidelity_table(variant)) > full + 0.01
+    assert med(abl.own_runs_table(pub)) > full + 0.01
+    with pytest.raises(ConfigError, match="do not separate eff_bandwidth"):  # the calibration rule refuses it
+        fidelity_table(abl.own_runs_only(pub))
 
 
 def test_spec_engine_tax_and_run_fields_refuse_bad_values():

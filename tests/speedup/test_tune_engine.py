@@ -209,3 +209,29 @@ def test_cli_model_options_need_a_model_without_acceptance(capsys):
     assert main(["tune", "--draft", "tiny-draft"]) == 2 and "`--target`" in capsys.readouterr().err
     assert main(["tune", "--target", "tiny", "--draft", "tiny-draft", "--target-only-rates", "1:2,2:3"]) == 2
     assert "`--target-only-rates`" in capsys.readouterr().err
+
+
+def test_eagle_head_cost_from_the_targets_config_counts_its_lm_head(tmp_path, capsys):
+    """--draft eagle --target-config: the head's cost per drafted token is its weight read over the target's (one
+    layer, an fc of 2 hidden states, the LM head), not 1/--target-layers: on Llama-3-8B the 128256-row LM head
+    is 2.4 layers, so 0.104 of a step where 1/32 = 0.031 leaves it out; a smaller --draft-vocab cuts it.  A bad
+    config, both --target-config and --target-layers, or --draft-vocab alone are exit 2 naming the option."""
+    from harness.speedup.roofline.model import ModelShape
+    cfg = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert _cli(tmp_path, "--draft", "eagle", "--target-config", str(tmp_path / "config.json")) == 0
+    md = (tmp_path / "out" / "recommendation.md").read_text()
+    t = ModelShape.from_dict(cfg)
+    frac = t.draft_head().weight_bytes / t.weight_bytes
+    assert frac == pytest.approx(0.104, abs=0.002) and f"{frac:.3g} of the target's weight read" in md
+    small = t.draft_head(vocab=32000).weight_bytes / t.weight_bytes
+    assert 1 / 32 < small < frac
+    capsys.readouterr()
+    (tmp_path / "bad").mkdir()
+    for extra, named in ((["--target-config", str(tmp_path / "none.json")], "`--target-config`"),
+                         (["--target-config", str(tmp_path / "config.json"), "--target-layers", "32"], "`--target-layers`"),
+                         (["--target-layers", "32", "--draft-vocab", "32000"], "`--draft-vocab`")):
+        assert _cli(tmp_path / "bad", "--draft", "mtp", *extra) == 2
+        err = capsys.readouterr().err
+        assert named in err and "Traceback" not in err

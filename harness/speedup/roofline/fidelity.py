@@ -32,6 +32,7 @@ from harness.core.config import CONFIGS
 from specimpl.errors import check_arg
 from harness.speedup.roofline.model import (FITTABLE, ConfigError, ModelShape, Roofline, calibrate, forward_cost,
                                             load_hardware, run_step_seconds)
+from harness.speedup.roofline.identify import check_figures, check_separated
 from harness.speedup.roofline.rounds import round_calls, row_run, row_speedup, row_tokens
 from harness.speedup.roofline.speedup import PairCosts, crossover_batch, speedup_table
 from harness.core.provenance import atomic_write_csv, atomic_write_json, atomic_write_text, metadata
@@ -184,27 +185,34 @@ def row_costs(row: dict, shapes: dict, hardware: Optional[str] = None) -> tuple[
     if (row.get("calibrate") or row.get("_pool")) and hardware is None:
         pts = _calibration_points(row, _calibration_shape(row, shapes), shapes)
         fit = row["_pool"][1] if row.get("_pool") else tuple(row.get("calibrate_fit", ["eff_bandwidth"]))
-        if len(fit) > len(pts):
-            raise ConfigError(f"row {row['id']}: `calibrate_fit` {list(fit)} fits more fields than `calibrate` "
-                              f"has points ({len(pts)})")
-        hw = _calibrated(hw, pts, fit)
+        where = f"row {row['id']}" + (f" (pool.{row['calibrate_pool']})" if row.get("_pool") else "")
+        check_figures(where, pts, fit)  # the calibration rule: what these target-only figures identify
+        hw = _calibrated(hw, pts, fit, where)
     rt, rd = Roofline(t, hw), Roofline(d, hw)
-    a = spec_engine_tax(row)
-    return PairCosts(rt, rd, overhead_round_s=(lambda k, B: a * B) if a else 0.0), rt, rd
+    a, s = spec_engine_tax(row), hw.step_per_request_s
+    # the engine's per-request step cost s B: every target-only step and every speculative round (one engine step)
+    return PairCosts(rt, rd, overhead_round_s=(lambda k, B: (a + s) * B) if a or s else 0.0,
+                     overhead_token_s=(lambda B: s * B) if s else 0.0), rt, rd
 
 
 _MEMO: list = []  # the calibrations of the table being built (fidelity_table): repr of the inputs -> hardware
 
 
-def _calibrated(hw, pts: list, fit: tuple):
-    """``calibrate(hw, pts, fit).hardware``; inside :func:`fidelity_table` each distinct calibration is fitted
-    once (many rows share one: 11 distinct of 107), keyed on the full repr of its inputs.  Per table, not per
-    process, so that a table built under other code (a patched model, in tests) never reuses another's fit."""
+def _calibrated(hw, pts: list, fit: tuple, where: str = "calibration"):
+    """``calibrate(hw, pts, fit).hardware``, refused where the points do not separate the fitted fields
+    (:func:`harness.speedup.roofline.identify.check_separated`); inside :func:`fidelity_table` each distinct
+    calibration is fitted once (many rows share one: 11 distinct of 107), keyed on the full repr of its inputs.
+    Per table, not per process, so that a table built under other code (a patched model, in tests) never reuses
+    another's fit."""
+    def fitted():
+        h = calibrate(hw, pts, fit=fit).hardware
+        check_separated(where, h, pts, fit)
+        return h
     if not _MEMO:
-        return calibrate(hw, pts, fit=fit).hardware
+        return fitted()
     key = repr((hw, pts, tuple(fit)))
     if key not in _MEMO[-1]:
-        _MEMO[-1][key] = calibrate(hw, pts, fit=fit).hardware
+        _MEMO[-1][key] = fitted()
     return _MEMO[-1][key]
 
 

@@ -141,6 +141,27 @@ class ModelShape:
                    dtype=_dtype_name(raw, f"{where}: dtype" if dtype is None else "`dtype`"), extra_params=extra,
                    **moe)
 
+    def draft_head(self, vocab: Optional[int] = None, fc_inputs: int = 2, intermediate: Optional[int] = None,
+                   extra: int = 0, name: Optional[str] = None) -> "ModelShape":
+        """An EAGLE / MTP draft head on this target: one decoder layer of the target's shape (a mixture's layer as
+        it is, or a dense MLP of ``intermediate``), an fc of ``fc_inputs`` hidden states -> hidden (EAGLE-1/2 and
+        DeepSeek-V3's MTP module: 2; EAGLE-3: 3) plus ``extra`` weights, and an LM head of ``vocab`` rows (default
+        the target's own, which the head reads every draft step; EAGLE-3 and FR-Spec heads keep a smaller draft
+        vocabulary).  Its cost is a fraction of one target layer plus, where the vocabulary is large against a
+        layer, the LM head (Llama-3-8B's 128256 x 4096 head is 2.4 of its layers), and it pays one layer's share of
+        a per-layer fixed cost (``overhead_per_layer_s``), not the target's ``layers`` shares."""
+        for key, v, least in (("vocab", vocab, 1), ("fc_inputs", fc_inputs, 0), ("intermediate", intermediate, 1),
+                              ("extra", extra, 0)):
+            check_arg(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= least), key, v,
+                      f"an integer >= {least}" + (" or None" if key in ("vocab", "intermediate") else ""))
+        moe = {} if intermediate else {"experts": self.experts, "experts_per_tok": self.experts_per_tok,
+                                       "moe_intermediate": self.moe_intermediate}
+        return ModelShape(name=name or f"{self.name}-head", hidden=self.hidden, layers=1, heads=self.heads,
+                          kv_heads=self.kv_heads, head_dim=self.head_dim, intermediate=intermediate or self.intermediate,
+                          vocab=vocab or self.vocab, tied=True, dtype=self.dtype, kv_dtype=self.kv_dtype,
+                          logits_bytes=self.logits_bytes, extra_params=fc_inputs * self.hidden * self.hidden + extra,
+                          **moe)
+
     # -- counts -------------------------------------------------------------------------------------
     @property
     def attn_params(self) -> int:
@@ -226,6 +247,7 @@ class Hardware:
     peak_tflops: dict  # dtype -> dense TFLOP/s
     overhead_s: float  # fixed per forward call
     overhead_per_layer_s: float = 0.0  # per decoder layer per call (kernel launches of an eager framework)
+    step_per_request_s: float = 0.0  # per running request per engine step (scheduler, sampling, output processing)
     eff_bandwidth: float = 0.8
     eff_compute: float = 0.6
     devices: int = 1  # ideal tensor-parallel scaling of bandwidth and peak
@@ -274,8 +296,8 @@ def load_hardware(name_or_path) -> Hardware:
     for key in ("name", "bandwidth_gbps", "peak_tflops", "overhead_s", "source"):
         if key not in d:
             raise ConfigError(f"{p}: field {key!r} is missing")
-    num = {k: d[k] for k in ("bandwidth_gbps", "overhead_s", "overhead_per_layer_s", "eff_bandwidth", "eff_compute")
-           if k in d}
+    num = {k: d[k] for k in ("bandwidth_gbps", "overhead_s", "overhead_per_layer_s", "step_per_request_s",
+                             "eff_bandwidth", "eff_compute") if k in d}
     if not isinstance(d["peak_tflops"], dict) or not d["peak_tflops"]:
         raise ConfigError(f"{p}: field 'peak_tflops' must be a table of dtype = TFLOPS (e.g. float32 = 19.5); "
                           f"got {d['peak_tflops']!r}")
@@ -297,6 +319,7 @@ def load_hardware(name_or_path) -> Hardware:
     return Hardware(name=d["name"], bandwidth_gbps=float(d["bandwidth_gbps"]),
                     peak_tflops={str(k): float(v) for k, v in d["peak_tflops"].items()},
                     overhead_s=float(d["overhead_s"]), overhead_per_layer_s=float(d.get("overhead_per_layer_s", 0.0)),
+                    step_per_request_s=float(d.get("step_per_request_s", 0.0)),
                     eff_bandwidth=float(d.get("eff_bandwidth", 0.8)),
                     eff_compute=float(d.get("eff_compute", 0.6)), devices=int(d.get("devices", 1)),
                     memory_gb=float(d.get("memory_gb", 0.0)), source=str(d["source"]), calibrated=str(d.get("calibrated", "")), path=p.name)
@@ -374,17 +397,19 @@ class Calibration:
     fitted: tuple = ()
 
 
-FITTABLE = ("eff_bandwidth", "eff_compute", "overhead_s", "overhead_per_layer_s")
+FITTABLE = ("eff_bandwidth", "eff_compute", "overhead_s", "overhead_per_layer_s", "step_per_request_s")
 
 
 def run_step_seconds(rt: Roofline, n, B, L, run=None) -> float:
-    """One forward T(n, B, L), or with ``run`` = (P, O) a whole fixed-length run's seconds per output token of
-    a sequence: (T_prefill(P, B) + (O − 1) T(n, B, L)) / O (the batch's prefill of P prompt tokens each, which
-    emits the first token, then O − 1 steps at the mean context L)."""
+    """One engine step, T(n, B, L) + s B (s: the hardware's ``step_per_request_s``, the engine's work per running
+    request and step), or with ``run`` = (P, O) a whole fixed-length run's seconds per output token of a sequence:
+    (T_prefill(P, B) + (O − 1) T(n, B, L)) / O + s B (the batch's prefill of P prompt tokens each, which emits the
+    first token, then O − 1 steps at the mean context L; every one of the O engine steps pays s B)."""
+    s = rt.hw.step_per_request_s * float(B)
     if not run:
-        return float(rt(n, B, L))
+        return float(rt(n, B, L)) + s
     P, O = run
-    return float((rt(P, B, 0, prefill=True) + (O - 1) * rt(n, B, L)) / O)
+    return float((rt(P, B, 0, prefill=True) + (O - 1) * rt(n, B, L)) / O) + s
 
 
 def calibrate(hw: Hardware, measured: list, fit=FITTABLE, eff_max: float = 1.0) -> Calibration:
@@ -401,7 +426,7 @@ def calibrate(hw: Hardware, measured: list, fit=FITTABLE, eff_max: float = 1.0) 
     check_arg(set(fit) <= set(FITTABLE) and len(fit) >= 1, "fit", fit, f"a non-empty subset of {FITTABLE}")
     y = np.log(np.array([m[4] for m in measured], dtype=np.float64))
     lo = {"eff_bandwidth": math.log(1e-4), "eff_compute": math.log(1e-4), "overhead_s": math.log(1e-9),
-          "overhead_per_layer_s": math.log(1e-9)}
+          "overhead_per_layer_s": math.log(1e-9), "step_per_request_s": math.log(1e-9)}
     x0 = np.array([math.log(max(getattr(hw, f), 1e-6)) for f in fit])
 
     def model(x):

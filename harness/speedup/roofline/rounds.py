@@ -115,7 +115,7 @@ def row_speedup(costs: PairCosts, row: dict, e: float) -> float:
     if run is None:
         return e * t_ar / round_seconds_of(costs, row, e)
     P, O = run
-    pre = _prefill(costs.target, P, B)
+    pre = _prefill(costs.target, P, B) + costs.token_overhead(B)  # the prompt's step is an engine step too
     return (pre + (O - 1) * t_ar) / (pre + _prefill(costs.draft, P, B) + (O - 1) / e * round_seconds_of(costs, row, e))
 
 
