@@ -149,8 +149,9 @@ def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, se
     """Evaluate the family of tests of the drawn ``rs``, judge each run and the command
     (:func:`harness.verify.outcome.judge`; ``rerun`` writes the command of its advice), write the report
     (``config`` gives the command's settings for the provenance, once the family's levels are known), and drop
-    the resume state.  ``t_start`` / ``c_start``: :func:`time.perf_counter` and :func:`harness.core.cputime.tree_cpu_s`
-    when the command began (the whole run's wall and CPU seconds; ``c_start`` None: CPU not measured).  ``workers``: processes evaluating the tests and judging the runs
+    the resume state.  ``t_start`` / ``c_start``: :func:`time.perf_counter` and
+    :func:`harness.core.cputime.tree_cpu_s` when the command began (the whole run's wall and CPU seconds; ``c_start``
+    None: CPU not measured).  ``workers``: processes evaluating the tests and judging the runs
     (:func:`harness.core.forkmap.fork_map`; the result does not depend on it)."""
     table, levels = evaluate_family(plan_family(rs), settings, workers)
     t_tested = time.perf_counter()
