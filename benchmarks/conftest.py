@@ -62,6 +62,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"per CPU-second: speculative {sc / 1e6:.2f} M, loop {lc:,.0f}, ratio {sc / lc:,.0f}")
     _print_check_cost(tr, rates)
     _print_scaling(tr, rates)
+    _print_certificate_cost(tr, rates)
 
 
 def _print_scaling(tr, rates):
@@ -71,6 +72,18 @@ def _print_scaling(tr, rates):
         n = max(runs)
         tr.write_line(f"verify: {runs[1] / 1e6:.2f} M tokens/s at 1 worker, {runs[n] / 1e6:.2f} M at {n} workers; "
                       f"scaling efficiency {runs[n] / (n * runs[1]):.0%}")
+
+
+def _print_certificate_cost(tr, rates):
+    """What the reference sampler's certificates cost, per scenario (bench_verify.py's ``certificates``)."""
+    for _, _, info in sorted(rates.values(), key=lambda x: x[2].get("workers", 0)):
+        certs = info.get("certificates") if info.get("role") == "verify" else None
+        if not certs:
+            continue
+        tr.write_line(f"verify at {info['workers']} worker(s): {info['wall_total_s']:.0f} s wall, {info['cpu_s']:.0f} "
+                      f"CPU-s; per scenario: CPU-s to certify the stated ε, bound x sqrt(CPU-s), * = certified here")
+        tr.write_line("  " + ", ".join(f"{name} {c['certify_cpu_s']:.3g} ({c['eps_sqrt_cpu']:.2g}"
+                                       f"{'*' if c['certified'] else ''})" for name, c in certs.items()))
 
 
 def _print_check_cost(tr, rates):

@@ -10,6 +10,7 @@
     models       the shipped models' short names (tiny, exact, exact-markov, ...) -> their folders in the install
     owner        a thin parent that owns the exit status of a command running a plug-in sampler
     lifeline     workers (and an owned command) die with their parent
+    cputime      CPU seconds of a task, and of this process with its children (the cost of a verification)
 
 May import: nothing else of ``harness`` (``specimpl.errors`` for argument checks).
 """

@@ -240,7 +240,7 @@ class ShardedRun:
                               with_pit=not is_baseline, pit_max_lag=sc.k + 1)
         # sequential stopping (harness.verify.sequential): every run but a baseline, when the level is > 0
         run.sequential = None if is_baseline or seq_level <= 0 else RunEProcess.for_accumulator(run.acc, seq_level)
-        run.error, run.wall_s, run.tokens, run.positions = None, 0.0, 0, 0
+        run.error, run.wall_s, run.cpu_s, run.tokens, run.positions = None, 0.0, 0.0, 0, 0
         stop = getattr(run, "stop", None)  # --stop-at-need (harness.verify.stopping): calls end at every look
         run.certified_at = None
         sizes = (look_chunks(stop.looks.sizes, settings.min_chunks, settings.max_chunk) if stop is not None else
@@ -259,8 +259,8 @@ class ShardedRun:
             if run.sequential is not None:
                 run.sequential.restore(saved.get("sequential"))
             run.certified_at = saved.get("certified_at")
-            run.wall_s, run.tokens, run.positions, self.next = (saved[k] for k in ("wall_s", "tokens", "positions",
-                                                                                   "done"))
+            run.wall_s, run.cpu_s, run.tokens, run.positions, self.next = (
+                saved[k] for k in ("wall_s", "cpu_s", "tokens", "positions", "done"))
         self.saved_at, self.saved_next = time.perf_counter(), self.next
         recipe = ("baseline",) if is_baseline else sampler_recipe(run.sampler, run.label)
         first = np.cumsum([0, *sizes[:-1]])  # sequences before each shard
@@ -315,6 +315,7 @@ class ShardedRun:
         run.tokens += r.tokens
         run.positions += r.positions
         run.wall_s += r.wall_s
+        run.cpu_s += r.cpu_s
         if run.sequential is not None:
             run.sequential.look(run.acc)
         stop = getattr(run, "stop", None)
@@ -327,6 +328,7 @@ class ShardedRun:
         if run.error is None:
             self.state.save(self.slot, self.fp, {"acc": run.acc.statistics(), "done": self.next, "tokens": run.tokens,
                                                  "positions": run.positions, "wall_s": run.wall_s,
+                                                 "cpu_s": run.cpu_s,
                                                  "sequential": run.sequential.state() if run.sequential else None,
                                                  "certified_at": run.certified_at},
                             self.modules)
@@ -503,13 +505,17 @@ def _load_real(rr: RealRun, spec: RealModelSpec, state: RunState) -> bool:
     saved = state.load(*_real_slot(rr, spec, state))
     if saved is None:
         return False
-    rr.draw, rr.wall_s = RealModelDraw(**saved["draw"]), saved["wall_s"]
+    rr.draw = RealModelDraw(**saved["draw"])
+    rr.wall_s += saved["wall_s"]
+    rr.cpu_s += saved["cpu_s"]
     return True
 
 
-def _save_real(rr: RealRun, spec: RealModelSpec, state: RunState, modules: Optional[dict] = None) -> None:
+def _save_real(rr: RealRun, spec: RealModelSpec, state: RunState, result: RealResult) -> None:
+    """Save the tiny-pair draw of ``rr`` with the seconds its task took (``result``'s)."""
     if rr.error is None:
-        state.save(*_real_slot(rr, spec, state), {"draw": dict(rr.draw.__dict__), "wall_s": rr.wall_s}, modules)
+        state.save(*_real_slot(rr, spec, state), {"draw": dict(rr.draw.__dict__), "wall_s": result.wall_s,
+                                                  "cpu_s": result.cpu_s}, result.modules)
 
 
 def _exact_slot(rr: RealRun, shard: int, n_rows: int, exact, config, state: RunState) -> tuple[str, str]:
@@ -532,6 +538,7 @@ def _exact_tasks(i: int, rr: RealRun, spec: RealModelSpec, state: RunState) -> l
         saved = state.load(*_exact_slot(rr, shard, n_rows, spec.exact, spec.config, state))
         if saved is not None:
             rr.exact_parts[shard] = ExactModelDraw(**saved["draw"])
+            _add_cpu(rr, saved["wall_s"], saved["cpu_s"], exact=True)
             continue
         out.append(ExactTask(i, rr.label, sampler_recipe(rr.sampler, rr.label), shard, n_rows, _exact_seed(rr, shard),
                              spec.exact, spec.config))
@@ -559,10 +566,18 @@ def _take_exact(rr: RealRun, task: ExactTask, result, state: RunState) -> None:
                                                        error=lost_message(result, f"exact-pair shard {task.shard}")),
                             0.0)
     rr.exact_parts[task.shard] = result.draw
-    rr.wall_s += result.wall_s
+    _add_cpu(rr, result.wall_s, result.cpu_s, exact=True)
     if result.draw.error is None:
         state.save(*_exact_slot(rr, task.shard, task.n_rows, task.spec, task.config, state),
-                   {"draw": dict(result.draw.__dict__)}, result.modules)
+                   {"draw": dict(result.draw.__dict__), "wall_s": result.wall_s, "cpu_s": result.cpu_s},
+                   result.modules)
+
+
+def _add_cpu(rr: RealRun, wall_s: float, cpu_s: float, exact: bool = False) -> None:
+    """A task's seconds into its real-model run (``exact``: an exact-pair shard's, the certificate's draws)."""
+    rr.wall_s += wall_s
+    rr.cpu_s += cpu_s
+    rr.exact_cpu_s += cpu_s if exact else 0.0
 
 
 def _take_real(rr: RealRun, task, result, state: RunState) -> None:
@@ -574,8 +589,9 @@ def _take_real(rr: RealRun, task, result, state: RunState) -> None:
         rr.draw = RealModelDraw(rr.label, None, rr.n_sequences, spec.max_new_tokens, spec.k, spec.config.describe(),
                                 None, 0.0, 0.0, error=lost_message(result, "this run"))
         return
-    rr.draw, rr.wall_s = result.draw, result.wall_s
-    _save_real(rr, spec, state, result.modules)
+    rr.draw = result.draw
+    _add_cpu(rr, result.wall_s, result.cpu_s)
+    _save_real(rr, spec, state, result)
 
 
 def _pair_fingerprint(state: RunState) -> Optional[str]:
@@ -597,9 +613,9 @@ def draw_von_neumann(proposals: int, seed: int, controls: bool = True) -> list[V
     out = []
     for label, role, M, sampler in entries:
         g = torch.Generator().manual_seed(derive_seed(seed, label, M))
-        tic = time.perf_counter()
+        tic, c0 = time.perf_counter(), time.thread_time()
         draw = sampler.propose(proposals, g)
-        out.append(VonNeumannRun(label, role, M, draw, cdf, time.perf_counter() - tic))
+        out.append(VonNeumannRun(label, role, M, draw, cdf, time.perf_counter() - tic, time.thread_time() - c0))
     return out
 
 

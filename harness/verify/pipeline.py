@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from harness.core.backends import Backend
+from harness.core.cputime import TREE_SCOPE, tree_cpu_s
 from harness.core.matmul import forward_flops, matmul_gflops, model_flop_share
 from harness.verify.exactmodel import exact_pair
 from harness.verify.realmodel import RealModelSpec, tiny_pair
@@ -79,7 +80,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
     an inconclusive verdict (:func:`harness.core.verdict.rerun_command`; None: the options are named alone).
     ``sampler_timeout``: seconds a sampler task may run on a worker process
     (:func:`harness.verify.isolation.task_timeout`; None: the default limit, 0: none)."""
-    t_start = time.perf_counter()
+    t_start, c_start = time.perf_counter(), tree_cpu_s()
     if full and not getattr(settings, "full", False):
         settings = replace(settings, full=True)  # the scenario files' full_epsilon_* apply
     seed = settings.seed if seed is None else seed
@@ -111,7 +112,7 @@ def verify(*, sampler: Optional[Callable], sampler_label: str, scenarios: list, 
 
     return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
                     t_drawn=time.perf_counter(), workers=backend.local_workers if backend is not None else 1,
-                    rerun=rerun)
+                    rerun=rerun, c_start=c_start)
 
 
 def _algorithms_config(rs: RunSet, algos) -> Optional[dict]:
@@ -144,11 +145,13 @@ def real_model_config(rs: RunSet) -> Optional[dict]:
 
 def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, seed: int, out: Optional[Path],
              figures: bool, state: RunState, t_start: float, t_drawn: float, workers: int = 1,
-             rerun: Optional[Callable[[dict], str]] = None) -> VerifyResult:
+             rerun: Optional[Callable[[dict], str]] = None, c_start: Optional[float] = None) -> VerifyResult:
     """Evaluate the family of tests of the drawn ``rs``, judge each run and the command
     (:func:`harness.verify.outcome.judge`; ``rerun`` writes the command of its advice), write the report
     (``config`` gives the command's settings for the provenance, once the family's levels are known), and drop
-    the resume state.  ``workers``: processes evaluating the tests and judging the runs
+    the resume state.  ``t_start`` / ``c_start``: :func:`time.perf_counter` and
+    :func:`harness.core.cputime.tree_cpu_s` when the command began (the whole run's wall and CPU seconds; ``c_start``
+    None: CPU not measured).  ``workers``: processes evaluating the tests and judging the runs
     (:func:`harness.core.forkmap.fork_map`; the result does not depend on it)."""
     table, levels = evaluate_family(plan_family(rs), settings, workers)
     t_tested = time.perf_counter()
@@ -157,7 +160,7 @@ def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, se
     cfg = config(levels)
     outcome = judge(rs, table, verdicts, certifier, cfg, rerun)
     passed = outcome.verdict == "certified"
-    timing = _timing(rs, t_start, t_drawn, t_tested)
+    timing = _timing(rs, t_start, t_drawn, t_tested, c_start)
     result = report.build(table=table, verdicts=verdicts, runs=rs.runs, baselines=rs.baselines, laws=rs.laws,
                           real_runs=rs.real_runs, config=cfg, seed=seed, timing=timing, outcome=outcome,
                           out=out, figures=figures, resume=state.summary(), resume_lines=state.announcement(),
@@ -168,7 +171,10 @@ def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, se
                         verdicts=verdicts, outcome=outcome)
 
 
-def _timing(rs: RunSet, t_start: float, t_drawn: float, t_tested: float) -> dict:
+def _timing(rs: RunSet, t_start: float, t_drawn: float, t_tested: float, c_start: Optional[float] = None) -> dict:
+    """The command's seconds and tokens: wall (``wall_*``), CPU (``cpu_total_s``: this process and its children over
+    the command, :data:`harness.core.cputime.TREE_SCOPE`; ``cpu_draws_s``: the runs' draws, every run's ``cpu_s``
+    and baseline, :mod:`harness.verify.cost`), tokens drawn, sequential stopping."""
     tested = [r for r in rs.runs if r.role in UNDER_TEST]
     controls = [r for r in rs.runs if r.role not in UNDER_TEST]
     timing = {
@@ -182,6 +188,8 @@ def _timing(rs: RunSet, t_start: float, t_drawn: float, t_tested: float) -> dict
         "tokens_real_model": int(sum(rr.tokens for rr in rs.real_runs)),
         "tokens_exact_pair": int(sum(rr.exact_tokens for rr in rs.real_runs)),
         "wall_real_model_s": float(sum(rr.wall_s for rr in rs.real_runs)),
+        "cpu_total_s": tree_cpu_s() - c_start if c_start is not None else None, "cpu_scope": TREE_SCOPE,
+        "cpu_draws_s": float(sum(r.cpu_s for r in [*rs.runs, *rs.baselines.values(), *rs.real_runs, *rs.vn])),
     }
     timing["tokens_total"] = timing["tokens_sampler"] + timing["tokens_controls"] + timing["tokens_target_only"] + \
         timing["tokens_real_model"]

@@ -37,6 +37,7 @@ from typing import Callable, Optional
 from harness.verify.realmodel import RealModelSpec
 from harness.laws.scenarios import load_settings
 from harness.core.backends import Backend, SerialBackend
+from harness.core.cputime import tree_cpu_s
 from harness.core.errors import UsageError
 from harness.core.verdict import exit_status
 from harness.core.options import check_option, check_unique
@@ -163,7 +164,7 @@ def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, o
     """Draw every (name, role, sampler, sequences) of ``entries`` on the real pair with ``spec`` (and, for the
     certificate, on the exact pair: ``exact_sequences`` per prompt for the sampler under test, see
     :func:`_exact_n`), and test, judge and report them as one family (``settings``: default.toml's run settings)."""
-    t_start = time.perf_counter()
+    t_start, c_start = time.perf_counter(), tree_cpu_s()
     seed = settings.seed if seed is None else seed
     rs = RunSet(real_model=spec, real_runs=[
         RealRun(name, role, fn, n, real_model_seed(seed, name), batch_size=1 if name == PEER else None,
@@ -179,7 +180,7 @@ def pit(entries, spec: RealModelSpec, settings, *, seed: Optional[int] = None, o
                 "real_model": real_model_config(rs)}
 
     return conclude(rs, settings, config, seed=seed, out=out, figures=figures, state=state, t_start=t_start,
-                    t_drawn=time.perf_counter(), rerun=rerun)
+                    t_drawn=time.perf_counter(), rerun=rerun, c_start=c_start)
 
 
 def run(args) -> int:

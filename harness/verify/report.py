@@ -11,8 +11,8 @@ that this one did not write, e.g. ``figures/`` after a ``--no-figures`` rerun):
                                     verdict, tests that caught it, TV
     distributions.parquet           observed and expected counts per position and symbol, every run
     pit_hist.parquet                PIT histograms (64 cells) per position, every run (real-model runs too)
-    summary.md                      the short human summary (budget, power, TV bounds, detection table,
-                                    the real-model scenario)
+    summary.md                      the short human summary (budget, power, TV bounds, what the certificates
+                                    cost, detection table, the real-model scenario)
     meta.json                       provenance (config, seed, commit, versions, machine) and timing
     figures/*.png                   drawn by :func:`draw_figures` from the parquet files alone
 """
@@ -32,6 +32,7 @@ from harness.core.forkmap import fork_map
 from harness.core.provenance import (atomic_savefig, atomic_write_csv, atomic_write_json, atomic_write_parquet,
                                 atomic_write_text, metadata)
 from harness.verify.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
+from harness.verify.cost import console_cost, cost_section
 from harness.verify.family import run_acceptance
 from harness.verify.measured import measured_line
 from harness.verify.outcome import Outcome, loss_estimate
@@ -134,6 +135,7 @@ def _summary(table, verdicts, runs, laws, config, meta, timing, outcome: Outcome
     is_rm = verdicts.scenario == REAL_MODEL
     must = verdicts[(verdicts.certificate.fillna("") != "") & ~verdicts.role.isin(MUST_BE_CAUGHT)]
     L = _header(config, meta, outcome, verdicts) + _next_steps(outcome) + (_strongest(must, config) if len(must) else []) + _certificates(verdicts, config) + \
+        cost_section(verdicts, timing) + \
         [f"**Resumed:** {line}." for line in resume_lines] + ([""] if resume_lines else []) + _budget(config, timing)
     L += _scenarios(verdicts[verdicts.role.isin(UNDER_TEST) & ~is_vn & ~is_rm], table, runs, laws)
     L += _real_model_section(verdicts[is_rm], config)
@@ -525,6 +527,7 @@ def _console(verdicts, config, timing, outcome: Outcome, out) -> str:
     lines = [f"{who}: {config['n_tests']} tests, family-wise alpha {config['family_alpha']:g}; "
              f"{timing['tokens_total']:,} tokens in {timing['wall_total_s']:.0f} s"]
     lines += [_console_run(v) for _, v in verdicts.iterrows()]
+    lines.append(console_cost(verdicts, timing, config["sampler"]))
     if out is not None:
         lines.append(f"report: {out}/summary.md")
     lines += [f"why: {r}" for r in outcome.reasons]

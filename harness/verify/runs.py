@@ -57,7 +57,8 @@ class RunSpec:
     # filled by the runner
     acc: Optional[Accumulator] = None
     error: Optional[str] = None
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # seconds of its shards (sampler calls and their statistics), summed over the workers
+    cpu_s: float = 0.0  # CPU seconds of the same (harness.core.cputime.task_clock), summed over the workers
     tokens: int = 0
     positions: int = 0
     sequential: Optional[object] = None  # its e-process (harness.verify.sequential.RunEProcess); None: not sequential
@@ -76,6 +77,8 @@ class RealRun:
     batch_size: Optional[int] = None
     draw: object = None  # harness.verify.realmodel.RealModelDraw, filled by the runner
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # CPU seconds of its tasks: the tiny-pair draw and scoring, and every exact-pair shard
+    exact_cpu_s: float = 0.0  # the exact-pair shards' part of cpu_s (the draws the certificate rests on)
     exact_n: int = 0  # sequences per prompt on the exact pair (harness.verify.exactmodel; 0: not drawn there)
     exact_parts: dict = field(default_factory=dict)  # shard -> harness.verify.exactmodel.ExactModelDraw
 
@@ -113,6 +116,7 @@ class VonNeumannRun:
     draw: object
     cdf: Callable
     wall_s: float
+    cpu_s: float = 0.0
 
     @property
     def scenario(self) -> str:

@@ -32,6 +32,7 @@ import torch
 
 from harness.verify.battery import Accumulator
 from harness.core.config import derive_seed
+from harness.core.cputime import task_clock
 from harness.core.fingerprint import loaded_module_files
 from specimpl.autoregressive import autoregressive_generate
 from harness.laws.algorithms import Algorithm
@@ -83,8 +84,8 @@ class ShardTask:
 @dataclass(frozen=True)
 class ShardResult:
     """What a shard sends back: the Accumulator's statistics (None when the call failed), the tokens
-    and positions drawn, the seconds the call and its statistics took, and the error with its details
-    (a traceback) when the sampler failed."""
+    and positions drawn, the seconds the call and its statistics took (``wall_s``; ``cpu_s``: CPU seconds,
+    :func:`harness.core.cputime.task_clock`), and the error with its details (a traceback) when the sampler failed."""
 
     run: int
     shard: int
@@ -95,6 +96,7 @@ class ShardResult:
     error: Optional[str] = None
     details: str = ""
     modules: dict = field(default_factory=dict)  # path -> SHA-256 of the modules loaded outside the libraries
+    cpu_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -182,12 +184,13 @@ class LawTask:
 @dataclass(frozen=True)
 class RealResult:
     """What a real-model task sends back: the :class:`harness.verify.realmodel.RealModelDraw` (its ``error`` set when
-    the sampler failed) and the seconds it took."""
+    the sampler failed) and the seconds it took (``cpu_s``: CPU seconds, :func:`harness.core.cputime.task_clock`)."""
 
     index: int
     draw: object
     wall_s: float
     modules: dict = field(default_factory=dict)  # path -> SHA-256 of the modules loaded outside the libraries
+    cpu_s: float = 0.0
 
 
 # ------------------------------------------------------------------------------------ sampler recipes
@@ -312,7 +315,8 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
     """Draw one shard and return its statistics (a failing sampler gives a result with ``error``)."""
     sc = task.scenario
     law, (target, draft) = _law_and_models(sc)
-    tic = time.perf_counter()
+    cpu = task_clock(in_worker)
+    tic, c0 = time.perf_counter(), cpu()
     g = torch.Generator().manual_seed(derive_seed(task.seed, task.label, sc.name, task.shard))
     prompts = torch.tensor(list(sc.prompt), dtype=torch.long).unsqueeze(0).expand(task.B, -1).contiguous()  # (B, P)
     try:
@@ -329,16 +333,18 @@ def draw_shard(task: ShardTask, in_worker: bool = False) -> ShardResult:
         what = "KeyboardInterrupt (not a Ctrl-C of the user)" if isinstance(e, KeyboardInterrupt) else \
             f"sys.exit({e.code!r})"
         return ShardResult(task.run, task.shard, None, 0, 0, time.perf_counter() - tic,
-                           f"SamplerCallError: the sampler raised {what}", traceback.format_exc())
+                           f"SamplerCallError: the sampler raised {what}", traceback.format_exc(), cpu_s=cpu() - c0)
     except Exception as e:  # noqa: BLE001 - a sampler that crashes fails verification, with the reason
         return ShardResult(task.run, task.shard, None, 0, 0, time.perf_counter() - tic, f"{type(e).__name__}: {e}",
-                           traceback.format_exc())
+                           traceback.format_exc(), cpu_s=cpu() - c0)
     rng = np.random.default_rng(derive_seed(task.seed, task.label, sc.name, task.shard, "pit"))
     acc = Accumulator(law, sc.joint_tokens, task.pit_bins, task.pair_bins, task.logprob_room, rng,
                       with_pit=not task.is_baseline, pit_max_lag=sc.k + 1)
     acc.add(tok, getattr(res, "stats", None))
-    return ShardResult(task.run, task.shard, acc.statistics(compact=True), int((tok >= 0).sum()), task.positions,
-                       time.perf_counter() - tic, modules={} if task.is_baseline else loaded_module_files())
+    stats = acc.statistics(compact=True)
+    wall, cpu_s = time.perf_counter() - tic, cpu() - c0
+    return ShardResult(task.run, task.shard, stats, int((tok >= 0).sum()), task.positions, wall,
+                       modules={} if task.is_baseline else loaded_module_files(), cpu_s=cpu_s)
 
 
 def draw_pilot(task: PilotTask, in_worker: bool = False) -> tuple[str, int, int]:
@@ -364,28 +370,32 @@ def draw_pilot(task: PilotTask, in_worker: bool = False) -> tuple[str, int, int]
     return ("same" if differ == 0 else "differs", differ, int(out[0].numel()))
 
 
-def draw_real_task(task: RealTask) -> RealResult:
+def draw_real_task(task: RealTask, in_worker: bool = False) -> RealResult:
     """Draw one real-model run (the tiny pair loaded once per process) and score it."""
-    spec, tic = task.spec, time.perf_counter()
+    cpu = task_clock(in_worker)
+    spec, tic, c0 = task.spec, time.perf_counter(), cpu()
     draw = real_model_draw(resolve_sampler(task.sampler), n_sequences=task.n_sequences,
                            max_new_tokens=spec.max_new_tokens, k=spec.k, config=spec.config,
                            prompt_lengths=spec.prompt_lengths, batch_size=task.batch_size, seed=task.seed,
                            name=task.label, progress=False, catch=True)
-    return RealResult(task.index, draw, time.perf_counter() - tic, loaded_module_files())
+    wall, cpu_s = time.perf_counter() - tic, cpu() - c0
+    return RealResult(task.index, draw, wall, loaded_module_files(), cpu_s)
 
 
-def draw_exact_task(task: ExactTask) -> RealResult:
+def draw_exact_task(task: ExactTask, in_worker: bool = False) -> RealResult:
     """Draw one shard of a real-model run on the exact pair (the pair loaded once per process)."""
-    tic = time.perf_counter()
+    cpu = task_clock(in_worker)
+    tic, c0 = time.perf_counter(), cpu()
     draw = exact_model_draw(resolve_sampler(task.sampler), task.spec, n_sequences=task.n_rows, seed=task.seed,
                             config=task.config, name=task.label, catch=True)
-    return RealResult(task.index, draw, time.perf_counter() - tic, loaded_module_files())
+    wall, cpu_s = time.perf_counter() - tic, cpu() - c0
+    return RealResult(task.index, draw, wall, loaded_module_files(), cpu_s)
 
 
-def _real_or_exact(task):
+def _real_or_exact(task, in_worker: bool = False):
     if isinstance(task, LawTask):
         return exact_model_law(task.spec, task.config)
-    return draw_real_task(task) if isinstance(task, RealTask) else draw_exact_task(task)
+    return (draw_real_task if isinstance(task, RealTask) else draw_exact_task)(task, in_worker)
 
 
 def draw_task_in_worker(task):
@@ -393,7 +403,7 @@ def draw_task_in_worker(task):
     shard of it on the exact pair (:func:`draw_exact_task`), or a determinism check (:func:`draw_pilot`)."""
     if isinstance(task, PilotTask):
         return draw_pilot(task, in_worker=True)
-    return _real_or_exact(task) if isinstance(task, (RealTask, ExactTask, LawTask)) else draw_shard_in_worker(task)
+    return _real_or_exact(task, True) if isinstance(task, (RealTask, ExactTask, LawTask)) else draw_shard_in_worker(task)
 
 
 def draw_task(task):

@@ -19,7 +19,7 @@ sampler under test, the reference samplers and the lossless controls must be *ce
 not pass: a gate that did not certify exits 1, as a lossy one); the reference sampler must also match the
 exact acceptance law (a rejected acceptance test makes it *inefficient* or *over-accepting*); a peer is
 reported, not judged.  The von Neumann sampler has no bound: it stays two-valued (lossy / lossless).
-:class:`RunVerdict` is the row, its measurements grouped in parts (TV, PIT, acceptance, certificate) and
+:class:`RunVerdict` is the row, its measurements grouped in parts (TV, PIT, acceptance, certificate, cost) and
 flattened by :meth:`RunVerdict.to_row` to the columns of ``runs.csv``; fields a kind of run does not report
 stay NaN / None / "".
 """
@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from harness.verify.battery import tv_interval_inconclusive, tv_interval_inconclusive_normal, tv_interval_n_for
+from harness.verify.cost import COST_COLUMNS, CostPart, cost_part, baseline_cpu
 from harness.core.forkmap import fork_map
 from harness.verify.exactmodel import EXACT_FAMILY, exact_model_law, prompt_of_family
 from harness.verify.realmodel import REAL_MODEL_SCENARIO
@@ -120,6 +121,7 @@ class CertificatePart:
                                          # the sum over its bounds of P(bound >= eps) (battery.tv_interval_inconclusive)
     cert_inconclusive_normal: float = NAN  # the same by the normal approximation (the planning figure;
                                            # battery.tv_interval_inconclusive_normal)
+    cert_worst_bound: float = NAN  # the bound of cert_worst (TV of the level it names)
 
 
 # The columns of runs.csv, in order (the order they had when RunVerdict was one flat record of 55 fields);
@@ -136,15 +138,17 @@ RUN_COLUMNS = (
     "epsilon_pair", "epsilon_joint", "epsilon_real", "tv_pair_upper_max", "cert_confidence", "cert_worst",
     "cert_worst_ratio", "cert_method", "certify_draws", "cert_scope", "cert_strongest", "cert_inconclusive_rate",
     "cert_inconclusive_normal",
+    "cert_worst_bound", *COST_COLUMNS,  # issue 42: what the certificate costs (harness.verify.cost)
 )
-PARTS = ("tv", "pit", "accept", "cert")  # the RunVerdict fields holding a part
+PARTS = ("tv", "pit", "accept", "cert", "cost")  # the RunVerdict fields holding a part
 
 
 @dataclass(frozen=True)
 class RunVerdict:
     """One row of ``runs.csv``: who the run is and its outcome, with its measurements in parts: ``tv``
     (:class:`TVPart`, exact-law runs), ``pit`` (:class:`PITPart`, real-model runs), ``accept``
-    (:class:`AcceptancePart`) and ``cert`` (:class:`CertificatePart`).  :meth:`to_row` flattens it to the
+    (:class:`AcceptancePart`), ``cert`` (:class:`CertificatePart`) and ``cost``
+    (:class:`harness.verify.cost.CostPart`).  :meth:`to_row` flattens it to the
     columns :data:`RUN_COLUMNS`."""
 
     run: str
@@ -166,6 +170,7 @@ class RunVerdict:
     pit: PITPart = field(default_factory=PITPart)
     accept: AcceptancePart = field(default_factory=AcceptancePart)
     cert: CertificatePart = field(default_factory=CertificatePart)
+    cost: CostPart = field(default_factory=CostPart)
 
     def to_row(self) -> dict:
         """The row of ``runs.csv``: every column of :data:`RUN_COLUMNS`, in order."""
@@ -179,7 +184,7 @@ def _check_columns() -> None:
     """Each column of runs.csv comes from exactly one field (checked at import: a part may not drop or
     duplicate a column)."""
     names = [f.name for f in fields(RunVerdict) if f.name not in PARTS]
-    names += [f.name for part in (TVPart, PITPart, AcceptancePart, CertificatePart) for f in fields(part)]
+    names += [f.name for part in (TVPart, PITPart, AcceptancePart, CertificatePart, CostPart) for f in fields(part)]
     if sorted(names) != sorted(RUN_COLUMNS):
         raise AssertionError(f"RunVerdict's fields {sorted(names)} are not the columns of runs.csv {sorted(RUN_COLUMNS)}")
 
@@ -422,18 +427,21 @@ def _exact_certificate(r: RunSpec, sub: pd.DataFrame, lossy: bool, c: Certifier)
     return dict(certificate=_outcome(lossy, certified), epsilon_position=eps.position, epsilon_pair=eps.pair,
                 epsilon_joint=eps.joint, tv_pair_upper_max=_max(pair.tv_upper), cert_confidence=c.confidence,
                 cert_worst=f"{row.test}" + (f"[{int(row.position)}]" if row.position >= 0 else "") +
-                f" {row.tv_upper:.3g} / {e[i]:g}", cert_worst_ratio=float(ratio[i]),
+                f" {row.tv_upper:.3g} / {e[i]:g}", cert_worst_ratio=float(ratio[i]), cert_worst_bound=float(row.tv_upper),
                 cert_method="finite-sample TV bounds: " + ", ".join(methods), certify_draws=draws,
                 cert_scope=scope, cert_strongest="none (lossy)" if lossy else strongest,
                 cert_inconclusive_rate=rate, cert_inconclusive_normal=normal)
 
 
-def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier] = None) -> RunVerdict:
-    """The verdict of an exact-law run (``certifier`` None: two-valued, lossy / lossless, no certificate)."""
+def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier] = None,
+                  baseline: tuple[float, int] = (0.0, 0)) -> RunVerdict:
+    """The verdict of an exact-law run (``certifier`` None: two-valued, lossy / lossless, no certificate);
+    ``baseline``: (CPU seconds, sequences) of the target-only baseline the run owns (:func:`harness.verify.cost.baseline_cpu`)."""
     who = dict(run=r.label, role=r.role, scenario=r.scenario.name, sequences=r.acc.n if r.acc else 0,
                tokens=r.tokens, wall_s=r.wall_s, error=r.error)
     if r.error is not None:
-        return RunVerdict(**who, verdict=f"error: {r.error}", passed=False, n_rejected=0, tv=TVPart(tv_position_max_at=-1))
+        return RunVerdict(**who, verdict=f"error: {r.error}", passed=False, n_rejected=0, tv=TVPart(tv_position_max_at=-1),
+                          cost=_exact_cost(r, {}, baseline))
     sub = _rows_of(table, r.label, r.scenario.name)
     loss = sub[sub.loss_test]
     lossy = bool(loss.reject.any())
@@ -447,7 +455,17 @@ def exact_verdict(r: RunSpec, table: pd.DataFrame, certifier: Optional[Certifier
                                     certified=certified),
                       caught_by=caught_by, n_rejected=n_rejected, min_p_adjusted=_min(sub.p_adjusted),
                       min_pvalue=_min(sub.pvalue), min_p_adjusted_loss=_min(loss.p_adjusted),
-                      efficiency=eff or "as exact", tv=TVPart(**_tv_summary(sub)), cert=CertificatePart(**cert))
+                      efficiency=eff or "as exact", tv=TVPart(**_tv_summary(sub)), cert=CertificatePart(**cert),
+                      cost=_exact_cost(r, cert, baseline))
+
+
+def _exact_cost(r: RunSpec, cert: dict, baseline: tuple[float, int]) -> CostPart:
+    """The cost of an exact-law run (:mod:`harness.verify.cost`): its CPU seconds per sequence plus its baseline's."""
+    n = r.acc.n if r.acc is not None else 0
+    base_s, base_n = baseline
+    per = (r.cpu_s / n if n > 0 else NAN) + (base_s / base_n if base_n > 0 else 0.0)
+    return cost_part(cert.get("certificate", ""), r.cpu_s, cert.get("cert_worst_bound", NAN),
+                     cert.get("certify_draws", NAN), n, per, base_s)
 
 
 def _real_scope(eps: Epsilons, ex: pd.DataFrame, J: int, W: int, P: int) -> tuple[str, str]:
@@ -498,7 +516,7 @@ def _real_certificate(rr: RealRun, sub: pd.DataFrame, lossy: bool, c: Certifier,
                 tv_pair_upper_max=_max(ex[ex.test == "pair"].tv_upper), cert_confidence=c.confidence,
                 cert_worst=f"p{prompt[i]}.{row.test}" + ("" if row.test.startswith("joint") else
                                                         f"[{int(row.position)}]") + f" {row.tv_upper:.3g} / {e[i]:g}",
-                cert_worst_ratio=float(ratio[i]), certify_draws=draws,
+                cert_worst_ratio=float(ratio[i]), cert_worst_bound=float(row.tv_upper), certify_draws=draws,
                 cert_method="finite-sample token-TV bounds on the exact transformer pair, the sequence the "
                             "independent unit: " + ", ".join(methods) + floor,
                 cert_scope=scope, cert_strongest="none (lossy)" if lossy else strongest,
@@ -512,7 +530,7 @@ def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier
                wall_s=rr.wall_s, error=rr.error, n_rejected=0,
                accept=AcceptancePart(acceptance=rr.draw.acceptance_rate if rr.draw is not None else NAN))
     if rr.error is not None:
-        return RunVerdict(**who, verdict=f"error: {rr.error}", passed=False)
+        return RunVerdict(**who, verdict=f"error: {rr.error}", passed=False, cost=_real_cost(rr, {}))
     sub = _rows_of(table, rr.label, REAL_MODEL_SCENARIO)
     lossy = bool(sub.reject.any())
     n_rejected, caught_by = _caught_by(sub)
@@ -526,7 +544,15 @@ def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier
                       min_pvalue=_min(sub.pvalue), min_p_adjusted_loss=_min(sub.p_adjusted),
                       efficiency="acceptance law unknown (no exact law)",
                       pit=PITPart(**_pit_summary(sub[~sub.family.str.startswith(EXACT_FAMILY)])),
-                      cert=CertificatePart(**cert))
+                      cert=CertificatePart(**cert), cost=_real_cost(rr, cert))
+
+
+def _real_cost(rr: RealRun, cert: dict) -> CostPart:
+    """The cost of a real-model run (:mod:`harness.verify.cost`): its exact-pair CPU seconds per sequence per prompt
+    (the certificate's draws), the tiny pair's a fixed part."""
+    per = rr.exact_cpu_s / rr.exact_n if rr.exact_n > 0 else NAN
+    return cost_part(cert.get("certificate", ""), rr.cpu_s, cert.get("cert_worst_bound", NAN),
+                     cert.get("certify_draws", NAN), rr.exact_n, per, fixed_s=rr.cpu_s - rr.exact_cpu_s)
 
 
 def _pit_summary(sub: pd.DataFrame) -> dict:
@@ -552,7 +578,8 @@ def von_neumann_verdict(v: VonNeumannRun, table: pd.DataFrame) -> RunVerdict:
                       tokens=v.draw.accepted, wall_s=v.wall_s, verdict="lossy" if lossy else "lossless",
                       passed=passes(v.role, lossy), caught_by=", ".join(sub[sub.reject].test) if lossy else "",
                       min_p_adjusted=_min(sub.p_adjusted), efficiency="",
-                      accept=AcceptancePart(acceptance=v.draw.acceptance, expected_acceptance=1.0 / v.M))
+                      accept=AcceptancePart(acceptance=v.draw.acceptance, expected_acceptance=1.0 / v.M),
+                      cost=CostPart(cpu_s=v.cpu_s))
 
 
 def verdict_table(rs: RunSet, table: pd.DataFrame, certifier: Optional[Certifier] = None,
@@ -560,7 +587,9 @@ def verdict_table(rs: RunSet, table: pd.DataFrame, certifier: Optional[Certifier
     """One :class:`RunVerdict` per run of ``rs`` (exact-law, real-model, von Neumann), as ``runs.csv``;
     ``certifier`` None: two-valued verdicts (lossy / lossless), no certificates.  ``workers``: processes
     judging the exact-law runs (:func:`harness.core.forkmap.fork_map`)."""
-    rows = fork_map(lambda i: exact_verdict(rs.runs[i], table, certifier), len(rs.runs), workers, chunksize=1) + \
+    owned = baseline_cpu(rs)  # index of a run -> the baseline it owns (its CPU seconds and sequences)
+    rows = fork_map(lambda i: exact_verdict(rs.runs[i], table, certifier, owned.get(i, (0.0, 0))), len(rs.runs),
+                    workers, chunksize=1) + \
         [real_verdict(rr, table, certifier, rs.real_model) for rr in rs.real_runs] + [von_neumann_verdict(v, table) for v in rs.vn]
     return pd.DataFrame([v.to_row() for v in rows], columns=list(RUN_COLUMNS))
 

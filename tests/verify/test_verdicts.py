@@ -8,7 +8,7 @@ def test_to_row_gives_every_column_once_in_order():
     v = RunVerdict("r", "lossless", "base", 10, 40, 0.5, tv=TVPart(tv_joint=0.1), pit=PITPart(pit_ks=0.2),
                    accept=AcceptancePart(acceptance=0.7), cert=CertificatePart(certificate="certified"))
     row = v.to_row()
-    assert tuple(row) == RUN_COLUMNS and len(RUN_COLUMNS) == 59
+    assert tuple(row) == RUN_COLUMNS and len(RUN_COLUMNS) == 65
     assert (row["tv_joint"], row["pit_ks"], row["acceptance"], row["certificate"]) == (0.1, 0.2, 0.7, "certified")
     assert row["run"] == "r" and math.isnan(row["tv_best"]) and row["pit_pairs_cells"] is None
 
@@ -16,8 +16,10 @@ def test_to_row_gives_every_column_once_in_order():
 def test_columns_keep_their_historic_order():
     assert RUN_COLUMNS[:10] == ("run", "role", "scenario", "sequences", "tokens", "wall_s", "error", "n_rejected",
                                 "min_p_adjusted", "min_pvalue")
-    assert RUN_COLUMNS[-7:] == ("cert_worst_ratio", "cert_method", "certify_draws", "cert_scope", "cert_strongest",
-                                "cert_inconclusive_rate", "cert_inconclusive_normal")
+    assert RUN_COLUMNS[52:59] == ("cert_worst_ratio", "cert_method", "certify_draws", "cert_scope", "cert_strongest",
+                                  "cert_inconclusive_rate", "cert_inconclusive_normal")
+    assert RUN_COLUMNS[59:] == ("cert_worst_bound", "cpu_s", "cpu_baseline_s", "cpu_per_sequence_us",
+                                "cert_eps_sqrt_cpu", "certify_cpu_s")  # issue 42, appended
 
 
 def test_standing_of_a_buggy_control_not_caught_is_inconclusive_unless_certified():

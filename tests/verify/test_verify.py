@@ -13,6 +13,7 @@ import torch
 from scipy import stats as sps
 
 from conftest import TINY  # the shared tiny scenario (tests/conftest.py, with the scen_dir fixture)
+from cost_columns import check_cost_columns, check_real_cost  # runs.csv's cost columns (issue 42)
 from harness.verify.battery import (TEST_COLUMNS, chunk_t_min_detectable, chunk_t_n_for_deviation, chunk_t_test,
                              hotelling_test, ks_uniform_binned, plan_chunks, tv_interval)
 from harness.stats import clopper_pearson
@@ -57,9 +58,13 @@ def _verify(scen_dir, out, *extra):
 
 def test_reference_passes_and_writes_report(scen_dir, tmp_path, capsys):
     assert _verify(scen_dir, tmp_path / "r", "--no-controls", *LOOSE) == 0
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last == "verify reference: PASS (every run as its role requires)"
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1] == "verify reference: PASS (every run as its role requires)"
     out = tmp_path / "r"
+    runs = check_cost_columns(out).set_index("run")
+    assert runs.loc["reference", "certificate"] == "certified"  # the figures are checked on a certified run
+    cost = next(x for x in lines if x.startswith("cost: "))
+    assert " s wall, " in cost and " CPU-s; CPU-s to certify ε (bound × √CPU-s): tiny " in cost
     t = pd.read_parquet(out / "tests.parquet")
     for col in ("scenario", "test", "statistic", "pvalue", "p_adjusted", "min_detectable", "tv_upper", "verdict"):
         assert col in t.columns
@@ -73,6 +78,7 @@ def test_reference_passes_and_writes_report(scen_dir, tmp_path, capsys):
     assert meta["config"]["n_tests"] + meta["config"]["n_sequential"] == len(t)  # Holm's family + sequential rows
     summary = (out / "summary.md").read_text()
     assert "**Result: PASS**" in summary and "Holm" in summary and "## Why not PASS" not in summary
+    assert "## What the certificates cost" in summary and " CPU-seconds** (" in summary
     assert not list(out.glob("_tmp*")) and not (out / "_tmp_state").exists()
 
 
@@ -90,7 +96,7 @@ def test_buggy_sampler_fails_with_exit_1(scen_dir, tmp_path, capsys):
     assert lines[-1].startswith(f"verify {HERE}:accept_everything_generate: LOSSY")
     loss = next(x for x in lines if x.strip().startswith("loss: "))
     assert " on tiny: loss TV ≈ " in loss and "(confidence 0.999) on " in loss and "observed" in loss
-    runs = pd.read_csv(tmp_path / "b" / "runs.csv")
+    runs = check_cost_columns(tmp_path / "b")  # lossy: no figures, its CPU seconds all the same
     assert runs.verdict.iloc[0].startswith("lossy") and not runs.passed.iloc[0]
     assert runs.caught_by.iloc[0] in ("sequential.eprocess",) or "gof" in runs.caught_by.iloc[0]  # stopped early, or not
 
@@ -108,7 +114,7 @@ def test_too_few_draws_are_inconclusive_exit_4_with_the_command_that_certifies(s
     args = build_parser()[0].parse_args(words[3:])
     assert words[:4] == ["python", "-m", "harness", "verify"] and args.command == "verify"
     assert (args.scenario, args.seed, args.no_controls, args.out) == (["tiny"], 4, True, tmp_path / "i")  # next seed
-    runs = pd.read_csv(tmp_path / "i" / "runs.csv").set_index("run")
+    runs = check_cost_columns(tmp_path / "i").set_index("run")  # inconclusive: no figures
     assert args.draws > runs.loc["reference", "certify_draws"] > 3000  # planned to certify 95 %, not half the time
     assert f"--draws {args.draws:,}" in advice
     summary = (tmp_path / "i" / "summary.md").read_text()
@@ -430,6 +436,9 @@ def test_real_model_scenario_joins_the_family_and_catches_the_kv_bug(real_scen_d
     assert rm.loc["reference", "cert_inconclusive_normal"] >= 0 and rm.loc["reference", "certify_draws"] > 0
     assert rm.loc["draft_kv_not_rolled_back", "certificate"] == "certified"  # at the control scale (6 x ε)
     assert rm.loc["reference", "tokens"] == 32 * 64
+    check_cost_columns(out)  # what the certificates cost: every row, and the real-model one's parts
+    check_real_cost(rm.loc["reference"], 1024)
+    assert rm.loc[["kv_not_rolled_back"], ["cert_eps_sqrt_cpu", "certify_cpu_s"]].isna().all().all()
     t = pd.read_csv(out / "tests.csv")
     rt = t[(t.scenario == "real_model") & ~t.family.str.startswith("exact_pair")]
     assert len(rt) == 3 * (1 + 64 + 2 * 5 + 1)  # pooled, per position, PIT pairs at lags 1..k+1, martingale
