@@ -8,7 +8,8 @@ and two-sample), each row's stage line, p-values and planner figures read from i
     python experiments/dependence_rows.py --quick --out /tmp/dependence               # a small look (~25 min here)
 
 The exact-law rows (results/engines/vllm/, llama_cpp/) hold reports only, not their 400,000-completion sample
-files, and need vLLM's and llama.cpp's environments to redraw: not run here (docs/engines.md, *Dependence between
+files, and need vLLM's and llama.cpp's environments to redraw: not run here, but by their own scripts at 20,000
+completions per mode (results/engines/vllm/dependence/, llama_cpp/dependence/; docs/engines.md, *Dependence between
 completions*).
 """
 from __future__ import annotations

@@ -73,7 +73,7 @@ def summary_text(res, args, advice=()) -> str:
         d = res.info["dependence"]
         lines.append(f"- dependence between completions (a separate stage at false-alarm rate {d['level']:g}, on top of "
                      f"the family's alpha: a lossy verdict is false with probability <= alpha + {d['level']:g}): "
-                     f"{d['line']}")
+                     f"{d['line']}" + (f" ({res.info['wall_dependence_s']:.1f} s)" if "wall_dependence_s" in res.info else ""))
     if "wall_score_s" in res.info:
         lines.append(f"- scoring wall time: {res.info['wall_score_s']:.1f} s")
     if advice:

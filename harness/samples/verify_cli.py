@@ -121,6 +121,13 @@ def _dep_alpha(args) -> float:
     return getattr(args, "dependence_alpha", dependence.LEVEL)
 
 
+def _dependence(records, args, **kw) -> tuple:
+    """(the dependence stage on ``records``, its wall seconds, planner included; meta.json ``info.wall_dependence_s``)."""
+    tic = time.perf_counter()
+    dep = dependence.check(records, _dep_alpha(args), **kw)
+    return dep, time.perf_counter() - tic
+
+
 def _settings(alpha: Optional[float]):
     s = load_settings()
     return dataclasses.replace(s, family_alpha=alpha) if alpha is not None else s
@@ -214,9 +221,9 @@ def scored(records, target_name: str, args, settings) -> SamplesVerdict:
     pit = scored_bounds(scores.u, scores.present, args.epsilon, settings.tv_confidence, settings.power)
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, len(records))
     log_p = np.where(scores.present, scores.logp, 0.0).sum(1)  # (N,) log P(completion) under the target
-    dep = dependence.check(records, _dep_alpha(args), log_probs=log_p)
+    dep, dep_wall = _dependence(records, args, log_probs=log_p)
     cert = dependence.apply(cert, dep)
-    info = {"dependence": dep.to_json(), "tokens_scored": scores.n_tokens, "wall_score_s": wall, "scorer_dtype": args.dtype,
+    info = {"dependence": dep.to_json(), "wall_dependence_s": dep_wall, "tokens_scored": scores.n_tokens, "wall_score_s": wall, "scorer_dtype": args.dtype,
             "pit_kolmogorov": {"what": pit.what, "max_upper": pit.max_upper, "completions_needed": pit.needed,
                                "upper": list(pit.upper), "delta_each": pit.delta_each},
             "scorer_config": config.describe(), "engine_logprobs": agreement, "levels": vars(levels),
@@ -269,9 +276,9 @@ def two_sample(records, baseline_path: Path, args, settings) -> SamplesVerdict:
     if args.vocab_size is None:
         notes.append(f"vocabulary size taken as the largest id in the files + 1 = {V} (pass --vocab-size)")
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, min(len(records), len(base)))
-    dep = dependence.check(records, _dep_alpha(args), baseline_keys=[(r.prompt_ids, r.output_ids) for r in base])
+    dep, dep_wall = _dependence(records, args, baseline_keys=[(r.prompt_ids, r.output_ids) for r in base])
     cert = dependence.apply(cert, dep)
-    info = {"dependence": dep.to_json(), "sample_completions": len(records), "baseline_completions": len(base), "vocab_size": V, "levels": vars(levels),
+    info = {"dependence": dep.to_json(), "wall_dependence_s": dep_wall, "sample_completions": len(records), "baseline_completions": len(base), "vocab_size": V, "levels": vars(levels),
             "tokens_compared": int(sum(len(r.output_ids) for r in records + base)),
             "family_alpha": settings.family_alpha, "power": settings.power}
     return SamplesVerdict("two-sample", table, cert, tuple(notes), info)
@@ -302,8 +309,7 @@ def exact(records, target_name: str, args, settings) -> SamplesVerdict:
     bounds = exact_bounds(table, laws, rows, args.epsilon, levels.delta_each)
     cert = judge(table, bounds, args.epsilon, settings.tv_confidence, len(records))
     values, log_p = dependence.exact_completion_log_probs(laws, rows, toks)
-    dep = dependence.check(whole, _dep_alpha(args), keys=[(r.prompt_ids, v) for r, v in zip(whole, values)],
-                           log_probs=log_p)
+    dep, dep_wall = _dependence(whole, args, keys=[(r.prompt_ids, v) for r, v in zip(whole, values)], log_probs=log_p)
     cert = dependence.apply(cert, dep)
     notes = [f"exact law: {laws.kind} ({'every position' if laws.kind == 'markov' else f'the first {laws.n_positions} positions'}); "
              f"float32 numerics floor {laws.floor:.2g} (TV of the model's float32 law from its float64 law)"]
@@ -311,7 +317,7 @@ def exact(records, target_name: str, args, settings) -> SamplesVerdict:
         notes.append(f"positions {laws.n_positions}..{toks.shape[1] - 1} have no enumerated law and are not tested")
     if early:
         notes.append(f"{early_stop_finding(records)}; the law tests use the {len(whole)} whole completions")
-    info = {"dependence": dep.to_json(), "exact_law": laws.kind, "prompts": len(prompts), "completions_per_prompt": np.bincount(rows).tolist(),
+    info = {"dependence": dep.to_json(), "wall_dependence_s": dep_wall, "exact_law": laws.kind, "prompts": len(prompts), "completions_per_prompt": np.bincount(rows).tolist(),
             "numerics_floor": laws.floor, "window": laws.window, "wall_law_s": wall, "scorer_config": config.describe(),
             "levels": vars(levels), "family_alpha": settings.family_alpha, "power": settings.power,
             "max_pair_bound": _max_bound(table, "/pair"), "max_window_bound": _max_bound(table, "window[")}

@@ -10,11 +10,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from harness.cli import main
 from harness.samples.engines.llama_sample import spec_steps
 from harness.samples.format import parse_record
 from harness.samples.rules import fixed_draft_fit, judged_states
+
+from experiment_script import load_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 MARKOV = str(REPO / "specimpl/assets/exact_pair/markov_target")
@@ -89,3 +93,70 @@ def test_llama_cpp_prompt_lookup_against_the_exact_markov_law(tmp_path):
     r = subprocess.run([sys.executable, "-m", "harness.samples.rules", str(out), MARKOV, MARKOV], cwd=REPO,
                        capture_output=True, text=True, check=True)
     assert r.stdout.startswith("consistent with: lossless verification of fixed drafts"), r.stdout
+
+
+def _llama_file(path, outs, seeds):
+    """A sample file as `sample --engine llama-cpp` writes it (plain mode, one prompt, ids p0-s<j>, the run's
+    per-request seeds), holding the completions ``outs`` (n, 8)."""
+    engine = {"name": "llama.cpp", "package": "llama-cpp-python", "version": "0.3.36", "workers": 2}
+    lines = [json.dumps({"format": "specverify.samples/1", "request_id": f"p0-s{j}", "prompt_id": "p0",
+                         "prompt_ids": LLAMA_PROMPT, "output_ids": [int(x) for x in out], "finish_reason": "length",
+                         "controls": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 8, "min_p": 0.0,
+                                      "seed": int(s), "greedy": False, "stop": []},
+                         "logprobs": None, "engine": engine}) for j, (out, s) in enumerate(zip(outs, seeds))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+LLAMA_PROMPT = [8, 7, 8, 1]  # the prompt --prompt-vocab 13 --prompt-lengths 4 4 draws at seed 0
+
+
+def _markov_draws(n: int, seed: int) -> np.ndarray:
+    """(n, 8) independent completions of LLAMA_PROMPT from the exact Markov law (inverse CDF, numpy)."""
+    from harness.laws.transformer import load_model, transition_matrix
+    from specimpl.sampling import SamplingConfig
+    P = transition_matrix(load_model(MARKOV), SamplingConfig())  # (V, V)
+    u = np.random.default_rng(seed).random((n, 8))  # (n, 8)
+    x, out = np.full(n, LLAMA_PROMPT[-1]), []
+    for t in range(8):
+        x = (u[:, t:t + 1] > np.cumsum(P[x], axis=1)).sum(1).clip(max=P.shape[0] - 1)  # (n,)
+        out.append(x)
+    return np.stack(out, 1)  # (n, 8)
+
+
+def _in_process(cmd: list) -> tuple:
+    """experiments' ``_run`` for ``python -m harness ...``, in this process (no second torch import)."""
+    assert cmd[1:3] == ["-m", "harness"], cmd
+    return main(cmd[3:]), 0.0, ""
+
+
+def test_the_llama_cpp_table_names_copies_from_two_engine_processes_sharing_a_stream(tmp_path, monkeypatch):
+    """experiments/llama_cpp_exact.py's judging of a file (no llama.cpp needed): its 2 engine processes take chunks of
+    requests in turn; if the second process drew the first's stream (the per-request seed ignored, both starting
+    from the load-time seed), every chunk it wrote repeats the chunk before it under new ids and seeds, with the
+    marginals intact.  The independent file: no finding; the copied one: lossy, the duplicates test's finding in the
+    row and in the dependence table.  Half the completions are copies, ~60 times the planner's detectable share at
+    this size (~0.8 %), so a miss is far rarer than the planner's 5 %; a false alarm on the clean file has p <= 1e-3."""
+    from harness.samples.engines.llama_cpp import request_seed
+    X = load_experiment("llama_cpp_exact")
+    monkeypatch.chdir(REPO)  # the experiment names the target relative to the repository
+    n, chunk = 1200, 100
+    seeds = [request_seed(0, j) for j in range(n)]
+    clean = _markov_draws(n, seed=41)
+    shared = clean.copy()
+    for c in range(1, n // chunk, 2):  # process B's chunks 1, 3, 5, ... repeat process A's 0, 2, 4, ...
+        shared[c * chunk:(c + 1) * chunk] = clean[(c - 1) * chunk:c * chunk]
+    rows = []
+    for name, outs in (("clean", clean), ("shared", shared)):
+        d = tmp_path / name
+        d.mkdir()
+        f = _llama_file(d / "samples.jsonl", outs, seeds)
+        rows.append({"engine": "llama.cpp", "mode": name, "completions": n, **X.judge("plain", f, d, 0.5, run=_in_process)})
+    ok, bad = rows
+    assert ok["verdict"] == "certified" and not ok["dependence_found"] and ok["finding"] == "", ok["dependence"]
+    assert ok["pairs_by"] == f"file neighbours {n // 2:,}" and ok["dependence_s"] >= 0
+    assert bad["verdict"] == "lossy" and bad["dependence_found"] and bad["duplicates_p"] <= 5e-4
+    assert bad["repeats"] >= n // 2 > 10 * bad["repeats_expected"]
+    assert "repeat an earlier completion of the same prompt" in bad["finding"]
+    md = X.dependence_md(pd.DataFrame(rows))
+    assert "| shared | **found** |" in md and "| clean | none found at 0.001 |" in md and bad["finding"][:40] in md
