@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.stats import linregress
 
 from harness.core.atomic import staged_report
 from harness.core.errors import UsageError
@@ -88,11 +89,23 @@ def fit_step(rates: pd.DataFrame) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def _checked_fit(option: str, text: str, rates: pd.DataFrame) -> tuple[float, float]:
+def _checked_fit(option: str, text: str, rates: pd.DataFrame, notes: list) -> tuple[float, float]:
+    """(a, b) of ``rates``, b >= 0: a slope below 0 within its noise (several rates at a batch: b + 1.96 standard
+    errors >= 0) is the step time flat in B, fitted as b = 0 and a = the mean step time (least squares under b >= 0,
+    said in ``notes``); a slope below 0 beyond it, or with one rate per batch, is refused (exit 2)."""
     a, b = fit_step(rates)
+    if b < 0 and rates.batch.value_counts().max() >= 2:
+        t = (rates.batch / rates.rate).astype(float)
+        fit = linregress(rates.batch.astype(float), t)
+        if fit.slope + 1.96 * fit.stderr >= 0:
+            a, b = float(t.mean()), 0.0
+            notes.append(f"{option}: the step time is flat in B within noise (least squares gives b = "
+                         f"{fit.slope:.3g} s per row, standard error {fit.stderr:.2g}): fitted with b = 0, a = the mean "
+                         f"step time {a * 1e3:.3g} ms")
     check_option(a > 0 and b >= -1e-12 * a, option, text,
                  f"rates whose step time B / rate fits a + b B with a > 0 and b >= 0 (a step of more rows cannot take "
-                 f"less time); these give a = {a:.4g} s, b = {b:.4g} s per row")
+                 f"less time; a negative b within the noise of repeated rates is fitted as 0); these give a = {a:.4g} s, "
+                 f"b = {b:.4g} s per row")
     return a, max(b, 0.0)
 
 
@@ -117,9 +130,16 @@ class EngineCosts:
 
 
 def engine_costs(args) -> tuple[EngineCosts, pd.DataFrame, pd.DataFrame | None, str]:
-    """The costs from the options (exit 2 naming the one at fault), the rate frames and the draft's cost in words."""
+    """The costs from the options (exit 2 naming the one at fault), the rate frames and the draft's cost in words
+    (with what the fits of the rates had to say first)."""
+    notes: list = []
+    costs, tr, dr, words = _engine_costs(args, notes)
+    return costs, tr, dr, "; ".join(notes + [words])
+
+
+def _engine_costs(args, notes: list) -> tuple[EngineCosts, pd.DataFrame, pd.DataFrame | None, str]:
     tr = parse_rates("--target-only-rates", args.target_only_rates)
-    a, b = _checked_fit("--target-only-rates", args.target_only_rates, tr)
+    a, b = _checked_fit("--target-only-rates", args.target_only_rates, tr, notes)
     f = args.verify_row_cost
     check_option(math.isfinite(f) and 0 <= f <= 1, "--verify-row-cost", f, "a fraction in [0, 1]")
     dr, kind, frac = None, args.draft, args.draft_cost
@@ -129,7 +149,7 @@ def engine_costs(args) -> tuple[EngineCosts, pd.DataFrame, pd.DataFrame | None, 
         check_option(args.draft_rates is not None, "--draft-rates", None,
                      "given with --draft model (the draft served alone: BATCH:TOKENS_PER_S pairs), or --draft-cost")
         dr = parse_rates("--draft-rates", args.draft_rates)
-        da, db = _checked_fit("--draft-rates", args.draft_rates, dr)
+        da, db = _checked_fit("--draft-rates", args.draft_rates, dr, notes)
         return EngineCosts(a, b, f, da, db), tr, dr, "draft model's own step (--draft-rates)"
     check_option(args.draft_vocab is None or args.target_config is not None, "--draft-vocab", args.draft_vocab,
                  "given only with --target-config")

@@ -11,7 +11,7 @@ import pytest
 from harness.cli import main
 from harness.core.errors import UsageError
 from harness.speedup.engine_acceptance import read_acceptance
-from harness.speedup.tune_engine import EngineCosts, choose, fit_step, parse_rates, tune_from_counts
+from harness.speedup.tune_engine import EngineCosts, _checked_fit, choose, fit_step, parse_rates, tune_from_counts
 
 PROM = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
 # TYPE vllm:spec_decode_num_drafts_total counter
@@ -235,3 +235,18 @@ def test_eagle_head_cost_from_the_targets_config_counts_its_lm_head(tmp_path, ca
         assert _cli(tmp_path / "bad", "--draft", "mtp", *extra) == 2
         err = capsys.readouterr().err
         assert named in err and "Traceback" not in err
+
+
+def test_a_flat_step_time_is_fitted_with_no_per_row_cost_and_a_falling_one_is_refused():
+    """Measured on vLLM here (a tiny model: the step is all fixed cost): three rates at B = 1 and 4 whose least-squares
+    slope is -7.2e-5 s per row, within its noise, fit b = 0 and a = the mean step time, and say so; a slope far below
+    0 beyond its noise is still exit 2, and so is any negative slope with one rate per batch (no noise to judge)."""
+    notes = []
+    text = "1:113.6,4:471.7,1:93.08,4:454.6,1:143.3,4:465.4"
+    rates = parse_rates("--target-only-rates", text)
+    a, b = _checked_fit("--target-only-rates", text, rates, notes)
+    t = rates.batch / rates.rate
+    assert b == 0 and a == pytest.approx(t.mean()) and "flat in B within noise" in notes[0]
+    for bad in ("1:100,4:800,1:101,4:790,1:99,4:810", "1:100,4:500"):  # steps 10 ms at B=1, 5 ms at B=4
+        with pytest.raises(UsageError, match="--target-only-rates"):
+            _checked_fit("--target-only-rates", bad, parse_rates("--target-only-rates", bad), [])
