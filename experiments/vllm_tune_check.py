@@ -98,8 +98,11 @@ def main(argv=None) -> int:
         rel = prom.relative_to(REPO) if prom.is_relative_to(REPO) else prom
         tune_argv, grid, rec, md = run_tune(rel, runs, ks, batches, N, Path(tmp))
     table, picks = compare(grid, rec, measured, rep_range(runs))
-    alphas = pd.concat([read_acceptance(args.speedup / "acceptance" / f"spec-k{k}-r0{ext}").frame().assign(
-        k_run=k, source=ext[1:]) for k in ks for ext in (".prom", ".jsonl")], ignore_index=True)
+    acc = args.speedup / "acceptance"  # an interleaved run keeps only the last-created engine's counters (one
+    # Prometheus registry per process): the others are absent
+    alphas = pd.concat([read_acceptance(acc / f"spec-k{k}-r0{ext}").frame().assign(k_run=k, source=ext[1:])
+                        for k in ks for ext in (".prom", ".jsonl") if (acc / f"spec-k{k}-r0{ext}").is_file()],
+                       ignore_index=True)
     meta = metadata({"name": "vllm-tune-check", "speedup_run": src["commit"], "speedup_command": src.get("command"),
                      "tune_command": "python -m harness " + " ".join(tune_argv[:-2] + ["--out", "<tmp>/tune"])}, 0)
     meta["command"] = command_line([__file__, *(argv if argv is not None else sys.argv[1:])])
