@@ -166,7 +166,8 @@ def test_on_the_exact_pair_a_three_percent_over_acceptance_is_caught_at_the_defa
     (computed from the models' float64 next-token laws); the default size of ``[real_model.exact]`` (294,912
     sequences per prompt, certifying epsilon_real = 0.01 per position) rejects it (measured: `make verify ARGS=
     "--sampler examples/test_my_sampler.py:over_accepting_generate --scenario real_model --no-controls"` at
-    278,528 per prompt: exit 1, loss TV 0.0073 [0.0011, 0.0111] on p1.position[0]; this test at that size passed)."""
+    278,528 per prompt: exit 1, loss TV 0.0073 [0.0011, 0.0111] on p1.position[0]; this test passed at that size and at
+    294,912, in 2 min 37 s on a quiet machine)."""
     import sys
     import tomllib
     from pathlib import Path
