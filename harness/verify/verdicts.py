@@ -292,14 +292,16 @@ class Certifier:
             self.planned[key] = tv_interval_n_for(probs(), eps, self.delta)
         return self.planned[key]
 
-    def inconclusive_for(self, scenario: str, test: str, position: int, eps: float, n: int, probs) -> tuple:
+    def inconclusive_for(self, scenario: str, test: str, position: int, eps: float, n: int, probs,
+                         share: float = 1.0) -> tuple:
         """(upper bound, normal approximation) of P(this bound >= ``eps``) for ``n`` draws of a lossless sampler
-        (:func:`harness.verify.battery.tv_interval_inconclusive`, ``..._normal``), once per scenario, test, ε and n."""
-        key = (scenario, test, position, eps, n)
+        (:func:`harness.verify.battery.tv_interval_inconclusive`, ``..._normal``) with the bound at ``share`` x δ,
+        once per scenario, test, ε, n and share."""
+        key = (scenario, test, position, eps, n, share)
         if key not in self.rates:
-            P = probs()
-            self.rates[key] = (tv_interval_inconclusive(P, n, self.delta, eps),
-                               tv_interval_inconclusive_normal(P, n, self.delta, eps))
+            P, delta = probs(), self.delta * share
+            self.rates[key] = (tv_interval_inconclusive(P, n, delta, eps),
+                               tv_interval_inconclusive_normal(P, n, delta, eps))
         return self.rates[key]
 
     def of(self, scenario: str, control_sized: bool = False) -> Epsilons:
@@ -357,14 +359,21 @@ def _bounds_of(r: RunSpec, sub: pd.DataFrame, c: Certifier) -> tuple[pd.DataFram
     return gof, eps, np.array([eps.for_test(t) for t in gof.test], dtype=np.float64)
 
 
-def _planned(r: RunSpec, gof: pd.DataFrame, e: np.ndarray, c: Certifier, scale: float = 1.0) -> tuple:
+def _planned(r: RunSpec, gof: pd.DataFrame, e: np.ndarray, c: Certifier, scale: Optional[float] = None) -> tuple:
     """(draws that certify, P(inconclusive) bound, its normal approximation) of a lossless sampler of ``r``'s law
-    at ``scale`` x the sequences drawn: the bound planners of every gof row, the rates summed over them."""
+    at ``scale`` x the sequences drawn (None: the run's own size): the bound planners of every gof row, the rates
+    summed over them.  At its own size, a run of --stop-at-need (``r.stop``) is inconclusive only if it is not
+    certified at its cap, where its bounds are at the cap's share of δ: its rates are those (not the fixed-n rates
+    at the size it stopped at)."""
     law_of = gof_law(r.acc.law, r.acc.joint_tokens)
+    stop, share = getattr(r, "stop", None), 1.0
+    if scale is None and stop is not None:
+        scale, share = stop.looks.cap / r.acc.n, float(stop.looks.deltas[-1])  # the cap and its share of δ
+    scale = 1.0 if scale is None else scale
     keys = list(zip(gof.test, gof.position.astype(int), e.astype(float),
                     np.maximum(2, np.round(gof.n.to_numpy(np.float64) * scale)).astype(int)))
     draws = float(max(c.draws_for(r.scenario.name, t, p, x, lambda t=t, p=p: law_of(t, p)) for t, p, x, _ in keys))
-    rates = np.array([c.inconclusive_for(r.scenario.name, t, p, x, n, lambda t=t, p=p: law_of(t, p))
+    rates = np.array([c.inconclusive_for(r.scenario.name, t, p, x, n, lambda t=t, p=p: law_of(t, p), share)
                       for t, p, x, n in keys])
     return (draws, *(min(1.0, float(v)) for v in rates.sum(0)))
 
