@@ -397,8 +397,11 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
         if j.stopped:  # stopped in an earlier, interrupted command: its remaining shards are never drawn
             _drop_from_bar(pbar, j, arrived)
 
-    def skip(part, i):
-        return isinstance(part[i], ShardTask) and (jobs[part[i].run].stopped or jobs[part[i].run].failed)
+    def skip(part, i):  # a stopped or failed run's remaining tasks are never drawn (a failed one: fail fast)
+        t = part[i]
+        if isinstance(t, (RealTask, ExactTask)):
+            return rs.real_runs[t.index].error is not None
+        return isinstance(t, ShardTask) and (jobs[t.run].stopped or jobs[t.run].failed)
 
     isolated, own = backend_for(backend, remote)  # a plug-in sampler never runs in this process (exit status)
     try:

@@ -285,11 +285,15 @@ def test_a_worker_dead_in_the_middle_of_its_result_does_not_hang_the_pool():
     assert time.monotonic() - t0 < 60
 
 
-@pytest.mark.slow  # ~40 s: the real-model pair on a worker process
+@pytest.mark.slow  # ~15 s: the real-model pair on a worker process
 def test_os_exit_0_in_a_pit_sampler_is_exit_3(tmp_path):
-    """`pit --sampler` drew in the process that decides its exit status: os._exit(0) there was exit 0, no report."""
+    """`pit --sampler` drew in the process that decides its exit status: os._exit(0) there was exit 0, no report.
+    And it fails fast: once a real-model run has failed, its other tasks are not drawn (before stop 51 each of its 37
+    tasks (36 exact-pair shards, the tiny pair) was started and died in turn, 38 sampler calls and 254 s on 2 cores;
+    now one call per worker in flight at most)."""
     src = tmp_path / "s.py"
-    src.write_text(SIG + "    import os\n    os._exit(0)\n")
+    calls = tmp_path / "calls"
+    src.write_text(SIG + f"    import os\n    open({str(calls)!r}, 'a').write('call\\n')\n    os._exit(0)\n")
     r = subprocess.run([sys.executable, "-m", "harness", "pit", "--sampler", f"{src}:fn", "--n-sequences", "4",
                         "--max-new-tokens", "8", "--no-progress", "--no-figures", "--out", str(tmp_path / "o")],
                        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
@@ -297,6 +301,9 @@ def test_os_exit_0_in_a_pit_sampler_is_exit_3(tmp_path):
     assert r.returncode == 3, r.stderr
     assert any("s.py:fn" in ln and "exit status 0" in ln and "os._exit" in ln for ln in r.stderr.splitlines()), r.stderr
     assert (tmp_path / "o" / "summary.md").is_file()
+    n_calls = len(calls.read_text().splitlines())
+    workers = max(2, len(os.sched_getaffinity(0)))  # the backend's default: one worker per core
+    assert 1 <= n_calls <= workers, f"{n_calls} sampler calls: the failed run's other tasks were drawn"
 
 
 @pytest.mark.parametrize("child", ["return", "sys.exit"])
