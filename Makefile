@@ -44,9 +44,11 @@ VLLM_TESTS := tests/samples/test_vllm_engine.py
 OPENVINO_TESTS := tests/samples/test_openvino_engine.py
 MISTRALRS_TESTS := tests/samples/test_mistralrs_engine.py
 
-# the slow statistical tests no other target runs (real-model PIT batteries, calibration, false-alarm sweeps)
+# the slow statistical tests no other target runs (real-model PIT batteries, calibration, false-alarm sweeps), on
+# pytest-xdist workers file by file (--dist loadfile: a file's tests run in order on one worker, as the docs'
+# commands that read what an earlier command of the same page wrote need); serially it kept one core of two busy
 test-slow: setup
-	$(PY) -m pytest -m slow -p no:cacheprovider $(foreach f,$(INSTALL_TESTS) $(RAY_TESTS) $(ENGINE_TESTS) $(VLLM_TESTS) $(OPENVINO_TESTS) $(MISTRALRS_TESTS),--ignore=$(f)) $(ARGS)
+	$(PY) -m pytest -m slow -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=20 $(foreach f,$(INSTALL_TESTS) $(RAY_TESTS) $(ENGINE_TESTS) $(VLLM_TESTS) $(OPENVINO_TESTS) $(MISTRALRS_TESTS),--ignore=$(f)) $(ARGS)
 
 # pip install . (not editable) into a fresh venv, then `python -m harness` from an empty directory
 install-check: setup
