@@ -10,7 +10,7 @@ KV cache layout
 One preallocated buffer per attention layer, keys and values (B, H, S, D), where sequence b owns
 slots ``0 .. lengths[b] - 1`` *in order* (slot index == position).  A forward call writes the T
 new tokens of row b at slots ``lengths[b] .. lengths[b] + T - 1`` (a slice copy when every row has
-the same length, a scatter otherwise) and attends with
+the same length, else one row copy per new key and head: ``index_copy_`` on a flat view) and attends with
 
     mask[b, t, s] = s <= lengths[b] + t        position_ids[b, t] = lengths[b] + t
 

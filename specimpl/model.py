@@ -22,6 +22,7 @@ not yet fed (the last prompt token, a resampled or bonus token) are the sampler'
 """
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
@@ -77,6 +78,9 @@ def as_prompt_list(prompts: Prompts, vocab_size: int) -> list[list[int]]:
         return check_prompt_tensor(prompts, vocab_size).tolist()
     check_arg(isinstance(prompts, (list, tuple)) and len(prompts) > 0, "prompts", type(prompts).__name__,
               "an integer tensor of shape (B, P) or a non-empty list of token lists")
+    fast = _int_lists(prompts, vocab_size)
+    if fast is not None:
+        return fast
     out = []
     for i, p in enumerate(prompts):
         row = _token_row(p, i)
@@ -86,6 +90,18 @@ def as_prompt_list(prompts: Prompts, vocab_size: int) -> list[list[int]]:
             check_arg(False, f"prompts[{i}]", bad[:5], f"token ids in [0, {vocab_size})")
         out.append(row)
     return out
+
+
+def _int_lists(prompts, vocab_size: int) -> Optional[list[list[int]]]:
+    """The common case of :func:`as_prompt_list` checked for the whole batch at once (C-level passes, no Python
+    loop per token): every prompt a non-empty list of Python ints (no bools) in [0, vocab_size).  Copies of
+    them, or None when any of that fails (then the row-by-row checks find and name the culprit)."""
+    if set(map(type, prompts)) != {list} or not all(prompts):
+        return None
+    flat = list(itertools.chain.from_iterable(prompts))
+    if set(map(type, flat)) != {int} or min(flat) < 0 or max(flat) >= vocab_size:
+        return None
+    return [p.copy() for p in prompts]
 
 
 def _token_row(p, i: int) -> list[int]:

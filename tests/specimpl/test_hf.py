@@ -404,3 +404,28 @@ def test_a_hub_or_proxy_that_accepts_and_never_answers_counts_as_unreachable(mon
         answering.shutdown()
         silent.close()
         hf._hub_unreachable.cache_clear()
+
+
+# --------------------------------------------------------------------------- fast paths: the same bytes
+@pytest.mark.parametrize("shape", [(3, 2, 9, 4, 1), (5, 4, 16, 8, 5), (2, 1, 7, 3, 7)])
+def test_ragged_cache_write_equals_a_scatter_along_the_slots(shape):
+    """The ragged write (one row copy per new key, specimpl.hf_cache._write_rows) puts the bytes a scatter along
+    the slot axis puts, contiguous buffer or not."""
+    from specimpl.hf_cache import RaggedKVCache as Cache, _write_rows
+    B, H, S, D, T = shape
+    g = torch.Generator().manual_seed(sum(shape))
+    for seed in range(3):
+        buf = torch.randn(B, H, S, D, generator=g)
+        new = torch.randn(B, H, T, D, generator=g).transpose(1, 2).contiguous().transpose(1, 2)  # strided, as RoPE's
+        wi = torch.randint(0, S - T + 1, (B, 1), generator=g) + torch.arange(T)  # (B, T) slots of each row
+        ref = buf.clone().scatter_(2, wi.view(B, 1, T, 1).expand(B, H, T, D), new)
+        cache = Cache(1)
+        cache.write_index = wi
+        flat = cache.flat_index(B, H, S)
+        assert flat is cache.flat_index(B, H, S)  # once per call
+        fast = buf.clone()
+        _write_rows(fast, new, flat)
+        assert torch.equal(fast, ref)
+        strided = buf.clone().transpose(0, 1).contiguous().transpose(0, 1)  # not contiguous: the scatter fallback
+        _write_rows(strided, new, flat)
+        assert torch.equal(strided, ref)

@@ -3,6 +3,7 @@ finiteness check of the warped laws: bad input is refused with a message naming 
 input of an unusual type (np.int64, uint8 tensors) gives the same draws as plain ints."""
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -293,3 +294,21 @@ def test_model_names_carry_no_absolute_directory(monkeypatch, tmp_path):
     target, draft = load_tiny_pair()
     assert (target.name, draft.name) == ("tiny_pair/target", "tiny_pair/draft")
     assert not math.isnan(float(target.vocab_size))
+
+
+def test_the_whole_batch_prompt_check_equals_the_row_by_row_one():
+    """A batch of int lists is checked in one pass (:func:`specimpl.model._int_lists`); it returns what the
+    row-by-row checks return, and anything else falls to them (the same error, naming the same row)."""
+    from specimpl.model import _int_lists, _token_row, as_prompt_list
+    g = np.random.default_rng(0)
+    for _ in range(5):
+        prompts = [g.integers(0, 50, g.integers(1, 9)).tolist() for _ in range(int(g.integers(1, 40)))]
+        fast = as_prompt_list(prompts, 50)
+        assert fast == [_token_row(p, i) for i, p in enumerate(prompts)]
+        assert all(a is not b for a, b in zip(fast, prompts))  # copies, as before
+    for bad, where in (([[1, 2], [3, True]], "prompts[1][1]"), ([[1], [2.0]], "prompts[1][0]"),
+                       ([[1], []], "prompts[1]"), ([[1, 50]], "prompts[0]"), ([[-1]], "prompts[0]")):
+        assert _int_lists(bad, 50) is None
+        with pytest.raises(ValueError, match=re.escape(f"`{where}`")):
+            as_prompt_list(bad, 50)
+    assert _int_lists([(1, 2)], 50) is None and as_prompt_list([(1, 2)], 50) == [[1, 2]]  # tuples: row by row
