@@ -30,7 +30,7 @@ from harness.core.figures import md_table  # noqa: E402
 from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
 
 VERIFY_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "NPY_DISABLE_CPU_FEATURES": "X86_V4,AVX512_ICL,AVX512_SPR",
-              "OPENBLAS_CORETYPE": "Haswell"}  # the Makefile's VERIFY_ENV
+              "OPENBLAS_CORETYPE": "Haswell", "MKL_CBWR": "COMPATIBLE,STRICT"}  # the Makefile's VERIFY_ENV
 FIELDS = ["run", "role", "scenario", "sequences", "certificate", "cert_worst", "cert_worst_ratio", "passed"]
 
 

@@ -1,6 +1,7 @@
 """`verify --stop-at-need` measured on simulated lossless commands (issue 42, item 1).
 
-    python experiments/stop_at_need.py [--commands 200] [--cap-commands 3700] [--jobs 2] [--out results/calibrate/stop_at_need]
+    python experiments/stop_at_need.py [--commands 200] [--cap-commands 3700] [--real-commands 0] [--jobs 2]
+                                       [--out results/calibrate/stop_at_need]
 
 Each simulated command holds the reference run of every default scenario (harness.verify.simcommand.default_command:
 the command's δ per bound over its 1,204 bounds); a lossless run's counts are drawn from the scenario's exact law
@@ -14,7 +15,11 @@ stops at the first look where harness.verify.stopping.certified_at holds (every 
    it is not certified at its last look (the cap, at δ · CAP_SHARE), so P(inconclusive) ≤ P(not certified at the
    cap): each command is drawn at the caps alone (cap.csv: per scenario and per command, with the exact
    Clopper–Pearson 95 % interval).
-Writes draws.csv, cap.csv (with provenance sidecars) and summary.md.
+3. ``--real-commands``: the real-model run of each command, on the exact transformer pair (fixed n: stop-at-need does
+   not stop it), drawn from its enumerated float64 law and judged by the verdict's own specs; paired with cap.csv's
+   command i (the one written by this call, or an earlier call's with ``--cap-commands 0``) for the per-command rate
+   of the default (real.csv, real.md).
+Writes draws.csv, cap.csv, real.csv (with provenance sidecars), summary.md and real.md.
 """
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ from harness.core.figures import md_table  # noqa: E402
 from harness.core.provenance import atomic_write_csv, atomic_write_text, metadata  # noqa: E402
 from harness.laws.scenarios import SCENARIO_DIR, load_settings  # noqa: E402
 from harness.verify.calibrate_inconclusive import holm_tests  # noqa: E402
+from harness.verify.cli import real_model_spec  # noqa: E402
+from harness.verify.exactmodel import ExactModelDraw, exact_model_law, plan_exact_model_tests  # noqa: E402
+from harness.verify.realmodel import REAL_MODEL_SCENARIO  # noqa: E402
 from harness.verify.simcommand import _empty_acc, default_command, fill_accumulator, memo_upper_choice, window_counts  # noqa: E402
 from harness.verify.stopping import CAP_FACTOR, CAP_SHARE, RATIO, certified_at, largest_ratio, need, run_looks  # noqa: E402
 
@@ -51,8 +59,20 @@ def _setup():
             sc, eps = r.spec.scenario, plan.certifier.of(r.spec.scenario.name)
             runs.append((sc, r.law, eps, run_looks(r.law, sc.joint_tokens, eps, d, r.spec.draws),
                          need(r.law, sc.joint_tokens, eps, d), r.spec.draws))
-        _STATE.update(plan=plan, runs=runs, delta=d)
+        _STATE.update(plan=plan, runs=runs, delta=d, real=_real_setup(plan))
     return _STATE
+
+
+def _real_setup(plan):
+    """The default command's real-model certificate on the exact pair (fixed n; --stop-at-need does not stop it):
+    the enumerated float64 law of the first J tokens per prompt, sequences per prompt, its tolerances."""
+    spec = real_model_spec(SCENARIO_DIR / "default.toml")
+    if not spec.enabled or spec.exact is None:
+        return None
+    law = exact_model_law(spec.exact, spec.config)
+    joints = [np.asarray(law.law.joint[i], np.float64).ravel() for i in range(len(spec.exact.prompts))]
+    return dict(law=law, joints=[j / j.sum() for j in joints], n=int(spec.exact.n_sequences),
+                eps=plan.certifier.of(REAL_MODEL_SCENARIO))
 
 
 def _stop(sc, law, eps, looks, rng) -> float:
@@ -82,6 +102,38 @@ def _cap_job(i: int) -> list:
             acc = fill_accumulator(_empty_acc(law, sc), window_counts(law, sc.joint_tokens, looks.cap, rng))
             out.append((i, sc.name, largest_ratio(acc, eps, looks.deltas[-1])))
     return out
+
+
+def real_draw(law, joints: list, n: int, rng) -> ExactModelDraw:
+    """A lossless sampler's draw on the exact pair: ``n`` iid sequences per prompt of the enumerated law of the first
+    J tokens (multinomial counts of the V**J sequences, laid out as token rows: the statistic of a real run is a
+    function of these counts alone)."""
+    V, J = law.law.vocab_size, law.law.n_tokens
+    rows, prompt = [], []
+    for i, pj in enumerate(joints):
+        code = np.repeat(np.arange(pj.size, dtype=np.int64), rng.multinomial(n, pj))  # (n,) sequence codes
+        rows.append(np.stack([code // V ** (J - 1 - t) % V for t in range(J)], axis=1))  # (n, J)
+        prompt.append(np.full(n, i, np.int64))
+    return ExactModelDraw("reference", np.concatenate(rows), np.concatenate(prompt), len(joints))
+
+
+def real_ratio(real: dict, draw: ExactModelDraw, levels, power: float) -> float:
+    """Largest token-TV bound / ε of the real-model certificate on ``draw``: the verdict's own test specs
+    (:func:`plan_exact_model_tests`), every bound at the command's δ per bound."""
+    out = 0.0
+    for sp in plan_exact_model_tests(draw, real["law"]):
+        row = sp.evaluate(levels.alpha_each, power, levels.delta_each)
+        out = max(out, float(row.tv_upper) / real["eps"].for_real_test(sp.test))
+    return out
+
+
+def _real_job(i: int) -> list:
+    st = _setup()
+    real, plan = st["real"], st["plan"]
+    rng = np.random.default_rng([SEED, 3, i])
+    with memo_upper_choice():
+        return [(i, REAL_MODEL_SCENARIO, real_ratio(real, real_draw(real["law"], real["joints"], real["n"], rng),
+                                                    plan.levels, plan.power))]
 
 
 def _cp(k: int, n: int) -> tuple:
@@ -126,6 +178,30 @@ def cap_table(rows: list) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def real_table(rows: list, cap: pd.DataFrame) -> pd.DataFrame:
+    """The real-model certificate's rate of not certifying (it is fixed-n: that is its false-inconclusive rate), and
+    the whole command's: the exact-law runs at their caps (``cap``, this script's cap.csv) and the real-model run
+    paired by command index (independent draws, as in a real command).  Only the counts of the exact-law part are
+    stored, so the pairing is exact only when it had no failure (then a command fails iff its real-model run does);
+    otherwise the union's count is bounded by the sum, and the row says so."""
+    r = pd.DataFrame(rows, columns=["command", "scenario", "ratio"]).ratio.to_numpy()
+    k = int((r >= 1).sum())
+    lo, hi = _cp(k, r.size)
+    real = _setup()["real"]
+    out = [{"level": "run", "scenario": REAL_MODEL_SCENARIO, "sequences_per_prompt": real["n"],
+            "commands": r.size, "not_certified": k, "rate": k / r.size, "cp_low": lo, "cp_high": hi,
+            "largest_ratio_max": float(r.max()), "largest_ratio_p99": float(np.quantile(r, 0.99)), "pairing": ""}]
+    c = cap[cap.level == "command"].iloc[0]
+    n = int(min(c.commands, r.size))
+    k_cmd = int((r[:n] >= 1).sum()) + int(c.not_certified)
+    lo, hi = _cp(min(k_cmd, n), n)
+    out.append({"level": "command", "scenario": "(all, with real_model)", "sequences_per_prompt": real["n"],
+                "commands": n, "not_certified": k_cmd, "rate": k_cmd / n, "cp_low": lo, "cp_high": hi,
+                "largest_ratio_max": np.nan, "largest_ratio_p99": np.nan,
+                "pairing": "exact" if int(c.not_certified) == 0 else "union bound (sum of the parts)"})
+    return pd.DataFrame(out)
+
+
 def _map(fn, n: int, jobs: int) -> list:
     if jobs <= 1:
         return [row for i in range(n) for row in fn(i)]
@@ -137,6 +213,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commands", type=int, default=200)
     ap.add_argument("--cap-commands", type=int, default=3700)
+    ap.add_argument("--real-commands", type=int, default=0,
+                    help="the real-model certificate (exact pair, fixed n) of that many commands, paired with cap.csv's")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("results/calibrate/stop_at_need"))
     a = ap.parse_args(argv)
@@ -146,8 +224,13 @@ def main(argv=None) -> int:
     t1 = time.time()
     cap = cap_table(_map(_cap_job, a.cap_commands, a.jobs)) if a.cap_commands else None
     t2 = time.time()
+    cap_here = cap is not None
+    if a.real_commands and cap is None:
+        cap = pd.read_csv(a.out / "cap.csv")  # the exact-law runs' caps of an earlier call (the real part pairs with it)
+    real = real_table(_map(_real_job, a.real_commands, a.jobs), cap) if a.real_commands else None
+    t3 = time.time()
     cfg = {"commands": a.commands, "cap_commands": a.cap_commands, "ratio": RATIO, "cap_share": CAP_SHARE,
-           "cap_factor": CAP_FACTOR, "delta_each": st["delta"], "wall_draws_s": t1 - t0, "wall_cap_s": t2 - t1}
+           "cap_factor": CAP_FACTOR, "delta_each": st["delta"], "wall_draws_s": t1 - t0, "wall_cap_s": t2 - t1, "real_commands": a.real_commands, "wall_real_s": t3 - t2}
     meta = metadata(cfg, SEED)
     a.out.mkdir(parents=True, exist_ok=True)
     lines = [f"# `verify --stop-at-need` on simulated lossless commands\n",
@@ -158,12 +241,34 @@ def main(argv=None) -> int:
     if draws is not None:
         atomic_write_csv(a.out / "draws.csv", draws, meta)
         lines += ["## Stopping size of a lossless run\n", md_table(draws.to_dict("records"), list(draws.columns)), ""]
-    if cap is not None:
+    if cap_here:
         atomic_write_csv(a.out / "cap.csv", cap, meta)
         lines += ["## Not certified at the cap (the only way a run ends inconclusive)\n", md_table(cap.to_dict("records"), list(cap.columns)), ""]
-    atomic_write_text(a.out / "summary.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if draws is not None or cap_here:
+        atomic_write_text(a.out / "summary.md", "\n".join(lines) + "\n")
+        print("\n".join(lines))
+    if real is not None:
+        atomic_write_csv(a.out / "real.csv", real, meta)
+        text = "\n".join(_real_lines(a, real, t3 - t2)) + "\n"
+        atomic_write_text(a.out / "real.md", text)
+        print(text)
     return 0
+
+
+def _real_lines(a, real: pd.DataFrame, wall: float) -> list:
+    cmd = real[real.level == "command"].iloc[0]
+    return ["# The real-model certificate in simulated lossless default commands, and the whole command's rate\n",
+            f"Command: `python experiments/stop_at_need.py --commands 0 --cap-commands 0 --real-commands "
+            f"{a.real_commands} --jobs {a.jobs}` ({wall:.0f} s), after the call that wrote cap.csv.  Each command's "
+            "real-model run on the exact transformer pair is drawn from the enumerated float64 law of its first J "
+            "tokens per prompt (multinomial counts of whole sequences: the run's statistic is a function of them) "
+            "and judged by the verdict's own test specs (harness.verify.exactmodel.plan_exact_model_tests) at the "
+            "command's δ per bound.  It is fixed-n (--stop-at-need does not stop it), so not certifying at its size "
+            "is its false-inconclusive event.  Command i's real-model run is paired with cap.csv's command i (the "
+            "exact-law runs at their caps; independent draws, as in a real command).\n",
+            md_table(real.to_dict("records"), list(real.columns)), "",
+            f"**P(inconclusive | lossless) per default command ≤ {cmd.cp_high:.2g}** (exact Clopper–Pearson 95 %; "
+            f"{int(cmd.not_certified)} of {int(cmd.commands):,} commands; pairing: {cmd.pairing})."]
 
 
 if __name__ == "__main__":

@@ -44,3 +44,13 @@ def test_every_pin_of_verify_env_is_applied():
 def test_without_the_pin_mkl_reports_another_branch():
     """The check above can fail: the same probe without MKL_CBWR reads a branch other than the pin's."""
     assert _machine({})["mkl_cnr"] != _verify_env()["MKL_CBWR"]
+
+
+def test_the_real_runs_experiment_pins_what_make_verify_pins():
+    """experiments/inconclusive_real_runs.py runs `verify` itself: its copy of VERIFY_ENV is the Makefile's."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        import inconclusive_real_runs as exp
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+    assert exp.VERIFY_ENV == _verify_env()

@@ -120,7 +120,7 @@ class RunSettings:
     sequential_alpha: float = 0.0  # share of family_alpha spent on sequential stopping (0: none)
     stated_confidence: Optional[float] = None  # a round of --until-certified: the command's confidence through it
     full: bool = False  # the --full run: scenario files' full_epsilon_* apply
-    stop_at_need: bool = False  # --stop-at-need: runs under test stop once certified (harness.verify.stopping)
+    stop_at_need: bool = False  # runs under test stop once certified (harness.verify.stopping); verify sets it unless --fixed-n
 
 
 def read_defaults(directory: Optional[Path] = None) -> dict:

@@ -66,9 +66,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="draw every run to its full size (no sequential stopping of clearly lossy runs; the "
                          "Holm family then gets all of family_alpha)")
     ap.add_argument("--stop-at-need", action="store_true",
-                    help="each exact-law run under test stops at the first look where its certificate holds, its "
-                         "bounds valid at that data-dependent size (a union over a fixed grid of looks from the "
-                         "planner's need up to 1.25 x the run's size; harness/verify/stopping.py)")
+                    help="the default: each exact-law run under test stops at the first look where its certificate "
+                         "holds, its bounds valid at that data-dependent size (a union over a fixed grid of looks from "
+                         "the planner's need up to 1.25 x the run's size; harness/verify/stopping.py)")
+    ap.add_argument("--fixed-n", action="store_true",
+                    help="draw every run to its fixed size and read its certificate once there (the procedure "
+                         "before issue 42; --until-certified implies it)")
     ap.add_argument("--no-real-model", action="store_true",
                     help="skip the real-model scenario (its certificate on the exact transformer pair, its "
                          "sequential PIT tests on the shipped tiny pair)")
@@ -160,6 +163,8 @@ def _choose(args) -> _Choice:
     if getattr(args, "stop_at_need", False):
         check_option(args.until_certified is None, "--stop-at-need", True, "not with --until-certified (it sizes "
                      "the run itself)")
+        check_option(not getattr(args, "fixed_n", False), "--stop-at-need", True, "not with --fixed-n")
+    if not getattr(args, "fixed_n", False) and args.until_certified is None:  # stop at the need: the default
         settings = replace(settings, stop_at_need=True)
     sampler = (load_sampler(args.sampler, trial=True, trial_timeout=import_timeout(timeout))  # in a child first
                if args.sampler else None)

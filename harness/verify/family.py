@@ -212,4 +212,5 @@ def family_config(settings, levels: FamilyLevels) -> dict:
             **({"tv_confidence_this_round": settings.tv_confidence} if stated else {}),
             "n_tests": levels.n_tests, "alpha_bonferroni": levels.alpha_each, "tv_delta_each": levels.delta_each,
             "sequential_alpha": float(getattr(settings, "sequential_alpha", 0.0)), "n_sequential": levels.n_sequential,
+            "stop_at_need": bool(getattr(settings, "stop_at_need", False)),
             "settings": settings.raw, **({"plan_notes": list(levels.notes)} if levels.notes else {})}

@@ -13,10 +13,12 @@ from typing import Optional
 
 import pandas as pd
 
-__all__ = ["NAME", "MEASURED", "measured_line"]
+__all__ = ["NAME", "MEASURED", "STOP_MEASURED", "measured_line", "stop_measured_line"]
 
 NAME = "inconclusive_default"  # results/calibrate/<NAME>
 MEASURED = Path(__file__).resolve().parents[2] / "results" / "calibrate" / NAME / "rates.csv"
+# the default since issue 42 (stop at the need): the exact-law runs at their caps and the real-model run, per command
+STOP_MEASURED = Path(__file__).resolve().parents[2] / "results" / "calibrate" / "stop_at_need" / "real.csv"
 
 
 def measured_line(path: Path = MEASURED) -> Optional[str]:
@@ -33,3 +35,20 @@ def measured_line(path: Path = MEASURED) -> Optional[str]:
             f"the real-model scenario, which has no enumerable law here) ended "
             f"inconclusive: P(inconclusive | lossless) per command ≤ {high:.2g} (exact Clopper–Pearson 95 %; "
             f"results/calibrate/{NAME}/rates.csv, `python -m harness calibrate --inconclusive`)")
+
+
+def stop_measured_line(path: Path = STOP_MEASURED) -> Optional[str]:
+    """The measured per-command false-inconclusive rate of the default command, which stops each exact-law run at
+    the need (`python experiments/stop_at_need.py`: the exact-law runs at their caps, paired with the real-model
+    run's certificate on the exact pair); None without it."""
+    try:
+        t = pd.read_csv(path)
+        r = t[t.level == "command"].iloc[0]
+        k, n, high = int(r.not_certified), int(r.commands), float(r.cp_high)
+    except (OSError, ValueError, KeyError, IndexError, AttributeError, TypeError):
+        return None
+    return (f"measured at the default configuration: {k} of {n:,} simulated default commands (every default "
+            f"exact-law scenario's reference run at its stop-at-need cap, where alone it can end inconclusive, and the "
+            f"real-model run on the exact transformer pair, each drawn from its exact law and judged by this "
+            f"certificate code) ended inconclusive: P(inconclusive | lossless) per command ≤ {high:.2g} (exact "
+            f"Clopper–Pearson 95 %; results/calibrate/stop_at_need/real.csv, `python experiments/stop_at_need.py`)")

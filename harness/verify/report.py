@@ -34,7 +34,7 @@ from harness.core.provenance import (atomic_savefig, atomic_write_csv, atomic_wr
 from harness.verify.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
 from harness.verify.cost import console_cost, cost_section
 from harness.verify.family import run_acceptance
-from harness.verify.measured import measured_line
+from harness.verify.measured import measured_line, stop_measured_line
 from harness.verify.outcome import Outcome, loss_estimate
 from harness.core.verdict import headline
 from harness.verify.runs import MUST_BE_CAUGHT, UNDER_TEST
@@ -271,9 +271,10 @@ def _strongest(v, config) -> list[str]:
                   f"(≤ {both[1]:.2g}) over the {int(ok.sum())} runs with a certificate (the real-model ones on the "
                   f"exact pair included); over the {int(main_runs.sum())} scenarios of the sampler under test ≈ "
                   f"{nine[0]:.2g} (≤ {nine[1]:.2g})"]
-    measured = measured_line() if np.any(ok) else None  # a lossy run: no planning figures, measured ones neither
+    st = config.get("settings") or {}
+    line = stop_measured_line if config.get("stop_at_need") else measured_line  # the procedure this run used
+    measured = line() if np.any(ok) else None  # a lossy run: no planning figures, measured ones neither
     if measured:
-        st = config.get("settings") or {}
         default = not config.get("full") and config.get("draws") == st.get("draws")
         L += ["", f"The false-inconclusive rate {measured}" + ("." if default else " (this run's sizes are not the "
                                                                                    "default's).")]

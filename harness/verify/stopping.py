@@ -1,5 +1,5 @@
-"""`verify --stop-at-need`: an exact-law run under test stops drawing as soon as its certificate holds (issue 42,
-item 1), with bounds valid at that data-dependent stopping time.
+"""Stop at the need (the default of `verify`; `--fixed-n` opts out): an exact-law run under test stops drawing as
+soon as its certificate holds (issue 42, item 1), with bounds valid at that data-dependent stopping time.
 
 The looks (fixed before any draw, from the law, ε, δ and the run's size alone; :func:`run_looks`):
 - the first at the planner's fixed-n need (the sequences at which every bound's expected upper end reaches its ε at

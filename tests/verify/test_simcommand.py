@@ -171,6 +171,28 @@ def test_verify_summary_states_the_measured_rate_beside_the_planner(tmp_path, mo
     assert "simulated default commands" not in "\n".join(report._strongest(v, default))
 
 
+def test_a_stop_at_need_run_quotes_the_stop_at_need_measurement(tmp_path, monkeypatch):
+    """The default (stop at the need) quotes experiments/stop_at_need.py's per-command rate (real.csv); --fixed-n
+    quotes calibrate --inconclusive's: each run the figure of the procedure it used."""
+    from harness.verify import report
+    from harness.verify.measured import stop_measured_line
+    high = sps.binomtest(0, 4000).proportion_ci(method="exact").high
+    path = tmp_path / "real.csv"
+    pd.DataFrame([dict(level="run", scenario="real_model", commands=4000, not_certified=0, cp_high=high),
+                  dict(level="command", scenario="(all, with real_model)", commands=4000, not_certified=0,
+                       cp_high=high)]).to_csv(path, index=False)
+    line = stop_measured_line(path)
+    assert "0 of 4,000" in line and f"{high:.2g}" in line and "real-model run" in line
+    assert stop_measured_line(tmp_path / "missing.csv") is None
+    v = pd.DataFrame([dict(run="reference", scenario="base", cert_strongest="TV ≤ 0.02", cert_inconclusive_normal=1e-6,
+                           cert_inconclusive_rate=1e-4)])
+    cfg = {"sampler": "reference", "draws": 1_000_000, "full": False, "settings": {"draws": 1_000_000}}
+    monkeypatch.setattr(report, "stop_measured_line", lambda: stop_measured_line(path))
+    monkeypatch.setattr(report, "measured_line", lambda: "FIXED-N LINE")
+    assert "0 of 4,000" in "\n".join(report._strongest(v, {**cfg, "stop_at_need": True}))
+    assert "FIXED-N LINE" in "\n".join(report._strongest(v, {**cfg, "stop_at_need": False}))
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--commands", "0"], "`--commands` must be an integer in [1, 100,000]"),
     (["--check-draws", "10"], "`--check-draws` must be an integer in [500, 10,000,000]"),

@@ -109,7 +109,8 @@ def test_too_few_draws_are_inconclusive_exit_4_with_the_command_that_certifies(s
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("verify reference: INCONCLUSIVE (nothing lossy") and "exit 4" in lines[-1]
     assert lines[-3] == "to certify, run:"
-    advice = next(x for x in lines if x.strip().startswith("to certify: reference on tiny: drew 3,000; ~"))
+    # stop at the need (the default): never certified, the run drew to its cap, 1.25 x --draws 3,000
+    advice = next(x for x in lines if x.strip().startswith("to certify: reference on tiny: drew 3,750; ~"))
     words = shlex.split(lines[-2])
     args = build_parser()[0].parse_args(words[3:])
     assert words[:4] == ["python", "-m", "harness", "verify"] and args.command == "verify"
