@@ -226,3 +226,15 @@ def test_the_committed_measurement_is_read():
     if not (ROOT / "results/calibrate/inconclusive_default/rates.csv").is_file():
         pytest.skip("no committed measurement")
     assert line is not None and "simulated default commands" in line and "Clopper" in line
+
+
+def test_the_committed_stop_at_need_measurement_is_read_and_meets_issue_42():
+    """The default's per-command false-inconclusive rate (results/calibrate/stop_at_need/real.csv) is read back, and
+    its exact upper bound is at most issue 42's 1e-3; with the real-model run in every command."""
+    from harness.verify.measured import STOP_MEASURED, stop_measured_line
+    if not STOP_MEASURED.is_file():
+        pytest.skip("no committed measurement")
+    t = pd.read_csv(STOP_MEASURED)
+    cmd = t[t.level == "command"].iloc[0]
+    assert cmd.commands >= 3000 and cmd.cp_high <= 1e-3 and "real_model" in cmd.scenario
+    assert "simulated default commands" in stop_measured_line()
