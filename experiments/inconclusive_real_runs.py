@@ -77,7 +77,9 @@ def summary(table: pd.DataFrame, args, meta: dict) -> str:
                                       worst_ratio=("cert_worst_ratio", "max")).reset_index()
     n, k = len(seeds), int((seeds.inconclusive > 0).sum())
     hi = sps.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact").high if n else float("nan")
-    per = table[table.run == "reference"].groupby("scenario").cert_worst_ratio.agg(["count", "min", "median", "max"])
+    ref = table[table.run == "reference"].groupby("scenario")
+    per = ref.cert_worst_ratio.agg(["count", "min", "median", "max"]).join(
+        ref.sequences.agg(sequences_min="min", sequences_median="median", sequences_max="max"))
     return "\n".join([
         "# Real default `verify` commands of the reference sampler, several seeds", "",
         f"Command: `python experiments/inconclusive_real_runs.py --seeds {args.seeds} --first-seed {args.first_seed}"
@@ -88,8 +90,10 @@ def summary(table: pd.DataFrame, args, meta: dict) -> str:
         f"{ {int(a): int(b) for a, b in seeds.exit_status.value_counts().items()} }; the runs' code: commit "
         f"`{args.runs_commit}`.", "",
         md_table(seeds.to_dict("records"), list(seeds.columns)), "",
-        "Largest bound / ε of the reference run per scenario over the seeds:", "",
-        md_table(per.reset_index().to_dict("records"), ["scenario", "count", "min", "median", "max"]), ""])
+        "Largest bound / ε of the reference run per scenario over the seeds, and the sequences it drew (the default "
+        "stops each run at the need: per prompt on real_model, which does not stop):", "",
+        md_table(per.reset_index().to_dict("records"), ["scenario", "count", "min", "median", "max", "sequences_min",
+                                                          "sequences_median", "sequences_max"]), ""])
 
 
 def main(argv=None) -> int:
