@@ -26,6 +26,7 @@ from harness.verify.runs import (UNDER_TEST, RunSet, Sizes, algorithm_runs, base
                                  run_sizes)
 from harness.verify.outcome import Outcome, judge
 from harness.verify.verdicts import certifier_for, verdict_table
+from harness.verify.stopping import stop_summary
 from specimpl.speculative import speculative_generate
 
 __all__ = ["verify", "conclude", "VerifyResult"]
@@ -194,6 +195,7 @@ def _timing(rs: RunSet, t_start: float, t_drawn: float, t_tested: float, c_start
     timing["tokens_total"] = timing["tokens_sampler"] + timing["tokens_controls"] + timing["tokens_target_only"] + \
         timing["tokens_real_model"]
     timing["sequential"] = sequential_summary(rs)
+    timing["stop_at_need"] = stop_summary(rs)
     if timing["wall_real_model_s"] > 0:
         timing.update(real_model_arithmetic(rs, timing))
     return timing

@@ -34,6 +34,7 @@ from harness.core.provenance import (atomic_savefig, atomic_write_csv, atomic_wr
 from harness.verify.realmodel import REAL_MODEL_SCENARIO as REAL_MODEL
 from harness.verify.cost import console_cost, cost_section
 from harness.verify.family import run_acceptance
+from harness.verify.stopping import CAP_FACTOR
 from harness.verify.measured import measured_line, stop_measured_line
 from harness.verify.outcome import Outcome, loss_estimate
 from harness.core.verdict import headline
@@ -325,7 +326,7 @@ def _budget(config, timing) -> list[str]:
             f"false-alarm budget **{config['family_alpha']:g}**, split by Holm; the planners use the Bonferroni "
             f"level {config['alpha_bonferroni'] * m:.3g}/{m} = **{config['alpha_bonferroni']:.3g}** per test and power "
             f"**{config['power']:g}**.",
-            *_sequential_line(config, timing),
+            *_sequential_line(config, timing), *_stop_line(timing),
             f"- TV upper bounds hold simultaneously with confidence {config['tv_confidence']:g} "
             f"(δ = {config['tv_delta_each']:.2g} per bound).",
             f"- Drew **{tot:,} tokens** ({timing['tokens_sampler']:,} from the sampler under test, "
@@ -350,6 +351,20 @@ def _sequential_line(config, timing) -> list[str]:
             f"looked at after every shard, each stopping lossy once E ≥ 1/{sq['level']:.3g} (budget "
             f"{config.get('sequential_alpha', 0):g}, Bonferroni over the runs; Holm gets the rest). "
             f"**{sq['stopped']} stopped early**, drawing {share}; a stopped run's fixed-n rows are shown, not judged."]
+
+
+def _stop_line(timing) -> list[str]:
+    """What stopping at the need did (none under --fixed-n)."""
+    st = timing.get("stop_at_need") or {}
+    if not st.get("runs"):
+        return []
+    each = "; ".join(f"{x['scenario']} {x['sequences']:,} of {x['fixed_n']:,}" + (
+        f" (look {x['look']} of {x['looks']})" if x["look"] else " (no look certified it)") for x in st["runs"])
+    return [f"- Stop at the need (`harness.verify.stopping`; `--fixed-n` draws the fixed sizes): "
+            f"**{len(st['runs'])} runs under test** drew {st['sequences']:,} sequences against their fixed sizes' "
+            f"{st['fixed_n']:,} ({st['sequences'] / max(st['fixed_n'], 1):.2f} ×; the cap is "
+            f"{CAP_FACTOR:g} × the fixed size), each stopping at the first look where every bound, at that look's δ, "
+            f"lay below its ε: {each}."]
 
 
 def _scenarios(main, table, runs, laws) -> list[str]:

@@ -137,3 +137,19 @@ def look_chunks(sizes, min_chunks: int, max_chunk: int) -> list:
         out += [base + (1 if i < extra else 0) for i in range(c)]
         prev = int(n)
     return out
+
+
+def stop_summary(rs) -> dict:
+    """What stopping at the need did in a command (meta.json ``timing.stop_at_need``): per run of ``rs`` with a
+    :class:`StopRule`, its sequences against its fixed-n size and cap, and the look it stopped at (0: at none, i.e.
+    lossy by its e-process before a look certified it, or not certified at its cap)."""
+    rows = []
+    for r in rs.runs:
+        rule = getattr(r, "stop", None)
+        if rule is None or r.acc is None:
+            continue
+        n, sizes = int(r.acc.n), tuple(int(s) for s in rule.looks.sizes)
+        rows.append({"run": r.label, "scenario": r.scenario.name, "sequences": n, "fixed_n": int(rule.fixed_n),
+                     "cap": sizes[-1], "looks": len(sizes), "look": sizes.index(n) + 1 if n in sizes else 0})
+    drawn, fixed = sum(x["sequences"] for x in rows), sum(x["fixed_n"] for x in rows)
+    return {"runs": rows, "sequences": drawn, "fixed_n": fixed}

@@ -79,6 +79,11 @@ def test_reference_passes_and_writes_report(scen_dir, tmp_path, capsys):
     summary = (out / "summary.md").read_text()
     assert "**Result: PASS**" in summary and "Holm" in summary and "## Why not PASS" not in summary
     assert "## What the certificates cost" in summary and " CPU-seconds** (" in summary
+    stop = meta["timing"]["stop_at_need"]  # the default stops the run under test at the need, and says where
+    (row,) = stop["runs"]
+    assert meta["config"]["stop_at_need"] and (row["run"], row["scenario"], row["fixed_n"]) == ("reference", "tiny", 3000)
+    assert row["sequences"] == runs.loc["reference", "sequences"] and 1 <= row["look"] <= row["looks"]
+    assert f"- Stop at the need (" in summary and f"tiny {row['sequences']:,} of 3,000 (look {row['look']} of" in summary
     assert not list(out.glob("_tmp*")) and not (out / "_tmp_state").exists()
 
 
@@ -99,6 +104,14 @@ def test_buggy_sampler_fails_with_exit_1(scen_dir, tmp_path, capsys):
     runs = check_cost_columns(tmp_path / "b")  # lossy: no figures, its CPU seconds all the same
     assert runs.verdict.iloc[0].startswith("lossy") and not runs.passed.iloc[0]
     assert runs.caught_by.iloc[0] in ("sequential.eprocess",) or "gof" in runs.caught_by.iloc[0]  # stopped early, or not
+
+
+def test_fixed_n_draws_the_fixed_size_and_says_nothing_of_looks(scen_dir, tmp_path):
+    assert _verify(scen_dir, tmp_path / "f", "--no-controls", "--fixed-n", *LOOSE) == 0
+    meta = json.loads((tmp_path / "f" / "meta.json").read_text())
+    assert not meta["config"]["stop_at_need"] and meta["timing"]["stop_at_need"]["runs"] == []
+    assert pd.read_csv(tmp_path / "f" / "runs.csv").set_index("run").loc["reference", "sequences"] == 3000
+    assert "Stop at the need" not in (tmp_path / "f" / "summary.md").read_text()
 
 
 def test_too_few_draws_are_inconclusive_exit_4_with_the_command_that_certifies(scen_dir, tmp_path, capsys):
