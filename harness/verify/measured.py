@@ -24,12 +24,10 @@ STOP_MEASURED = Path(__file__).resolve().parents[2] / "results" / "calibrate" / 
 def measured_line(path: Path = MEASURED) -> Optional[str]:
     """The measured per-command false-inconclusive rate of the default command, in words, from the committed
     calibration ``path``; None without it (a missing or unreadable file)."""
-    try:
-        t = pd.read_csv(path)
-        r = t[(t.level == "command") & t.runs.str.startswith("reference")].iloc[0]
-        k, n, high = int(r.inconclusive), int(r.commands), float(r.inconclusive_cp_high)
-    except (OSError, ValueError, KeyError, IndexError, AttributeError, TypeError):
+    row = _command_row(path, lambda t: t.runs.str.startswith("reference"), ("inconclusive", "inconclusive_cp_high"))
+    if row is None:
         return None
+    k, n, high = row
     return (f"measured at the default configuration: {k} of {n:,} simulated default commands (the reference run "
             f"of every default exact-law scenario drawn from its exact law and judged by this certificate code; not "
             f"the real-model scenario, which has no enumerable law here) ended "
@@ -41,14 +39,23 @@ def stop_measured_line(path: Path = STOP_MEASURED) -> Optional[str]:
     """The measured per-command false-inconclusive rate of the default command, which stops each exact-law run at
     the need (`python experiments/stop_at_need.py`: the exact-law runs at their caps, paired with the real-model
     run's certificate on the exact pair); None without it."""
-    try:
-        t = pd.read_csv(path)
-        r = t[t.level == "command"].iloc[0]
-        k, n, high = int(r.not_certified), int(r.commands), float(r.cp_high)
-    except (OSError, ValueError, KeyError, IndexError, AttributeError, TypeError):
+    row = _command_row(path, lambda t: True, ("not_certified", "cp_high"))
+    if row is None:
         return None
+    k, n, high = row
     return (f"measured at the default configuration: {k} of {n:,} simulated default commands (every default "
             f"exact-law scenario's reference run at its stop-at-need cap, where alone it can end inconclusive, and the "
             f"real-model run on the exact transformer pair, each drawn from its exact law and judged by this "
             f"certificate code) ended inconclusive: P(inconclusive | lossless) per command ≤ {high:.2g} (exact "
             f"Clopper–Pearson 95 %; results/calibrate/stop_at_need/real.csv, `python experiments/stop_at_need.py`)")
+
+
+def _command_row(path: Path, select, columns: tuple) -> Optional[tuple]:
+    """(count, commands, upper bound) from the first per-command row of the rates table ``path`` that ``select``
+    keeps, ``columns`` naming the count and the bound; None for a missing or unreadable file."""
+    try:
+        t = pd.read_csv(path)
+        r = t[(t.level == "command") & select(t)].iloc[0]
+        return int(r[columns[0]]), int(r.commands), float(r[columns[1]])
+    except (OSError, ValueError, KeyError, IndexError, AttributeError, TypeError):
+        return None

@@ -141,8 +141,8 @@ def look_chunks(sizes, min_chunks: int, max_chunk: int) -> list:
 
 def stop_summary(rs) -> dict:
     """What stopping at the need did in a command (meta.json ``timing.stop_at_need``): per run of ``rs`` with a
-    :class:`StopRule`, its sequences against its fixed-n size and cap, and the look it stopped at (0: at none, i.e.
-    lossy by its e-process before a look certified it, or not certified at its cap)."""
+    :class:`StopRule`, its sequences against its fixed-n size and cap, and the look that certified it (0: none,
+    i.e. lossy by its e-process first, or not certified even at its cap, where it also stops)."""
     rows = []
     for r in rs.runs:
         rule = getattr(r, "stop", None)
@@ -150,6 +150,7 @@ def stop_summary(rs) -> dict:
             continue
         n, sizes = int(r.acc.n), tuple(int(s) for s in rule.looks.sizes)
         rows.append({"run": r.label, "scenario": r.scenario.name, "sequences": n, "fixed_n": int(rule.fixed_n),
-                     "cap": sizes[-1], "looks": len(sizes), "look": sizes.index(n) + 1 if n in sizes else 0})
+                     "cap": sizes[-1], "looks": len(sizes),
+                     "look": sizes.index(int(r.certified_at)) + 1 if r.certified_at is not None else 0})
     drawn, fixed = sum(x["sequences"] for x in rows), sum(x["fixed_n"] for x in rows)
     return {"runs": rows, "sequences": drawn, "fixed_n": fixed}

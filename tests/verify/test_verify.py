@@ -134,6 +134,7 @@ def test_too_few_draws_are_inconclusive_exit_4_with_the_command_that_certifies(s
     summary = (tmp_path / "i" / "summary.md").read_text()
     assert "**Result: INCONCLUSIVE**" in summary and lines[-2].strip() in summary
     assert "## Where the loss is" not in summary
+    assert "tiny 3,750 of 3,000 (no look certified it)" in summary  # at its cap, not certified: no look counts
 
 
 def test_uninstrumented_lossless_sampler_passes(scen_dir, tmp_path):
