@@ -282,7 +282,8 @@ class Certifier:
     confidence: float
     control_scale: float = 1.0  # control-sized runs (:func:`control_sized`) are certified at ε x this
     planned: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε) -> draws, a cache
-    rates: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε, n) -> the two rates
+    rates: dict = field(default_factory=dict, compare=False)  # (scenario, test, position, ε, n, share) -> the bound
+    normals: dict = field(default_factory=dict, compare=False)  # the same key -> the normal approximation
 
     def draws_for(self, scenario: str, test: str, position: int, eps: float, probs) -> int:
         """Sequences at which a lossless sampler's expected bound of this test reaches ``eps``
@@ -293,16 +294,18 @@ class Certifier:
         return self.planned[key]
 
     def inconclusive_for(self, scenario: str, test: str, position: int, eps: float, n: int, probs,
-                         share: float = 1.0) -> tuple:
+                         share: float = 1.0, normal: bool = True) -> tuple:
         """(upper bound, normal approximation) of P(this bound >= ``eps``) for ``n`` draws of a lossless sampler
         (:func:`harness.verify.battery.tv_interval_inconclusive`, ``..._normal``) with the bound at ``share`` x δ,
-        once per scenario, test, ε, n and share."""
+        once per scenario, test, ε, n and share; ``normal=False``: the bound alone, the approximation NaN (the
+        planners' searches read only the bound, and the approximation simulates 200 count vectors)."""
         key = (scenario, test, position, eps, n, share)
+        delta = self.delta * share
         if key not in self.rates:
-            P, delta = probs(), self.delta * share
-            self.rates[key] = (tv_interval_inconclusive(P, n, delta, eps),
-                               tv_interval_inconclusive_normal(P, n, delta, eps))
-        return self.rates[key]
+            self.rates[key] = tv_interval_inconclusive(probs(), n, delta, eps)
+        if normal and key not in self.normals:
+            self.normals[key] = tv_interval_inconclusive_normal(probs(), n, delta, eps)
+        return self.rates[key], self.normals.get(key, NAN) if normal else NAN
 
     def of(self, scenario: str, control_sized: bool = False) -> Epsilons:
         eps = self.epsilons.get(scenario, self.default)
@@ -359,10 +362,11 @@ def _bounds_of(r: RunSpec, sub: pd.DataFrame, c: Certifier) -> tuple[pd.DataFram
     return gof, eps, np.array([eps.for_test(t) for t in gof.test], dtype=np.float64)
 
 
-def _planned(r: RunSpec, gof: pd.DataFrame, e: np.ndarray, c: Certifier, scale: Optional[float] = None) -> tuple:
+def _planned(r: RunSpec, gof: pd.DataFrame, e: np.ndarray, c: Certifier, scale: Optional[float] = None,
+             normal: bool = True) -> tuple:
     """(draws that certify, P(inconclusive) bound, its normal approximation) of a lossless sampler of ``r``'s law
     at ``scale`` x the sequences drawn (None: the run's own size): the bound planners of every gof row, the rates
-    summed over them.  At its own size, a run of --stop-at-need (``r.stop``) is inconclusive only if it is not
+    summed over them (``normal=False``: the approximation NaN, not computed).  At its own size, a run of --stop-at-need (``r.stop``) is inconclusive only if it is not
     certified at its cap, where its bounds are at the cap's share of δ: its rates are those (not the fixed-n rates
     at the size it stopped at)."""
     law_of = gof_law(r.acc.law, r.acc.joint_tokens)
@@ -373,9 +377,9 @@ def _planned(r: RunSpec, gof: pd.DataFrame, e: np.ndarray, c: Certifier, scale: 
     keys = list(zip(gof.test, gof.position.astype(int), e.astype(float),
                     np.maximum(2, np.round(gof.n.to_numpy(np.float64) * scale)).astype(int)))
     draws = float(max(c.draws_for(r.scenario.name, t, p, x, lambda t=t, p=p: law_of(t, p)) for t, p, x, _ in keys))
-    rates = np.array([c.inconclusive_for(r.scenario.name, t, p, x, n, lambda t=t, p=p: law_of(t, p), share)
+    rates = np.array([c.inconclusive_for(r.scenario.name, t, p, x, n, lambda t=t, p=p: law_of(t, p), share, normal)
                       for t, p, x, n in keys])
-    return (draws, *(min(1.0, float(v)) for v in rates.sum(0)))
+    return (draws, *(min(1.0, float(v)) if v == v else NAN for v in rates.sum(0)))  # normal=False: NaN
 
 
 PLANNED_RATE = 0.05  # certify_size: the P(inconclusive | lossless) a suggested size is planned to
@@ -394,7 +398,7 @@ def plan_run(r: RunSpec, table: pd.DataFrame, c: Certifier, rate: float = PLANNE
     gof, _, e = _bounds_of(r, _rows_of(table, r.label, r.scenario.name), c)
     if not len(gof) or r.acc is None or r.acc.n == 0:
         return NAN, NAN, NAN
-    half = math.ceil(_planned(r, gof, e, c)[0])
+    half = math.ceil(_planned(r, gof, e, c, normal=False)[0])
     n, r_n = half, inconclusive_bound(r, table, c, half)
     while r_n > rate and n < MAX_GROWTH * half:
         n = math.ceil(n * GROWTH)
@@ -408,7 +412,7 @@ def inconclusive_bound(r: RunSpec, table: pd.DataFrame, c: Certifier, n: int) ->
     gof, _, e = _bounds_of(r, _rows_of(table, r.label, r.scenario.name), c)
     if not len(gof) or r.acc is None or r.acc.n == 0:
         return NAN
-    return _planned(r, gof, e, c, n / r.acc.n)[1]
+    return _planned(r, gof, e, c, n / r.acc.n, normal=False)[1]
 
 
 def certify_size(r: RunSpec, table: pd.DataFrame, c: Certifier, rate: float = PLANNED_RATE) -> float:
