@@ -109,14 +109,22 @@ def _max_planned(x: np.ndarray, n: int, PA: np.ndarray, level: float) -> np.ndar
     return np.max(_cp_upper(xt, n, level) - PA[top], axis=1)
 
 
-@lru_cache(maxsize=4096)
-def _expected(p_bytes: bytes, n: int, delta: float) -> float:
+@lru_cache(maxsize=256)
+def _gaussian_events(p_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(P(A) per event, the planner's Gaussian event deviations (R, M)) of the lumped law p: the same at every n
+    (the planners' searches evaluate one law at many n)."""
     p = np.frombuffer(p_bytes, dtype=np.float64)
     E, PA = _events(p)
     z = np.random.default_rng(PLAN_SEED).standard_normal((PLAN_REPS, p.size))  # (R, k)
     s = np.sqrt(p)
     g = z * s - np.outer(z @ s, p)  # (R, k): covariance diag(p) - p p^T
-    x = n * PA + math.sqrt(n) * (g @ E.T)  # (R, M) event counts
+    return PA, g @ E.T  # (M,), (R, M)
+
+
+@lru_cache(maxsize=4096)
+def _expected(p_bytes: bytes, n: int, delta: float) -> float:
+    PA, G = _gaussian_events(p_bytes)
+    x = n * PA + math.sqrt(n) * G  # (R, M) event counts
     return float(np.clip(_max_planned(x, n, PA, delta / len(PA)), 0, 1).mean())
 
 
