@@ -45,7 +45,6 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
 from specimpl.errors import as_int, check_arg
 from specimpl.hf import HFModel
@@ -152,10 +151,17 @@ def _cache_kw(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _cache_from(kv: list, index: torch.Tensor, repeats: int) -> DynamicCache:
+def _dynamic_cache() -> "DynamicCache":
+    """A fresh transformers DynamicCache (transformers imported here, on first use: a command that never touches a
+    transformer law does not pay its ~1-2 s import)."""
+    from transformers import DynamicCache
+    return DynamicCache()
+
+
+def _cache_from(kv: list, index: torch.Tensor, repeats: int) -> "DynamicCache":
     """A fresh DynamicCache holding rows ``index`` of every layer's (keys, values), each repeated ``repeats``
     times (row i * repeats + x is a copy of row index[i])."""
-    cache = DynamicCache()
+    cache = _dynamic_cache()
     for layer, (k, v) in enumerate(kv):  # k, v (R, H, S, D)
         cache.update(k.index_select(0, index).repeat_interleave(repeats, 0),
                      v.index_select(0, index).repeat_interleave(repeats, 0), layer)
@@ -171,7 +177,7 @@ def _kv_of(cache: DynamicCache) -> list:
 def _prefill(model: torch.nn.Module, prompt: list, config: SamplingConfig) -> tuple:
     """One forward of the whole prompt: (level-0 law (1, V) in the model's dtype, the cache's (keys, values))."""
     dev = next(model.parameters()).device
-    cache = DynamicCache()
+    cache = _dynamic_cache()
     ids = torch.tensor([prompt], dtype=torch.long, device=dev)  # (1, P)
     out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{_cache_kw(model): cache})
     return warp(out.logits[:, -1], config), _kv_of(cache)  # (1, V)
