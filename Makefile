@@ -65,7 +65,7 @@ ray-check: setup
 # only: its multimodal library (mtmd, imported lazily by llama-cpp-python) is not built; CMAKE_ARGS of your own
 # (e.g. -DGGML_CUDA=on) come after ours
 # LLAMA_WHEELS: a folder of prebuilt llama-cpp-python wheels pip takes before compiling (`make llama-wheel` fills
-# it; .ci/run builds it in the background, at low priority, beside the test suites)
+# it; .ci/run builds it in the background beside the single-process checks, after the test suites)
 LLAMA_WHEELS ?= .wheels/llama
 LLAMA_CMAKE_ARGS = -DLLAVA_BUILD=OFF $${CMAKE_ARGS:-}
 engine-check: setup

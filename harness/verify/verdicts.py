@@ -305,7 +305,7 @@ class Certifier:
             self.rates[key] = tv_interval_inconclusive(probs(), n, delta, eps)
         if normal and key not in self.normals:
             self.normals[key] = tv_interval_inconclusive_normal(probs(), n, delta, eps)
-        return self.rates[key], self.normals.get(key, NAN) if normal else NAN
+        return self.rates[key], self.normals[key] if normal else NAN
 
     def of(self, scenario: str, control_sized: bool = False) -> Epsilons:
         eps = self.epsilons.get(scenario, self.default)
