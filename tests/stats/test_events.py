@@ -14,6 +14,7 @@ from scipy import stats as sps
 
 from harness import stats as S
 from harness.stats import crossu
+from harness.stats import events as ev
 from harness.stats.events import (MAX_CELLS, events_applicable, tv_upper_bound_events, tv_upper_bound_events_exceed,
                                   tv_upper_bound_events_expected, tv_upper_bound_events_many,
                                   tv_upper_bound_events_n_for)
@@ -97,6 +98,26 @@ def test_planner_matches_the_simulated_bound_and_inverts():
     eps = 0.01
     m = tv_upper_bound_events_n_for(P, eps, delta)
     assert tv_upper_bound_events_expected(P, m, delta) <= eps < tv_upper_bound_events_expected(P, int(m * 0.99), delta)
+
+
+@pytest.mark.parametrize("level", [5e-5, 1e-9, 1e-15])  # I near 1 (>= TAIL_LEVEL) and the tail itself (below)
+def test_the_pruned_maximum_is_the_maximum_over_every_planned_event(level):
+    """The planners' pricing finds max_A (u(x_A) − P(A)) over the PLAN_TOP events by pruning (events.
+    _pruned_max); pricing every one of them gives the same numbers, bit for bit, fractional and integer counts,
+    laws with and without a zero cell."""
+    rng = np.random.default_rng(11)
+    for k, n, zero in [(3, 700, False), (7, 5_000, True), (10, 250_000, False), (10, 3_000_000, True), (9, 612, False), (10, 3_037, True)]:
+        p = rng.dirichlet(np.full(k, 0.7))
+        p = np.append(p, 0.0) if zero else p
+        E, PA = ev._events(p)
+        g = rng.standard_normal((200, p.size)) * np.sqrt(p)
+        x = n * PA + math.sqrt(n) * (g - np.outer(g.sum(1), p)) @ E.T  # (R, M) fractional event counts
+        for xs in (x, np.floor(np.clip(x, 0, n))):
+            f = np.clip(xs / n, 0, 1)
+            approx = f + sps.norm.isf(level) * np.sqrt(f * (1 - f) / n) - PA
+            top = np.argsort(-approx, axis=1)[:, :ev.PLAN_TOP]
+            every = np.max(ev._cp_upper(np.take_along_axis(xs, top, 1), n, level) - PA[top], axis=1)
+            assert np.array_equal(ev._max_planned(xs, n, PA, level), every)
 
 
 def test_exceed_bounds_the_simulated_inconclusive_rate():
