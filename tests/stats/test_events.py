@@ -106,7 +106,8 @@ def test_the_pruned_maximum_is_the_maximum_over_every_planned_event(level):
     _pruned_max); pricing every one of them gives the same numbers, bit for bit, fractional and integer counts,
     laws with and without a zero cell."""
     rng = np.random.default_rng(11)
-    for k, n, zero in [(3, 700, False), (7, 5_000, True), (10, 250_000, False), (10, 3_000_000, True), (9, 612, False), (10, 3_037, True)]:
+    for k, n, zero in [(3, 700, False), (7, 5_000, True), (10, 250_000, False), (10, 3_000_000, True),
+                       (9, 612, False), (10, 3_037, True)]:
         p = rng.dirichlet(np.full(k, 0.7))
         p = np.append(p, 0.0) if zero else p
         E, PA = ev._events(p)
