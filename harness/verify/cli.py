@@ -66,9 +66,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="draw every run to its full size (no sequential stopping of clearly lossy runs; the "
                          "Holm family then gets all of family_alpha)")
     ap.add_argument("--stop-at-need", action="store_true",
-                    help="the default: each exact-law run under test stops at the first look where its certificate "
-                         "holds, its bounds valid at that data-dependent size (a union over a fixed grid of looks from "
-                         "the planner's need up to 1.25 x the run's size; harness/verify/stopping.py)")
+                    help="the default: each exact-law run under test, and its real-model certificate on the exact "
+                         "pair, stops at the first look where its certificate holds, its bounds valid at that "
+                         "data-dependent size (a union over a fixed grid of looks from the planner's need up to 1.25 x "
+                         "the run's size; harness/verify/stopping.py)")
     ap.add_argument("--fixed-n", action="store_true",
                     help="draw every run to its fixed size and read its certificate once there (the procedure "
                          "before issue 42; --until-certified implies it)")

@@ -54,10 +54,12 @@ from harness.verify.runs import UNDER_TEST, RealRun, RunSet, RunSpec, VonNeumann
 from harness.verify.sequential import RunEProcess, sequential_level
 from harness.verify.epsilon import epsilons_for
 from harness.verify.verdicts import control_sized
-from harness.verify.stopping import CAP_FACTOR, SCHEME as STOP_SCHEME, look_chunks, reference_delta, stop_rule
+from harness.verify.stopping import (CAP_FACTOR, SCHEME as STOP_SCHEME, look_chunks, pair_cap, pair_stop_rule,
+                                     reference_delta, stop_rule)
 from harness.verify.isolation import backend_for, is_plugin_task, lost_message, not_from_generator, task_timeout
 from harness.verify.progress import CostBar, kind_of
-from harness.verify.exactmodel import EXACT_PAIR_DIR, ExactModelDraw, remember_law, sequences_per_shard
+from harness.verify.exactmodel import (EXACT_PAIR_DIR, ExactModelDraw, exact_model_law, merge_draws, remember_law,
+                                       sequences_per_shard)
 from harness.verify.shards import (ExactTask, LawTask, PilotTask, RealResult, RealTask, ShardTask, draw_task,
                                    draw_task_in_worker, sampler_recipe)
 from specimpl.hf import TINY_PAIR_DIR
@@ -400,7 +402,8 @@ def _draw_scenarios(rs: RunSet, seed: int, settings, state: RunState, pbar, back
     def skip(part, i):  # a stopped or failed run's remaining tasks are never drawn (a failed one: fail fast)
         t = part[i]
         if isinstance(t, (RealTask, ExactTask)):
-            return rs.real_runs[t.index].error is not None
+            rr = rs.real_runs[t.index]
+            return rr.error is not None or (isinstance(t, ExactTask) and t.shard not in rr.exact_pending)
         return isinstance(t, ShardTask) and (jobs[t.run].stopped or jobs[t.run].failed)
 
     isolated, own = backend_for(backend, remote)  # a plug-in sampler never runs in this process (exit status)
@@ -432,8 +435,7 @@ def _draw_part(part: list, where: Backend, jobs: list, rs: RunSet, state: RunSta
                 remember_law(t.spec, t.config, result)
             continue
         if isinstance(t, (RealTask, ExactTask)):
-            _take_real(rs.real_runs[t.index], t, result, state)
-            pbar.update(t.positions, kind_of(t), getattr(result, "wall_s", None))
+            _real_arrival(rs, t, result, state, pbar)
             continue
         job = jobs[t.run]
         was_stopped = job.stopped
@@ -489,9 +491,23 @@ def _draw_real_runs(tasks: list[RealTask], rs: RunSet, state: RunState, pbar) ->
     """The real-model runs whose sampler cannot leave this process, one after another (each seeded by its own
     generators: the draws do not depend on what runs beside them)."""
     for task in tasks:
-        result = draw_task(task)
-        _take_real(rs.real_runs[task.index], task, result, state)
-        pbar.update(task.positions, kind_of(task), getattr(result, "wall_s", None))
+        rr = rs.real_runs[task.index]
+        if isinstance(task, ExactTask) and (rr.error is not None or task.shard not in rr.exact_pending):
+            continue  # its run failed, or stopped at the need
+        _real_arrival(rs, task, draw_task(task), state, pbar)
+
+
+def _real_arrival(rs: RunSet, task, result, state: RunState, pbar) -> None:
+    """A real-model task's result into its run and the bar; an exact-pair shard may end its run's draw at a look
+    (stop at the need: the shards not drawn yet leave the bar) and is not counted when it arrives after that."""
+    rr = rs.real_runs[task.index]
+    if isinstance(task, ExactTask) and rr.exact_pending.pop(task.shard, None) is None:
+        return  # in flight when its run stopped at the need: not counted
+    _take_real(rr, task, result, state)
+    pbar.update(task.positions, kind_of(task), getattr(result, "wall_s", None))
+    if isinstance(task, ExactTask) and _pair_look(rr, rs.real_model):
+        pbar.drop(sum(rr.exact_pending.values()))
+        rr.exact_pending.clear()
 
 
 def _real_slot(rr: RealRun, spec: RealModelSpec, state: RunState) -> tuple[str, str]:
@@ -535,9 +551,10 @@ def _exact_seed(rr: RealRun, shard: int) -> int:
 
 
 def _exact_tasks(i: int, rr: RealRun, spec: RealModelSpec, state: RunState) -> list[ExactTask]:
-    """The exact-pair shards of real-model run ``rr`` not found in the resume state (those found fill the run)."""
+    """The exact-pair shards of real-model run ``rr`` not found in the resume state (those found fill the run, and
+    are looked at: a run they certify draws nothing more), up to its cap when it stops at the need."""
     out = []
-    for shard, n_rows in enumerate(sequences_per_shard(spec.exact, rr.exact_n) if rr.exact_n else ()):
+    for shard, n_rows in enumerate(_pair_shards(rr, spec)):
         saved = state.load(*_exact_slot(rr, shard, n_rows, spec.exact, spec.config, state))
         if saved is not None:
             rr.exact_parts[shard] = ExactModelDraw(**saved["draw"])
@@ -545,7 +562,54 @@ def _exact_tasks(i: int, rr: RealRun, spec: RealModelSpec, state: RunState) -> l
             continue
         out.append(ExactTask(i, rr.label, sampler_recipe(rr.sampler, rr.label), shard, n_rows, _exact_seed(rr, shard),
                              spec.exact, spec.config))
+    if rr.exact_parts and _pair_look(rr, spec):
+        out = [t for t in out if t.shard < rr.stop.shards_at(rr.certified_at)]
+    rr.exact_pending = {t.shard: t.positions for t in out}
     return out
+
+
+def _pair_stops(rs: RunSet, settings) -> None:
+    """Stop at the need on the exact pair: each real-model run under test at its own size (not control-sized)
+    gets the δ per bound its looks are decided at (:func:`harness.verify.stopping.reference_delta`)."""
+    if not getattr(settings, "stop_at_need", False) or getattr(rs.real_model, "exact", None) is None:
+        return
+    delta_ref = reference_delta(settings, _bounds_upper_count(rs))
+    for rr in rs.real_runs:
+        if rr.role in UNDER_TEST and not control_sized(rr) and rr.exact_n > 0:
+            rr.stop_delta, rr.stop_eps = delta_ref, epsilons_for(settings)
+
+
+def _pair_shards(rr: RealRun, spec: RealModelSpec) -> list[int]:
+    """Rows of each exact-pair shard of ``rr``: its size, or its cap when it stops at the need."""
+    n = pair_cap(rr.exact_n) if rr.stop_delta else rr.exact_n
+    return sequences_per_shard(spec.exact, n) if n else []
+
+
+def _pair_look(rr: RealRun, spec: RealModelSpec) -> bool:
+    """Stop at the need on the exact pair (:class:`harness.verify.stopping.PairStopRule`): each look the run's
+    shards in order reach is checked once, on those shards alone (whatever order the others arrive in); at the first
+    that certifies, ``rr.certified_at`` is set and the shards after it are dropped.  Whether it stopped now."""
+    if not rr.stop_delta or rr.certified_at is not None or rr.error is not None:
+        return False
+    law = exact_model_law(spec.exact, spec.config)  # remembered from the worker that computed it, if it has
+    if rr.stop is None:
+        P = len(spec.exact.prompts)
+        ends = np.cumsum(_pair_shards(rr, spec)) // P
+        rr.stop = pair_stop_rule(law, P, ends, rr.stop_eps, rr.stop_delta, rr.exact_n)
+    done = 0
+    while done in rr.exact_parts:
+        done += 1
+    for n in rr.stop.looks.sizes[rr.looked:]:
+        k = rr.stop.shards_at(n)
+        if k > done:
+            break
+        rr.looked += 1
+        if rr.stop.certified_draw(merge_draws([rr.exact_parts[i] for i in range(k)]), law):
+            rr.certified_at = int(n)
+            for i in [i for i in rr.exact_parts if i >= k]:
+                del rr.exact_parts[i]
+            return True
+    return False
 
 
 def _real_tasks(rs: RunSet, state: RunState) -> tuple[list, list]:
@@ -633,6 +697,7 @@ def draw_all(rs: RunSet, seed: int, settings, state: RunState, progress: bool,
     under_test = [r.sampler for r in [*rs.runs, *rs.real_runs] if r.role in UNDER_TEST]
     if state.run_fingerprint is None and state.dir is not None:
         state.run_fingerprint = fingerprint(state.code, [state.sampler(fn) for fn in dict.fromkeys(under_test)])
+    _pair_stops(rs, settings)
     real_tasks, real_here = _real_tasks(rs, state) if rs.real_runs else ([], [])
     totals = {"law": sum(_bar_draws(r, settings) * r.scenario.max_new_tokens for r in [*rs.runs, *rs.baselines.values()]),
               "real": 0, "exact": 0}

@@ -48,7 +48,7 @@ from specimpl.sampling import SamplingConfig
 
 __all__ = ["EXACT_PAIR_DIR", "EXACT_FAMILY", "ExactModelSpec", "ExactModelDraw", "ExactModelLaw",
            "load_exact_model_spec", "exact_model_draw", "merge_draws", "exact_model_law", "remember_law",
-           "plan_exact_model_tests", "prompt_of_family", "sequences_per_shard",
+           "plan_exact_model_tests", "exact_model_counts", "exact_model_bounds", "prompt_of_family", "sequences_per_shard",
            "window_offsets", "exact_pair"]
 
 EXACT_PAIR_DIR = Path(specimpl.__file__).resolve().parent / "assets" / "exact_pair"
@@ -279,29 +279,41 @@ def window_offsets(J: int, W: int) -> range:
     return range(0, J - W + 1)
 
 
+def exact_model_bounds(law: ExactModelLaw, n_prompts: int):
+    """Every law the certificate bounds, as (prompt i, test, position): per prompt the marginal at each position
+    t < J, each consecutive pair, and every window of W tokens (``joint[s:s+W]``)."""
+    J, W = law.law.n_tokens, law.window
+    for i in range(n_prompts):
+        yield from ((i, "position", t) for t in range(J))
+        yield from ((i, "pair", t) for t in range(J - 1))
+        yield from ((i, f"joint[{s}:{s + W}]", s) for s in window_offsets(J, W))
+
+
+_CELLS = {"position": (1, "tokens"), "pair": (2, "pairs"), "joint": (0, "sequences")}  # tokens per cell (0: W)
+
+
+def exact_model_counts(draw: ExactModelDraw, law: ExactModelLaw):
+    """The counts of each law of :func:`exact_model_bounds` in ``draw``, as (i, test, position, counts, law,
+    cells), the counts of whole sequences (the independent unit).  The one place these statistics are computed:
+    the verdict's tests (:func:`plan_exact_model_tests`) and the stop at the need (:mod:`harness.verify.stopping`)."""
+    V = law.law.vocab_size
+    xs = [draw.tokens[draw.prompt == i].astype(np.int64) for i in range(draw.n_prompts)]  # (n_i, J) each
+    for i, test, pos in exact_model_bounds(law, draw.n_prompts):
+        kind = "joint" if test.startswith("joint") else test
+        width, unit = _CELLS[kind]
+        width = width or law.window
+        code = np.zeros(len(xs[i]), np.int64)  # (n_i,) the cell of each sequence
+        for t in range(pos, pos + width):
+            code = code * V + xs[i][:, t]
+        yield i, test, pos, np.bincount(code, minlength=V ** width), law.of(kind, i, pos), f"{V ** width} {unit}"
+
+
 def plan_exact_model_tests(draw: ExactModelDraw, law: ExactModelLaw) -> list[TestSpec]:
     """Per prompt i (family ``exact_pair.p{i}``): a χ² goodness of fit with its finite-sample token-TV bound
-    (:func:`harness.verify.battery.gof_evaluator`) for the marginal at each position t < J, each consecutive
-    pair, and every window of W tokens (``joint[s:s+W]``), against the float64 law.  The counts are of whole
-    sequences (the independent unit)."""
-    V, J, W = law.law.vocab_size, law.law.n_tokens, law.window
-    specs = []
-    for i in range(draw.n_prompts):
-        x = draw.tokens[draw.prompt == i].astype(np.int64)  # (n_i, J)
-        fam = f"{EXACT_FAMILY}.p{i}"
-        for t in range(J):
-            specs.append(TestSpec(fam, "position", t, True, gof_evaluator(np.bincount(x[:, t], minlength=V),
-                                                                          law.of("position", i, t), f"{V} tokens"), True))
-        for t in range(J - 1):
-            specs.append(TestSpec(fam, "pair", t, True, gof_evaluator(
-                np.bincount(x[:, t] * V + x[:, t + 1], minlength=V * V), law.of("pair", i, t), f"{V * V} pairs"), True))
-        for s in window_offsets(J, W):
-            code = np.zeros(len(x), np.int64)
-            for t in range(s, s + W):
-                code = code * V + x[:, t]
-            specs.append(TestSpec(fam, f"joint[{s}:{s + W}]", s, True, gof_evaluator(
-                np.bincount(code, minlength=V ** W), law.of("joint", i, s), f"{V ** W} sequences"), True))
-    return specs
+    (:func:`harness.verify.battery.gof_evaluator`) of each law of :func:`exact_model_counts` against its float64
+    law."""
+    return [TestSpec(f"{EXACT_FAMILY}.p{i}", test, pos, True, gof_evaluator(c, P, cells), True)
+            for i, test, pos, c, P, cells in exact_model_counts(draw, law)]
 
 
 def prompt_of_family(family: str) -> int:

@@ -97,7 +97,9 @@ def plan_family(rs: RunSet) -> FamilyPlan:
                 rr.draw.u, max_lag=rs.real_model.k + 1, loglik=_loglik_of(rr.draw))]
             if rr.exact is not None:  # the certificate: χ² + token-TV bounds on the exact pair
                 law = exact_model_law(rs.real_model.exact, rs.real_model.config)
-                plan += [PlannedTest(rr.label, rr.role, REAL_MODEL_SCENARIO, ts)
+                stop = rr.stop  # stop at the need on the exact pair: read at a data-dependent look
+                looks, share = (len(stop.looks.sizes), stop.share_at(rr.exact_drawn)) if stop is not None else (1, 1.0)
+                plan += [PlannedTest(rr.label, rr.role, REAL_MODEL_SCENARIO, ts, looks=looks, delta_share=share)
                          for ts in plan_exact_model_tests(rr.exact, law)]
     for v in rs.vn:
         specs = plan_von_neumann_tests(v.draw.samples.numpy(), v.cdf, v.draw.proposed, v.draw.accepted, v.M)

@@ -236,7 +236,7 @@ def _needs(rs: RunSet, table: pd.DataFrame, verdicts: pd.DataFrame, certifier: C
 def _real_need(v, rr, config: dict) -> Need:
     """The real-model scenario: sequences per prompt on the exact pair (the planner's ``certify_draws``, where a
     lossless sampler's expected bounds reach ε)."""
-    drawn = int(rr.exact_n) if rr is not None else 0
+    drawn = int(rr.exact_drawn) if rr is not None else 0
     needed = int(v.certify_draws) if isinstance(v.certify_draws, float) and math.isfinite(v.certify_draws) else 0
     if not needed:
         return Need(v.run, v.scenario, drawn, 0, note="no planner figure: the run drew nothing on the exact pair "

@@ -141,7 +141,9 @@ def real_model_config(rs: RunSet) -> Optional[dict]:
         return None
     return {"settings": spec.raw, "config": spec.config.describe(), "k": spec.k, "max_new_tokens": spec.max_new_tokens,
             "runs": {rr.label: {"role": rr.role, "sequences": rr.n_sequences, "seed": rr.seed,
-                                "exact_pair_sequences_per_prompt": rr.exact_n} for rr in rs.real_runs}}
+                                "exact_pair_sequences_per_prompt": rr.exact_n,
+                                **({"exact_pair_looks": list(rr.stop.looks.sizes)} if rr.stop is not None else {})}
+                       for rr in rs.real_runs}}
 
 
 def conclude(rs: RunSet, settings, config: Callable[[FamilyLevels], dict], *, seed: int, out: Optional[Path],

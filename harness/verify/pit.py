@@ -6,7 +6,9 @@
     python -m harness pit --sampler mypkg.mymod:my_generate # a sampler of your own instead of the catalogue
 
 The certificate: the sampler under test (and the controls sized in ``[real_model.exact.controls]``) also runs on
-the exact transformer pair, judged against its enumerated law (:mod:`harness.verify.exactmodel`; ``--exact-sequences``).
+the exact transformer pair, judged against its enumerated law (:mod:`harness.verify.exactmodel`; ``--exact-sequences``);
+as in ``verify``, the sampler under test's draw there stops at the need (:mod:`harness.verify.stopping`; ``--fixed-n``
+draws its whole size).
 The PIT tests: each sampler runs on the shipped tiny transformers pair with the settings of ``[real_model]`` in
 ``harness/configs/verify/default.toml`` (``--max-new-tokens``, ``--k``, ``--temperature`` override
 them); its output is scored by the target and tested by the sequential randomized-PIT tests of
@@ -76,6 +78,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="sequences per prompt of the reference or --sampler on the exact transformer pair, the "
                          "certificate (default: default.toml's [real_model.exact] n_sequences; 0: none, so no "
                          "certificate: inconclusive); the controls draw their [real_model.exact.controls] sizes")
+    ap.add_argument("--fixed-n", action="store_true",
+                    help="draw the exact-pair certificate to its fixed size and read it once there (default: it stops "
+                         "at the first look where it holds, up to 1.25 x that size; harness/verify/stopping.py)")
     ap.add_argument("--max-new-tokens", type=int, help="T, tokens per sequence (default: default.toml's)")
     ap.add_argument("--k", type=int, help="draft tokens per round (default: default.toml's)")
     ap.add_argument("--temperature", type=float, help="sampling temperature (default: default.toml's)")
@@ -191,7 +196,7 @@ def run(args) -> int:
     check_unique(args.only, "--only")
     if args.alpha is not None:
         check_option(0 < args.alpha < 1, "--alpha", args.alpha, "a number in (0, 1)")
-    settings = with_epsilon(load_settings(args.scenario_dir), args)
+    settings = dataclasses.replace(with_epsilon(load_settings(args.scenario_dir), args), stop_at_need=not args.fixed_n)
     if args.alpha is not None:
         settings = dataclasses.replace(settings, family_alpha=args.alpha)
     try:

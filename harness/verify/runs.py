@@ -81,6 +81,12 @@ class RealRun:
     exact_cpu_s: float = 0.0  # the exact-pair shards' part of cpu_s (the draws the certificate rests on)
     exact_n: int = 0  # sequences per prompt on the exact pair (harness.verify.exactmodel; 0: not drawn there)
     exact_parts: dict = field(default_factory=dict)  # shard -> harness.verify.exactmodel.ExactModelDraw
+    stop_delta: float = 0.0  # stop at the need on the exact pair: δ per bound its looks are decided at (0: fixed n)
+    stop_eps: Optional[object] = None  # ... its tolerances (harness.verify.epsilon.Epsilons)
+    stop: Optional[object] = None  # ... its harness.verify.stopping.PairStopRule (built at the first look)
+    certified_at: Optional[int] = None  # ... the look (sequences per prompt) it was certified at
+    looked: int = 0  # ... the looks checked so far
+    exact_pending: dict = field(default_factory=dict)  # shard -> positions: exact-pair tasks still to arrive
 
     @property
     def exact(self):
@@ -88,6 +94,12 @@ class RealRun:
         if not self.exact_parts:
             return None
         return merge_draws([self.exact_parts[i] for i in sorted(self.exact_parts)])
+
+    @property
+    def exact_drawn(self) -> int:
+        """Sequences per prompt on the exact pair the certificate reads (the run's size, or where it stopped)."""
+        d = self.exact
+        return 0 if d is None or d.error is not None else d.n_sequences // max(d.n_prompts, 1)
 
     @property
     def error(self) -> Optional[str]:

@@ -27,10 +27,12 @@ import numpy as np
 
 from harness.stats.anytime import Looks, look_deltas, look_sizes
 from harness.verify.battery import tv_interval, tv_interval_n_for
+from harness.verify.exactmodel import exact_model_bounds, exact_model_counts
 from harness.verify.verdicts import gof_law
 
 __all__ = ["RATIO", "CAP_SHARE", "CAP_FACTOR", "run_bounds", "need", "run_looks", "largest_ratio", "certified_at",
-           "StopRule", "stop_rule", "reference_delta", "look_chunks", "SCHEME"]
+           "StopRule", "stop_rule", "reference_delta", "look_chunks", "SCHEME", "PairStopRule", "pair_stop_rule",
+           "pair_need", "pair_largest_ratio", "pair_cap"]
 
 SCHEME = "stop-at-need-v1"  # how an exact-law run is looked at and stopped once certified (part of the state fingerprint)
 
@@ -152,5 +154,67 @@ def stop_summary(rs) -> dict:
         rows.append({"run": r.label, "scenario": r.scenario.name, "sequences": n, "fixed_n": int(rule.fixed_n),
                      "cap": sizes[-1], "looks": len(sizes),
                      "look": sizes.index(int(r.certified_at)) + 1 if r.certified_at is not None else 0})
+    for rr in getattr(rs, "real_runs", ()):  # the exact pair: per prompt x the prompts (its sequences)
+        rule = rr.stop
+        if rule is None or rr.exact is None or rr.exact.error is not None:
+            continue
+        P, sizes = rr.exact.n_prompts, tuple(int(s) for s in rule.looks.sizes)
+        rows.append({"run": rr.label, "scenario": "real_model (exact pair)", "sequences": rr.exact_drawn * P,
+                     "fixed_n": int(rule.fixed_n) * P, "cap": sizes[-1] * P, "looks": len(sizes),
+                     "look": sizes.index(int(rr.certified_at)) + 1 if rr.certified_at is not None else 0})
     drawn, fixed = sum(x["sequences"] for x in rows), sum(x["fixed_n"] for x in rows)
     return {"runs": rows, "sequences": drawn, "fixed_n": fixed}
+
+
+# ------------------------------------------------------------------------------- the exact transformer pair
+# The real-model certificate (harness.verify.exactmodel) stops at the need the same way, in sequences per prompt:
+# its looks are at shard boundaries (each shard alternates the prompts and has its own seed), so the counts at a look
+# are those of the shards before it, merged in shard order, whatever order the workers finish them in.
+
+def pair_cap(n_per_prompt: int) -> int:
+    """Sequences per prompt drawn at most on the exact pair by a run of fixed-n size ``n_per_prompt``."""
+    return max(int(n_per_prompt), int(math.ceil(CAP_FACTOR * n_per_prompt)))
+
+
+def pair_need(law, n_prompts: int, eps, delta: float) -> int:
+    """The planner's fixed-n need on the exact pair (sequences per prompt): the largest over its bounds
+    (:func:`harness.verify.exactmodel.exact_model_bounds`) of the size at which a lossless sampler's expected upper
+    end reaches its ε at δ."""
+    kind = lambda t: "joint" if t.startswith("joint") else t  # noqa: E731
+    return max(tv_interval_n_for(law.of(kind(t), i, p), eps.for_real_test(t), delta)
+               for i, t, p in exact_model_bounds(law, n_prompts))
+
+
+def pair_largest_ratio(draw, law, eps, delta: float) -> float:
+    """The largest token-TV upper bound over its ε of the exact-pair ``draw`` (every bound at ``delta``)."""
+    return max(tv_interval(c, P, delta)[2] / eps.for_real_test(t) for _, t, _, c, P, _ in exact_model_counts(draw, law))
+
+
+@dataclass(frozen=True)
+class PairStopRule(StopRule):
+    """A real-model run's stop at the need on the exact pair: ``looks`` in sequences per prompt, each at a shard
+    boundary (``ends``: sequences per prompt after each shard drawn up to the cap)."""
+
+    ends: tuple = ()
+
+    def shards_at(self, n: int) -> int:
+        """The shards (in order) that hold the first ``n`` sequences per prompt."""
+        return self.ends.index(int(n)) + 1
+
+    def certified_draw(self, draw, law) -> bool:
+        """At a look: every bound of ``draw`` (the shards before it) at δ_ref x the look's share below its ε."""
+        n = draw.n_sequences // max(draw.n_prompts, 1)
+        if n not in self.looks.sizes:
+            return False
+        return pair_largest_ratio(draw, law, self.eps, self.delta_ref * self.looks.delta_at(n)) < 1.0
+
+
+def pair_stop_rule(law, n_prompts: int, ends, eps, delta_ref: float, n_per_prompt: int) -> PairStopRule:
+    """The :class:`PairStopRule` of a run of fixed-n size ``n_per_prompt`` whose shards up to the cap end at
+    ``ends`` (sequences per prompt): the looks of :func:`run_looks` (from the need, x RATIO), each moved up to the
+    next shard boundary."""
+    ends = tuple(int(e) for e in ends)
+    first = min(pair_need(law, n_prompts, eps, delta_ref), ends[-1])
+    sizes = tuple(sorted({next(e for e in ends if e >= s) for s in look_sizes(first, ends[-1], RATIO)}))
+    shares = tuple(d / delta_ref for d in look_deltas(delta_ref, len(sizes), CAP_SHARE))
+    return PairStopRule(Looks(sizes, shares), eps, float(delta_ref), int(n_per_prompt), ends)

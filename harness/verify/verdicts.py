@@ -517,8 +517,10 @@ def _real_certificate(rr: RealRun, sub: pd.DataFrame, lossy: bool, c: Certifier,
         keys = list(zip(prompt, ex.test, ex.position.astype(int), e.astype(float), ex.n.astype(int)))
         draws = float(max(c.draws_for(f"{REAL_MODEL_SCENARIO}.p{p}", t, q, x, lambda p=p, t=t, q=q: law.of(t, p, q))
                           for p, t, q, x, _ in keys))
-        rates = np.array([c.inconclusive_for(f"{REAL_MODEL_SCENARIO}.p{p}", t, q, x, n,
-                                             lambda p=p, t=t, q=q: law.of(t, p, q)) for p, t, q, x, n in keys])
+        stop = getattr(rr, "stop", None)  # stop at the need: inconclusive only if not certified at its cap
+        cap, share = (stop.looks.cap, float(stop.looks.deltas[-1])) if stop is not None else (None, 1.0)
+        rates = np.array([c.inconclusive_for(f"{REAL_MODEL_SCENARIO}.p{p}", t, q, x, cap or n,
+                                             lambda p=p, t=t, q=q: law.of(t, p, q), share) for p, t, q, x, n in keys])
         rate, normal = (min(1.0, float(v)) for v in rates.sum(0))
     J = int(ex[ex.test == "position"].position.max()) + 1
     W = int(law.window) if law is not None else 0
@@ -563,9 +565,10 @@ def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier
 def _real_cost(rr: RealRun, cert: dict) -> CostPart:
     """The cost of a real-model run (:mod:`harness.verify.cost`): its exact-pair CPU seconds per sequence per prompt
     (the certificate's draws), the tiny pair's a fixed part."""
-    per = rr.exact_cpu_s / rr.exact_n if rr.exact_n > 0 else NAN
+    n = rr.exact_drawn  # sequences per prompt the certificate reads (where a run stopped at the need stopped)
+    per = rr.exact_cpu_s / n if n > 0 else NAN
     return cost_part(cert.get("certificate", ""), rr.cpu_s, cert.get("cert_worst_bound", NAN),
-                     cert.get("certify_draws", NAN), rr.exact_n, per, fixed_s=rr.cpu_s - rr.exact_cpu_s)
+                     cert.get("certify_draws", NAN), n, per, fixed_s=rr.cpu_s - rr.exact_cpu_s)
 
 
 def _pit_summary(sub: pd.DataFrame) -> dict:

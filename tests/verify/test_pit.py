@@ -67,7 +67,9 @@ def test_pit_runs_one_holm_family(tmp_path, small_dir):
     assert list(runs.tokens) == [16 * 16, 16 * 16]
     t = pd.read_csv(out / "tests.csv")
     ex = t[t.family.str.startswith("exact_pair")]  # the certificate: 2 prompts x (3 positions, 2 pairs, 2 windows)
-    assert len(ex) == 2 * 2 * (3 + 2 + 2) and (ex.n == 512).all()
+    assert len(ex) == 2 * 2 * (3 + 2 + 2) and (ex[ex.run != "reference"].n == 512).all()  # the control: its size
+    n = ex[ex.run == "reference"].n  # the sampler under test stops at the need: a shard boundary (256 per prompt)
+    assert (n == n.iloc[0]).all() and n.iloc[0] % 256 == 0 and n.iloc[0] <= 640
     assert list(runs.certificate) == ["certified", "certified"]
     t = t[~t.family.str.startswith("exact_pair")]
     # per run: pooled, per position, PIT pairs at lags 1..k+1 = 5 (two tables each), the loglik martingale
@@ -79,7 +81,9 @@ def test_pit_runs_one_holm_family(tmp_path, small_dir):
     assert list(ll.test) == ["martingale", "martingale"] and (ll.n == 16).all() and not ll.reject.any()
     t = pd.read_csv(out / "tests.csv")  # one family: Holm over PIT and exact-pair tests together
     assert np.allclose(holm(t.pvalue.to_numpy()), t.p_adjusted.to_numpy())
-    assert np.allclose(t.alpha_bonferroni, 1e-4 / len(t))
+    L = t.method.str.extract(r"read at one of (\d+) looks")[0].astype(float).fillna(1.0)  # the stopped run's: α / L
+    assert (L[(t.run == "reference") & t.family.str.startswith("exact_pair")] > 1).all()
+    assert np.allclose(t.alpha_bonferroni * L, 1e-4 / len(t))
     meta = json.loads((out / "meta.json").read_text())
     assert meta["config"]["command"] == "pit" and meta["config"]["real_model"]["max_new_tokens"] == 16
     assert "## Real model" in (out / "summary.md").read_text()
@@ -164,7 +168,7 @@ def test_martingale_catches_the_residual_softmax_bug(tmp_path):
     a normalisation belongs: flatter output) is caught, by the martingale row alone, at 64 sequences (z ~ -175 at
     128 sequences, measured: power ~ 1), and the reference is never called lossy (the family's false-alarm rate
     is alpha = 1e-4).  The reference's certificate is not this test's subject (test_pit_catches_the_kv_cache_bug
-    draws it at the default size, `make verify` too): ``--exact-sequences 0`` skips its exact-pair draws (~180
+    draws it, stopping at the need, as `make verify` does): ``--exact-sequences 0`` skips its exact-pair draws (~180
     CPU-s), so its verdict is inconclusive (no certificate), and the exit status
     follows: 0 only when every run is as its role requires, else 4 (inconclusive; never 1, 2 or 3)."""
     out = tmp_path / "ll"

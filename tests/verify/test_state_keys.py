@@ -4,6 +4,7 @@ says so; a changed sampler file is redrawn."""
 import json
 import textwrap
 
+import pandas as pd
 import pytest
 
 from harness.core import fingerprint as fpmod
@@ -133,8 +134,10 @@ def test_calibrate_seed_keyed_on_scenario_config(tmp_path):
 
 
 def test_real_model_shards_are_reused_and_announced(tmp_path, keep_state, capsys):
-    """The tiny-pair run and its two exact-pair shards (512 rows each) are saved and reused.  The exact table is
-    made small (J = 3, windows of 2) so that 512 sequences per prompt certify at the ε below."""
+    """The tiny-pair run and its two exact-pair shards (512 rows each) are saved and reused (``--fixed-n``).  The exact
+    table is made small (J = 3, windows of 2) so that 512 sequences per prompt certify at the ε below.  Stopping at
+    the need (the default), the run stops at its first look (one shard, 256 per prompt) and the resumed command reads
+    the same look from the saved shard."""
     import re
     import shutil
     from harness.cli import main
@@ -148,6 +151,8 @@ def test_real_model_shards_are_reused_and_announced(tmp_path, keep_state, capsys
     argv = ["pit", "--scenario-dir", str(d), "--out", str(tmp_path / "p"), "--no-progress", "--no-figures", "--no-peer",
             "--only", "reference", "--n-sequences", "8", "--max-new-tokens", "8", "--exact-sequences", "512",
             "--epsilon", "real=0.5,real_pair=0.9,real_joint=0.9"]  # what 512 sequences per prompt certify
+    stopping = [a if a != str(tmp_path / "p") else str(tmp_path / "s") for a in argv]
+    argv = argv + ["--fixed-n"]
     assert main(argv) == 0
     first = capsys.readouterr().err
     assert "reused" not in first
@@ -155,6 +160,11 @@ def test_real_model_shards_are_reused_and_announced(tmp_path, keep_state, capsys
     assert "reused 3 saved draw shards from an earlier run of the same code" in capsys.readouterr().err
     meta = json.loads((tmp_path / "p" / "meta.json").read_text())
     assert meta["resume"]["reused_shards"] == 3 and meta["resume"]["stale_shards_redrawn"] == 0
+    for i in range(2):
+        assert main(stopping) == 0
+        assert ("reused 2 saved draw shards" in capsys.readouterr().err) == (i == 1)
+        t = pd.read_csv(tmp_path / "s" / "tests.csv")
+        assert (t[t.family.str.startswith("exact_pair")].n == 256).all()
 
 
 def test_sampler_fingerprint_follows_the_modules_it_imports(tmp_path, monkeypatch):

@@ -106,3 +106,88 @@ def test_a_stopped_runs_inconclusive_rate_is_the_procedures_at_its_cap():
     _, stopped, _ = _planned(ref, gof, e, c, 1.0)  # the fixed-n figure at the size it stopped at
     _, cap_full, _ = _planned(ref, gof, e, c, ref.stop.looks.cap / ref.acc.n)  # the cap at the whole δ
     assert 0 <= cap_full <= at_cap < stopped, (cap_full, at_cap, stopped)  # δ / 2 costs a little, the cap saves more
+
+
+# ------------------------------------------------------------------------------- the exact transformer pair
+def _pair_run(n_per_prompt: int, shard_rows: int, eps, delta: float, seed: int, bug=None):
+    """A real-model run under test whose exact-pair shards are drawn from the synthetic law of test_exactmodel
+    (2 prompts, V = 4, J = 3), with the spec that law is kept under, and every shard of it up to its cap."""
+    from types import SimpleNamespace
+    from harness.verify.exactmodel import remember_law, sequences_per_shard
+    from harness.verify.runs import RealRun
+    from harness.verify.stopping import pair_cap
+    from specimpl.sampling import SamplingConfig
+    from tests.verify.test_exactmodel import SPEC, _draw, _law
+    law = _law(11)
+    spec = SimpleNamespace(exact=replace(SPEC, shard_sequences=shard_rows), config=SamplingConfig())
+    remember_law(spec.exact, spec.config, law)
+    rr = RealRun("reference", "reference", None, 8, 0, exact_n=n_per_prompt, stop_delta=delta, stop_eps=eps)
+    shards = [_draw(law, rows // 2, seed + i, bug) for i, rows in
+              enumerate(sequences_per_shard(spec.exact, pair_cap(n_per_prompt)))]
+    return rr, spec, law, shards
+
+
+def _arrive(rr, spec, shards, order) -> list:
+    """The shards arriving in ``order``, each looked at as it comes (as the driver does); those that came after
+    the run stopped are not kept.  The shards kept."""
+    from harness.verify.draw import _pair_look
+    for i in order:
+        if rr.certified_at is not None:
+            continue
+        rr.exact_parts[i] = shards[i]
+        _pair_look(rr, spec)
+    return sorted(rr.exact_parts)
+
+
+def test_the_exact_pair_stops_at_a_shard_boundary_whatever_order_its_shards_arrive_in():
+    """A lossless run on the exact pair stops at the first look its shards *in order* certify, the same look and the
+    same shards for any arrival order; the look is a shard boundary; the looks before it do not certify."""
+    from tests.verify.test_exactmodel import EPS, DELTA
+    rr, spec, law, shards = _pair_run(12_000, 1_000, EPS, DELTA, 7)
+    kept = _arrive(rr, spec, shards, range(len(shards)))
+    rule, at = rr.stop, rr.certified_at
+    assert at is not None and at in rule.looks.sizes and at in rule.ends and at < rule.looks.cap
+    assert kept == list(range(rule.shards_at(at))) and rr.exact_drawn == at
+    from harness.verify.exactmodel import merge_draws
+    for n in rule.looks.sizes[:rule.looks.sizes.index(at)]:
+        assert not rule.certified_draw(merge_draws(shards[:rule.shards_at(n)]), law)
+    for perm_seed in (1, 2):
+        rr2, spec2, _, _ = _pair_run(12_000, 1_000, EPS, DELTA, 7)
+        order = np.random.default_rng(perm_seed).permutation(len(shards))
+        assert _arrive(rr2, spec2, shards, order) == kept and rr2.certified_at == at
+
+
+def test_a_lossy_run_on_the_exact_pair_is_never_stopped_as_certified():
+    """A sampler whose every other sequence comes from another law (test_exactmodel's per-sequence bug, TV ~0.2)
+    is not certified at any look: it draws up to its cap."""
+    from tests.verify.test_exactmodel import EPS, DELTA
+    bug = np.full(64, 1 / 64)
+    rr, spec, _, shards = _pair_run(4_000, 400, EPS, DELTA, 7, bug)
+    assert _arrive(rr, spec, shards, range(len(shards))) == list(range(len(shards)))
+    assert rr.certified_at is None and rr.exact_drawn == rr.stop.looks.cap == math.ceil(CAP_FACTOR * 4_000)
+
+
+@pytest.mark.slow
+def test_on_the_exact_pair_the_reference_stops_at_the_need_and_its_rows_say_so():
+    """The real-model scenario alone, the real sampler on the shipped exact pair, ε x 5 (the need ~6 k sequences
+    per prompt of the 16,384 asked): the run stops at a look below its cap, certified there; its exact-pair rows
+    carry the look's share of δ and p x the number of looks; the report's stop summary counts it."""
+    from harness.verify.cli import real_model_spec
+    spec = real_model_spec(SCENARIO_DIR / "default.toml")
+    spec = replace(spec, exact=replace(spec.exact, n_sequences=16_384, shard_sequences=2_048))
+    s = replace(SETTINGS, stop_at_need=True, epsilon_override={"real": 0.05, "real_pair": 0.1, "real_joint": 0.25})
+    res = pipeline.verify(sampler=None, sampler_label="reference", scenarios=[], settings=s, controls=False,
+                          out=None, figures=False, progress=False, von_neumann=False, backend=SerialBackend(),
+                          real_model=spec, real_model_sequences=4, real_model_controls=False)
+    rr = res.real_runs[0]
+    assert rr.certified_at is not None and rr.certified_at in rr.stop.looks.sizes
+    v = res.verdicts.set_index("run").loc["reference"]
+    assert v.certificate == "certified", v.cert_worst
+    t = res.table[res.table.family.str.startswith("exact_pair")]
+    assert t.tv_method.str.contains("union bound over a fixed grid of looks").all()
+    L = int(t.method.str.extract(r"p x (\d+)")[0].iloc[0])
+    assert L > 2 and t.method.str.contains(f"p x {L}").all()
+    n = int(t.n.iloc[0])
+    assert (t.n == n).all() and n < math.ceil(CAP_FACTOR * 16_384) and n % 1_024 == 0  # a shard boundary, per prompt
+    st = res.meta["timing"]["stop_at_need"]["runs"]
+    assert [(x["scenario"], x["sequences"]) for x in st] == [("real_model (exact pair)", 2 * n)] and st[0]["look"] >= 1
