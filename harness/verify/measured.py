@@ -44,8 +44,8 @@ def stop_measured_line(path: Path = STOP_MEASURED) -> Optional[str]:
         return None
     k, n, high = row
     return (f"measured at the default configuration: {k} of {n:,} simulated default commands (every default "
-            f"exact-law scenario's reference run at its stop-at-need cap, where alone it can end inconclusive, and the "
-            f"real-model run on the exact transformer pair, each drawn from its exact law and judged by this "
+            f"exact-law scenario's reference run, and the real-model run on the exact transformer pair, each at its "
+            f"stop-at-need cap, where alone it can end inconclusive, drawn from its exact law and judged by this "
             f"certificate code) ended inconclusive: P(inconclusive | lossless) per command ≤ {high:.2g} (exact "
             f"Clopper–Pearson 95 %; results/calibrate/stop_at_need/real.csv, `python experiments/stop_at_need.py`)")
 

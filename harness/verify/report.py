@@ -361,7 +361,8 @@ def _stop_line(timing) -> list[str]:
     each = "; ".join(f"{x['scenario']} {x['sequences']:,} of {x['fixed_n']:,}" + (
         f" (look {x['look']} of {x['looks']})" if x["look"] else " (no look certified it)") for x in st["runs"])
     return [f"- Stop at the need (`harness.verify.stopping`; `--fixed-n` draws the fixed sizes): "
-            f"**{len(st['runs'])} runs under test** drew {st['sequences']:,} sequences against their fixed sizes' "
+            f"**{len(st['runs'])} run{'s' if len(st['runs']) != 1 else ''} under test** drew {st['sequences']:,} "
+            f"sequences against their fixed sizes' "
             f"{st['fixed_n']:,} ({st['sequences'] / max(st['fixed_n'], 1):.2f} ×; the cap is "
             f"{CAP_FACTOR:g} × the fixed size), each stopping at the first look where every bound, at that look's δ, "
             f"lay below its ε: {each}."]
