@@ -191,3 +191,23 @@ def test_on_the_exact_pair_the_reference_stops_at_the_need_and_its_rows_say_so()
     assert (t.n == n).all() and n < math.ceil(CAP_FACTOR * 16_384) and n % 1_024 == 0  # a shard boundary, per prompt
     st = res.meta["timing"]["stop_at_need"]["runs"]
     assert [(x["scenario"], x["sequences"]) for x in st] == [("real_model (exact pair)", 2 * n)] and st[0]["look"] >= 1
+
+
+def test_the_simulations_increments_add_up_to_one_draw_at_the_look():
+    """experiments/stop_at_need.py draws the real-model run's counts in increments between its looks: the draw
+    at a look holds exactly the sequences of every increment so far (per prompt), rows laid out as a real run's."""
+    from tests.experiment_script import load_experiment
+    from tests.verify.test_exactmodel import _law
+    san = load_experiment("stop_at_need")
+    law = _law(3)
+    joints = [np.asarray(law.law.joint[i], np.float64).ravel() for i in range(2)]
+    rng = np.random.default_rng(0)
+    counts = [np.zeros(j.size, np.int64) for j in joints]
+    san.real_draw(law, joints, 300, rng, counts)
+    d = san.real_draw(law, joints, 200, rng, counts)
+    assert d.n_sequences == 1000 and [int(c.sum()) for c in counts] == [500, 500]
+    V, J = law.law.vocab_size, law.law.n_tokens
+    for i in range(2):
+        x = d.tokens[d.prompt == i].astype(np.int64)
+        code = sum(x[:, t] * V ** (J - 1 - t) for t in range(J))
+        assert np.array_equal(np.bincount(code, minlength=V ** J), counts[i])
