@@ -564,8 +564,8 @@ def real_verdict(rr: RealRun, table: pd.DataFrame, certifier: Optional[Certifier
 
 def _real_cost(rr: RealRun, cert: dict) -> CostPart:
     """The cost of a real-model run (:mod:`harness.verify.cost`): its exact-pair CPU seconds per sequence per prompt
-    (the certificate's draws; stopped at the need, the seconds of every shard that arrived, those dropped after the
-    look included: what the run paid), the tiny pair's a fixed part."""
+    (the certificate's draws; stopped at the need, the seconds of every shard that arrived before the stop, those
+    beyond its look included; one still in flight then is not counted), the tiny pair's a fixed part."""
     n = rr.exact_drawn  # sequences per prompt the certificate reads (where a run stopped at the need stopped)
     per = rr.exact_cpu_s / n if n > 0 else NAN
     return cost_part(cert.get("certificate", ""), rr.cpu_s, cert.get("cert_worst_bound", NAN),
