@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness.controls.chain import CATALOGUE
@@ -167,18 +168,30 @@ def test_a_lossy_run_on_the_exact_pair_is_never_stopped_as_certified():
     assert rr.certified_at is None and rr.exact_drawn == rr.stop.looks.cap == math.ceil(CAP_FACTOR * 4_000)
 
 
-@pytest.mark.slow
-def test_on_the_exact_pair_the_reference_stops_at_the_need_and_its_rows_say_so():
-    """The real-model scenario alone, the real sampler on the shipped exact pair, ε x 5 (the need ~6 k sequences
-    per prompt of the 16,384 asked): the run stops at a look below its cap, certified there; its exact-pair rows
-    carry the look's share of δ and p x the number of looks; the report's stop summary counts it."""
+def _pair_verify(backend):
+    """The real-model scenario alone, the real sampler on the shipped exact pair (16,384 sequences per prompt in
+    shards of 1,024 per prompt), ε x 5 (the need ~6 k per prompt), stopping at the need, on ``backend``."""
     from harness.verify.cli import real_model_spec
     spec = real_model_spec(SCENARIO_DIR / "default.toml")
     spec = replace(spec, exact=replace(spec.exact, n_sequences=16_384, shard_sequences=2_048))
     s = replace(SETTINGS, stop_at_need=True, epsilon_override={"real": 0.05, "real_pair": 0.1, "real_joint": 0.25})
-    res = pipeline.verify(sampler=None, sampler_label="reference", scenarios=[], settings=s, controls=False,
-                          out=None, figures=False, progress=False, von_neumann=False, backend=SerialBackend(),
-                          real_model=spec, real_model_sequences=4, real_model_controls=False)
+    return pipeline.verify(sampler=None, sampler_label="reference", scenarios=[], settings=s, controls=False,
+                           out=None, figures=False, progress=False, von_neumann=False, backend=backend,
+                           real_model=spec, real_model_sequences=4, real_model_controls=False)
+
+
+@pytest.mark.slow
+def test_on_the_exact_pair_the_reference_stops_at_the_need_and_its_rows_say_so():
+    """The run stops at a look below its cap, certified there; its exact-pair rows carry the look's share of δ and
+    p x the number of looks; the report's stop summary counts it.  On two worker processes, which finish the shards
+    in their own order, it stops at the same look with the same table."""
+    from harness.core.backends import LocalPool
+    res = _pair_verify(SerialBackend())
+    with LocalPool(2) as pool:
+        there = _pair_verify(pool)
+    pd.testing.assert_frame_equal(res.table.reset_index(drop=True), there.table.reset_index(drop=True),
+                                  check_exact=True)
+    assert there.real_runs[0].certified_at == res.real_runs[0].certified_at
     rr = res.real_runs[0]
     assert rr.certified_at is not None and rr.certified_at in rr.stop.looks.sizes
     v = res.verdicts.set_index("run").loc["reference"]
