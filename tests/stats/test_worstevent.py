@@ -196,3 +196,15 @@ def test_hoeffding_width_is_its_formula():
     assert hoeffding_width(1e-3, 100, 300) == pytest.approx(math.sqrt(math.log(1e3) * (1 / 100 + 1 / 300) / 2))
     with pytest.raises(ValueError, match="delta"):
         hoeffding_width(0.0, 10)
+
+
+def test_the_scalar_deviation_is_the_array_ones_bit_for_bit():
+    """The ternary search's scalar u_δ(x) − x/n (worstevent._dev1) is the array version's, bit for bit, from x = 0 to
+    x = n, n from 1 to 10^12 and δ from 1e-15 to 0.4 (so the search's maximum is the one it always was)."""
+    from harness.stats.worstevent import _dev, _dev1
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        n = int(10 ** rng.uniform(0, 12))
+        d = float(10 ** rng.uniform(-15, -0.4))
+        for x in {0, n, int(rng.integers(0, n + 1)), n // 2}:
+            assert float(_dev(x, n, d)) == float(_dev1(x, n, d)), (x, n, d)
