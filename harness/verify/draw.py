@@ -506,7 +506,7 @@ def _real_arrival(rs: RunSet, task, result, state: RunState, pbar) -> None:
     _take_real(rr, task, result, state)
     pbar.update(task.positions, kind_of(task), getattr(result, "wall_s", None))
     if isinstance(task, ExactTask) and _pair_look(rr, rs.real_model):
-        pbar.drop(sum(rr.exact_pending.values()))
+        pbar.drop(sum(rr.exact_pending.values()), "exact")
         rr.exact_pending.clear()
 
 

@@ -224,3 +224,26 @@ def test_the_simulations_increments_add_up_to_one_draw_at_the_look():
         x = d.tokens[d.prompt == i].astype(np.int64)
         code = sum(x[:, t] * V ** (J - 1 - t) for t in range(J))
         assert np.array_equal(np.bincount(code, minlength=V ** J), counts[i])
+
+
+def test_a_stopped_exact_pair_run_leaves_the_bar_as_exact_pair_work():
+    """When the exact pair stops at a look, the shards it will not draw leave the progress bar as exact-pair work (the
+    bar counts expected work by kind: dropped as n-gram work, the bar stopped at 45 % of a finished run); a shard
+    arriving after the stop is not counted."""
+    from types import SimpleNamespace
+    from harness.verify.draw import RunState, _real_arrival
+    from harness.verify.shards import ExactTask, RealResult
+    from tests.verify.test_exactmodel import EPS, DELTA
+    rr, spec, _, shards = _pair_run(12_000, 1_000, EPS, DELTA, 7)
+    rs = SimpleNamespace(real_runs=[rr], real_model=spec)
+    tasks = [ExactTask(0, "reference", ("name", "x"), i, int(d.n_sequences), 0, spec.exact, spec.config)
+             for i, d in enumerate(shards)]
+    rr.exact_pending = {t.shard: t.positions for t in tasks}
+    calls = []
+    bar = SimpleNamespace(update=lambda n, kind, s=None: calls.append(("update", n, kind)),
+                          drop=lambda n, kind="law": calls.append(("drop", n, kind)))
+    for t in tasks:
+        _real_arrival(rs, t, RealResult(0, shards[t.shard], 0.0), RunState(None), bar)
+    k = rr.stop.shards_at(rr.certified_at)
+    assert [c for c in calls if c[0] == "update"] == [("update", t.positions, "exact") for t in tasks[:k]]
+    assert [c for c in calls if c[0] == "drop"] == [("drop", sum(t.positions for t in tasks[k:]), "exact")]
