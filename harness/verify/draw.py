@@ -563,7 +563,7 @@ def _exact_tasks(i: int, rr: RealRun, spec: RealModelSpec, state: RunState) -> l
         out.append(ExactTask(i, rr.label, sampler_recipe(rr.sampler, rr.label), shard, n_rows, _exact_seed(rr, shard),
                              spec.exact, spec.config))
     if rr.exact_parts and _pair_look(rr, spec):
-        out = [t for t in out if t.shard < rr.stop.shards_at(rr.certified_at)]
+        out = [t for t in out if t.shard < rr.stop.shards_at(rr.certified_at or rr.lossy_at)]
     rr.exact_pending = {t.shard: t.positions for t in out}
     return out
 
@@ -588,8 +588,9 @@ def _pair_shards(rr: RealRun, spec: RealModelSpec) -> list[int]:
 def _pair_look(rr: RealRun, spec: RealModelSpec) -> bool:
     """Stop at the need on the exact pair (:class:`harness.verify.stopping.PairStopRule`): each look the run's
     shards in order reach is checked once, on those shards alone (whatever order the others arrive in); at the first
-    that certifies, ``rr.certified_at`` is set and the shards after it are dropped.  Whether it stopped now."""
-    if not rr.stop_delta or rr.certified_at is not None or rr.error is not None:
+    that certifies (``rr.certified_at``), or shows the run lossy beyond doubt (``rr.lossy_at``), the run stops and
+    the shards after it are dropped.  Whether it stopped now."""
+    if not rr.stop_delta or rr.certified_at is not None or rr.lossy_at is not None or rr.error is not None:
         return False
     law = exact_model_law(spec.exact, spec.config)  # remembered from the worker that computed it, if it has
     if rr.stop is None:
@@ -604,11 +605,16 @@ def _pair_look(rr: RealRun, spec: RealModelSpec) -> bool:
         if k > done:
             break
         rr.looked += 1
-        if rr.stop.certified_draw(merge_draws([rr.exact_parts[i] for i in range(k)]), law):
+        draw = merge_draws([rr.exact_parts[i] for i in range(k)])
+        if rr.stop.certified_draw(draw, law):
             rr.certified_at = int(n)
-            for i in [i for i in rr.exact_parts if i >= k]:
-                del rr.exact_parts[i]
-            return True
+        elif rr.stop.lossy_draw(draw, law):
+            rr.lossy_at = int(n)
+        else:
+            continue
+        for i in [i for i in rr.exact_parts if i >= k]:
+            del rr.exact_parts[i]
+        return True
     return False
 
 

@@ -359,6 +359,7 @@ def _stop_line(timing) -> list[str]:
     if not st.get("runs"):
         return []
     each = "; ".join(f"{x['scenario']} {x['sequences']:,} of {x['fixed_n']:,}" + (
+        f" (lossy beyond doubt at look {x['look']} of {x['looks']})" if x.get("lossy") else
         f" (look {x['look']} of {x['looks']})" if x["look"] else " (no look certified it)") for x in st["runs"])
     return [f"- Stop at the need (`harness.verify.stopping`; `--fixed-n` draws the fixed sizes): "
             f"**{len(st['runs'])} run{'s' if len(st['runs']) != 1 else ''} under test** drew {st['sequences']:,} "

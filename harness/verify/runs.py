@@ -85,6 +85,7 @@ class RealRun:
     stop_eps: Optional[object] = None  # ... its tolerances (harness.verify.epsilon.Epsilons)
     stop: Optional[object] = None  # ... its harness.verify.stopping.PairStopRule (built at the first look)
     certified_at: Optional[int] = None  # ... the look (sequences per prompt) it was certified at
+    lossy_at: Optional[int] = None  # ... or the look it was lossy beyond doubt at (stopping.LOSSY_P)
     looked: int = 0  # ... the looks checked so far
     exact_pending: dict = field(default_factory=dict)  # shard -> positions: exact-pair tasks still to arrive
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness import stats
 from harness.stats.anytime import Looks, look_deltas, look_sizes
 from harness.verify.battery import tv_interval, tv_interval_n_for
 from harness.verify.exactmodel import exact_model_bounds, exact_model_counts
@@ -32,7 +33,7 @@ from harness.verify.verdicts import gof_law
 
 __all__ = ["RATIO", "CAP_SHARE", "CAP_FACTOR", "run_bounds", "need", "run_looks", "largest_ratio", "certified_at",
            "StopRule", "stop_rule", "reference_delta", "look_chunks", "SCHEME", "PairStopRule", "pair_stop_rule",
-           "pair_need", "pair_largest_ratio", "pair_cap"]
+           "pair_need", "pair_largest_ratio", "pair_smallest_p", "pair_cap", "LOSSY_P"]
 
 SCHEME = "stop-at-need-v1"  # how an exact-law run is looked at and stopped once certified (part of the state fingerprint)
 
@@ -159,9 +160,11 @@ def stop_summary(rs) -> dict:
         if rule is None or rr.exact is None or rr.exact.error is not None:
             continue
         P, sizes = rr.exact.n_prompts, tuple(int(s) for s in rule.looks.sizes)
+        at = rr.certified_at if rr.certified_at is not None else rr.lossy_at
         rows.append({"run": rr.label, "scenario": "real_model (exact pair)", "sequences": rr.exact_drawn * P,
                      "fixed_n": int(rule.fixed_n) * P, "cap": sizes[-1] * P, "looks": len(sizes),
-                     "look": sizes.index(int(rr.certified_at)) + 1 if rr.certified_at is not None else 0})
+                     "look": sizes.index(int(at)) + 1 if at is not None else 0,
+                     **({"lossy": True} if rr.lossy_at is not None else {})})
     drawn, fixed = sum(x["sequences"] for x in rows), sum(x["fixed_n"] for x in rows)
     return {"runs": rows, "sequences": drawn, "fixed_n": fixed}
 
@@ -170,6 +173,11 @@ def stop_summary(rs) -> dict:
 # The real-model certificate (harness.verify.exactmodel) stops at the need the same way, in sequences per prompt:
 # its looks are at shard boundaries (each shard alternates the prompts and has its own seed), so the counts at a look
 # are those of the shards before it, merged in shard order, whatever order the workers finish them in.
+
+LOSSY_P = 1e-20  # a look stops an exact-pair run as lossy when some χ² test's p x L is at most this: far below the
+                 # Bonferroni level α / m of any family (α = 1e-4, m < 1e16 tests), so Holm rejects that test at the
+                 # verdict, which reads the same p x L (any stopping rule among the looks keeps it a valid p-value)
+
 
 def pair_cap(n_per_prompt: int) -> int:
     """Sequences per prompt drawn at most on the exact pair by a run of fixed-n size ``n_per_prompt``."""
@@ -190,6 +198,12 @@ def pair_largest_ratio(draw, law, eps, delta: float) -> float:
     return max(tv_interval(c, P, delta)[2] / eps.for_real_test(t) for _, t, _, c, P, _ in exact_model_counts(draw, law))
 
 
+def pair_smallest_p(draw, law) -> float:
+    """The smallest χ² goodness-of-fit p-value of the exact-pair ``draw`` over its laws (the verdict's own p-values:
+    :func:`harness.stats.chi2_gof` on the same counts)."""
+    return min(float(stats.chi2_gof(c, P).pvalue) for _, _, _, c, P, _ in exact_model_counts(draw, law))
+
+
 @dataclass(frozen=True)
 class PairStopRule(StopRule):
     """A real-model run's stop at the need on the exact pair: ``looks`` in sequences per prompt, each at a shard
@@ -207,6 +221,11 @@ class PairStopRule(StopRule):
         if n not in self.looks.sizes:
             return False
         return pair_largest_ratio(draw, law, self.eps, self.delta_ref * self.looks.delta_at(n)) < 1.0
+
+    def lossy_draw(self, draw, law) -> bool:
+        """At a look: some χ² test of ``draw`` with p x L ≤ :data:`LOSSY_P` (the run is lossy beyond doubt)."""
+        n = draw.n_sequences // max(draw.n_prompts, 1)
+        return n in self.looks.sizes and len(self.looks.sizes) * pair_smallest_p(draw, law) <= LOSSY_P
 
 
 def pair_stop_rule(law, n_prompts: int, ends, eps, delta_ref: float, n_per_prompt: int) -> PairStopRule:

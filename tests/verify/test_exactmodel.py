@@ -40,15 +40,16 @@ def _law(seed: int) -> ExactModelLaw:
     return _law_from([rng.dirichlet(np.full(V ** J, 2.0)) for _ in range(2)])  # two prompts, each a law of J tokens
 
 
-def _draw(law: ExactModelLaw, n: int, seed: int, bug=None) -> ExactModelDraw:
+def _draw(law: ExactModelLaw, n: int, seed: int, bug=None, share: float = 0.5) -> ExactModelDraw:
     """n sequences per prompt (rows alternate the prompts) from the law; ``bug`` (a joint (V**J,)): each
-    sequence is bugged with probability 1/2 and then drawn whole from it (its tokens dependent through the bug)."""
+    sequence is bugged with probability ``share`` and then drawn whole from it (its tokens dependent through the
+    bug)."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(2):
         idx = rng.choice(V ** J, size=n, p=law.law.joint[i])
         if bug is not None:
-            bugged = rng.random(n) < 0.5
+            bugged = rng.random(n) < share
             idx[bugged] = rng.choice(V ** J, size=int(bugged.sum()), p=bug)
         rows.append(np.stack([(idx // V ** (J - 1 - t)) % V for t in range(J)], 1))  # (n, J), x_0 most significant
     tokens = np.empty((2 * n, J), np.int16)

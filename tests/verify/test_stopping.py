@@ -110,7 +110,7 @@ def test_a_stopped_runs_inconclusive_rate_is_the_procedures_at_its_cap():
 
 
 # ------------------------------------------------------------------------------- the exact transformer pair
-def _pair_run(n_per_prompt: int, shard_rows: int, eps, delta: float, seed: int, bug=None):
+def _pair_run(n_per_prompt: int, shard_rows: int, eps, delta: float, seed: int, bug=None, share: float = 0.5):
     """A real-model run under test whose exact-pair shards are drawn from the synthetic law of test_exactmodel
     (2 prompts, V = 4, J = 3), with the spec that law is kept under, and every shard of it up to its cap."""
     from types import SimpleNamespace
@@ -123,7 +123,7 @@ def _pair_run(n_per_prompt: int, shard_rows: int, eps, delta: float, seed: int, 
     spec = SimpleNamespace(exact=replace(SPEC, shard_sequences=shard_rows), config=SamplingConfig())
     remember_law(spec.exact, spec.config, law)
     rr = RealRun("reference", "reference", None, 8, 0, exact_n=n_per_prompt, stop_delta=delta, stop_eps=eps)
-    shards = [_draw(law, rows // 2, seed + i, bug) for i, rows in
+    shards = [_draw(law, rows // 2, seed + i, bug, share) for i, rows in
               enumerate(sequences_per_shard(spec.exact, pair_cap(n_per_prompt)))]
     return rr, spec, law, shards
 
@@ -133,7 +133,7 @@ def _arrive(rr, spec, shards, order) -> list:
     the run stopped are not kept.  The shards kept."""
     from harness.verify.draw import _pair_look
     for i in order:
-        if rr.certified_at is not None:
+        if rr.certified_at is not None or rr.lossy_at is not None:
             continue
         rr.exact_parts[i] = shards[i]
         _pair_look(rr, spec)
@@ -158,24 +158,38 @@ def test_the_exact_pair_stops_at_a_shard_boundary_whatever_order_its_shards_arri
         assert _arrive(rr2, spec2, shards, order) == kept and rr2.certified_at == at
 
 
-def test_a_lossy_run_on_the_exact_pair_is_never_stopped_as_certified():
-    """A sampler whose every other sequence comes from another law (test_exactmodel's per-sequence bug, TV ~0.2)
-    is not certified at any look: it draws up to its cap."""
+def test_a_lossy_run_on_the_exact_pair_stops_only_beyond_doubt_and_never_as_certified():
+    """A sampler whose every sequence comes from another law (the uniform one) is not certified at any look; it stops
+    at the first look where some χ² p x L is ≤ LOSSY_P (lossy beyond doubt).  One whose every other sequence does
+    (test_exactmodel's per-sequence bug: smallest p 9e-12 at the first look, 2e-17 at the cap) never gets there: it
+    draws up to its cap, where it is not certified either."""
+    from harness.verify.exactmodel import merge_draws
+    from harness.verify.stopping import LOSSY_P, pair_smallest_p
     from tests.verify.test_exactmodel import EPS, DELTA
     bug = np.full(64, 1 / 64)
-    rr, spec, _, shards = _pair_run(4_000, 400, EPS, DELTA, 7, bug)
+    rr, spec, law, shards = _pair_run(4_000, 400, EPS, DELTA, 7, bug, share=1.0)
+    kept = _arrive(rr, spec, shards, range(len(shards)))
+    rule, at = rr.stop, rr.lossy_at
+    assert rr.certified_at is None and at in rule.looks.sizes and kept == list(range(rule.shards_at(at)))
+    L = len(rule.looks.sizes)
+    assert L * pair_smallest_p(merge_draws(shards[:rule.shards_at(at)]), law) <= LOSSY_P
+    for n in rule.looks.sizes[:rule.looks.sizes.index(at)]:
+        assert L * pair_smallest_p(merge_draws(shards[:rule.shards_at(n)]), law) > LOSSY_P
+    rr, spec, law, shards = _pair_run(4_000, 400, EPS, DELTA, 7, bug)
     assert _arrive(rr, spec, shards, range(len(shards))) == list(range(len(shards)))
-    assert rr.certified_at is None and rr.exact_drawn == rr.stop.looks.cap == math.ceil(CAP_FACTOR * 4_000)
+    assert rr.certified_at is None and rr.lossy_at is None
+    assert rr.exact_drawn == rr.stop.looks.cap == math.ceil(CAP_FACTOR * 4_000)
 
 
-def _pair_verify(backend):
-    """The real-model scenario alone, the real sampler on the shipped exact pair (16,384 sequences per prompt in
-    shards of 1,024 per prompt), ε x 5 (the need ~6 k per prompt), stopping at the need, on ``backend``."""
+def _pair_verify(backend, sampler=None, label="reference"):
+    """The real-model scenario alone, the real sampler (or ``sampler``) on the shipped exact pair (16,384 sequences
+    per prompt in shards of 1,024 per prompt), ε x 5 (the need ~6 k per prompt), stopping at the need, on
+    ``backend``."""
     from harness.verify.cli import real_model_spec
     spec = real_model_spec(SCENARIO_DIR / "default.toml")
     spec = replace(spec, exact=replace(spec.exact, n_sequences=16_384, shard_sequences=2_048))
     s = replace(SETTINGS, stop_at_need=True, epsilon_override={"real": 0.05, "real_pair": 0.1, "real_joint": 0.25})
-    return pipeline.verify(sampler=None, sampler_label="reference", scenarios=[], settings=s, controls=False,
+    return pipeline.verify(sampler=sampler, sampler_label=label, scenarios=[], settings=s, controls=False,
                            out=None, figures=False, progress=False, von_neumann=False, backend=backend,
                            real_model=spec, real_model_sequences=4, real_model_controls=False)
 
@@ -247,3 +261,17 @@ def test_a_stopped_exact_pair_run_leaves_the_bar_as_exact_pair_work():
     k = rr.stop.shards_at(rr.certified_at)
     assert [c for c in calls if c[0] == "update"] == [("update", t.positions, "exact") for t in tasks[:k]]
     assert [c for c in calls if c[0] == "drop"] == [("drop", sum(t.positions for t in tasks[k:]), "exact")]
+
+
+@pytest.mark.slow
+def test_on_the_exact_pair_a_gross_bug_stops_lossy_at_its_first_look():
+    """A sampler whose target KV cache is never rolled back (TV ~0.3 on a position) is lossy beyond doubt at its
+    first look: it stops there, not at its cap, and the verdict (p x L, Holm) is lossy."""
+    from harness.controls.hf import no_rollback_generate
+    res = _pair_verify(SerialBackend(), no_rollback_generate, "kv_bug")
+    rr = res.real_runs[0]
+    assert rr.certified_at is None and rr.lossy_at == rr.stop.looks.sizes[0] and rr.exact_drawn == rr.lossy_at
+    v = res.verdicts.set_index("run").loc["kv_bug"]
+    assert v.verdict.startswith("lossy")
+    st = res.meta["timing"]["stop_at_need"]["runs"][0]
+    assert st["lossy"] and st["look"] == 1
