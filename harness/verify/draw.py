@@ -600,7 +600,7 @@ def _pair_look(rr: RealRun, spec: RealModelSpec) -> bool:
     done = 0
     while done in rr.exact_parts:
         done += 1
-    for n in rr.stop.looks.sizes[rr.looked:]:
+    for n in rr.stop.all_sizes[rr.looked:]:  # the lossy side's early looks, then the certificate's
         k = rr.stop.shards_at(n)
         if k > done:
             break

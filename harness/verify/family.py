@@ -98,7 +98,7 @@ def plan_family(rs: RunSet) -> FamilyPlan:
             if rr.exact is not None:  # the certificate: χ² + token-TV bounds on the exact pair
                 law = exact_model_law(rs.real_model.exact, rs.real_model.config)
                 stop = rr.stop  # stop at the need on the exact pair: read at a data-dependent look
-                looks, share = (len(stop.looks.sizes), stop.share_at(rr.exact_drawn)) if stop is not None else (1, 1.0)
+                looks, share = (stop.n_looks, stop.share_at(rr.exact_drawn)) if stop is not None else (1, 1.0)
                 plan += [PlannedTest(rr.label, rr.role, REAL_MODEL_SCENARIO, ts, looks=looks, delta_share=share)
                          for ts in plan_exact_model_tests(rr.exact, law)]
     for v in rs.vn:

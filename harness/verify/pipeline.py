@@ -142,7 +142,8 @@ def real_model_config(rs: RunSet) -> Optional[dict]:
     return {"settings": spec.raw, "config": spec.config.describe(), "k": spec.k, "max_new_tokens": spec.max_new_tokens,
             "runs": {rr.label: {"role": rr.role, "sequences": rr.n_sequences, "seed": rr.seed,
                                 "exact_pair_sequences_per_prompt": rr.exact_n,
-                                **({"exact_pair_looks": list(rr.stop.looks.sizes)} if rr.stop is not None else {})}
+                                **({"exact_pair_looks": list(rr.stop.looks.sizes),
+                                    "exact_pair_lossy_looks": list(rr.stop.early)} if rr.stop is not None else {})}
                        for rr in rs.real_runs}}
 
 

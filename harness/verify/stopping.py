@@ -159,7 +159,7 @@ def stop_summary(rs) -> dict:
         rule = rr.stop
         if rule is None or rr.exact is None or rr.exact.error is not None:
             continue
-        P, sizes = rr.exact.n_prompts, tuple(int(s) for s in rule.looks.sizes)
+        P, sizes = rr.exact.n_prompts, tuple(int(s) for s in rule.all_sizes)
         at = rr.certified_at if rr.certified_at is not None else rr.lossy_at
         rows.append({"run": rr.label, "scenario": "real_model (exact pair)", "sequences": rr.exact_drawn * P,
                      "fixed_n": int(rule.fixed_n) * P, "cap": sizes[-1] * P, "looks": len(sizes),
@@ -207,9 +207,21 @@ def pair_smallest_p(draw, law) -> float:
 @dataclass(frozen=True)
 class PairStopRule(StopRule):
     """A real-model run's stop at the need on the exact pair: ``looks`` in sequences per prompt, each at a shard
-    boundary (``ends``: sequences per prompt after each shard drawn up to the cap)."""
+    boundary (``ends``: sequences per prompt after each shard drawn up to the cap); ``early``: looks before the first
+    of them, at 1, 2, 4, ... shards, where only the lossy side looks (:meth:`lossy_draw`: they spend no δ, and a run
+    stopped there has its bounds reported at the smallest share, not certified, as a run an e-process stopped)."""
 
     ends: tuple = ()
+    early: tuple = ()
+
+    @property
+    def n_looks(self) -> int:
+        """L, the looks the run may stop at (the p-values of its tests are read as L x p)."""
+        return len(self.early) + len(self.looks.sizes)
+
+    @property
+    def all_sizes(self) -> tuple:
+        return tuple(self.early) + tuple(self.looks.sizes)
 
     def shards_at(self, n: int) -> int:
         """The shards (in order) that hold the first ``n`` sequences per prompt."""
@@ -225,7 +237,7 @@ class PairStopRule(StopRule):
     def lossy_draw(self, draw, law) -> bool:
         """At a look: some χ² test of ``draw`` with p x L ≤ :data:`LOSSY_P` (the run is lossy beyond doubt)."""
         n = draw.n_sequences // max(draw.n_prompts, 1)
-        return n in self.looks.sizes and len(self.looks.sizes) * pair_smallest_p(draw, law) <= LOSSY_P
+        return n in self.all_sizes and self.n_looks * pair_smallest_p(draw, law) <= LOSSY_P
 
 
 def pair_stop_rule(law, n_prompts: int, ends, eps, delta_ref: float, n_per_prompt: int) -> PairStopRule:
@@ -236,4 +248,5 @@ def pair_stop_rule(law, n_prompts: int, ends, eps, delta_ref: float, n_per_promp
     first = min(pair_need(law, n_prompts, eps, delta_ref), ends[-1])
     sizes = tuple(sorted({next(e for e in ends if e >= s) for s in look_sizes(first, ends[-1], RATIO)}))
     shares = tuple(d / delta_ref for d in look_deltas(delta_ref, len(sizes), CAP_SHARE))
-    return PairStopRule(Looks(sizes, shares), eps, float(delta_ref), int(n_per_prompt), ends)
+    early = tuple(ends[k - 1] for k in (2 ** i for i in range(len(ends).bit_length())) if ends[k - 1] < sizes[0])
+    return PairStopRule(Looks(sizes, shares), eps, float(delta_ref), int(n_per_prompt), ends, early)

@@ -170,10 +170,12 @@ def test_a_lossy_run_on_the_exact_pair_stops_only_beyond_doubt_and_never_as_cert
     rr, spec, law, shards = _pair_run(4_000, 400, EPS, DELTA, 7, bug, share=1.0)
     kept = _arrive(rr, spec, shards, range(len(shards)))
     rule, at = rr.stop, rr.lossy_at
-    assert rr.certified_at is None and at in rule.looks.sizes and kept == list(range(rule.shards_at(at)))
-    L = len(rule.looks.sizes)
+    assert rule.early and rule.early[-1] < rule.looks.sizes[0]  # the lossy side's looks before the need
+    assert rr.certified_at is None and at in rule.all_sizes and kept == list(range(rule.shards_at(at)))
+    L = rule.n_looks
+    assert L == len(rule.early) + len(rule.looks.sizes)
     assert L * pair_smallest_p(merge_draws(shards[:rule.shards_at(at)]), law) <= LOSSY_P
-    for n in rule.looks.sizes[:rule.looks.sizes.index(at)]:
+    for n in rule.all_sizes[:rule.all_sizes.index(at)]:
         assert L * pair_smallest_p(merge_draws(shards[:rule.shards_at(n)]), law) > LOSSY_P
     rr, spec, law, shards = _pair_run(4_000, 400, EPS, DELTA, 7, bug)
     assert _arrive(rr, spec, shards, range(len(shards))) == list(range(len(shards)))
@@ -266,11 +268,12 @@ def test_a_stopped_exact_pair_run_leaves_the_bar_as_exact_pair_work():
 @pytest.mark.slow
 def test_on_the_exact_pair_a_gross_bug_stops_lossy_at_its_first_look():
     """A sampler whose target KV cache is never rolled back (TV ~0.3 on a position) is lossy beyond doubt at its
-    first look: it stops there, not at its cap, and the verdict (p x L, Holm) is lossy."""
+    first look, the lossy side's first (one shard): it stops there, not at its cap, and the verdict (p x L, Holm) is
+    lossy."""
     from harness.controls.hf import no_rollback_generate
     res = _pair_verify(SerialBackend(), no_rollback_generate, "kv_bug")
     rr = res.real_runs[0]
-    assert rr.certified_at is None and rr.lossy_at == rr.stop.looks.sizes[0] and rr.exact_drawn == rr.lossy_at
+    assert rr.certified_at is None and rr.lossy_at == rr.stop.all_sizes[0] and rr.exact_drawn == rr.lossy_at
     v = res.verdicts.set_index("run").loc["kv_bug"]
     assert v.verdict.startswith("lossy")
     st = res.meta["timing"]["stop_at_need"]["runs"][0]
