@@ -255,7 +255,8 @@ def real_draws_table(rows: list) -> pd.DataFrame:
                           "mean_stop": ok.mean() if ok.size else np.nan,
                           "mean_over_first_look": ok.mean() / need if ok.size else np.nan,
                           "mean_over_default": ok.mean() / real["n"] if ok.size else np.nan,
-                          "median_stop": q[0], "p90_stop": q[1], "p99_stop": q[2], "inconclusive": int(np.isnan(s).sum()),
+                          "median_stop": q[0], "p90_stop": q[1], "p99_stop": q[2],
+                          "inconclusive": int(np.isnan(s).sum()),
                           "mean_draws_with_cap": np.where(np.isnan(s), rule.looks.cap, s).mean(),
                           "stops_per_look": " ".join(f"{n}:{c}" for n, c in counts.items())}])
 
