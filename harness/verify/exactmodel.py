@@ -305,7 +305,7 @@ def exact_model_counts(draw: ExactModelDraw, law: ExactModelLaw):
         code = np.zeros(len(xs[i]), np.int64)  # (n_i,) the cell of each sequence
         for t in range(pos, pos + width):
             code = code * V + xs[i][:, t]
-        yield i, test, pos, np.bincount(code, minlength=V ** width), law.of(kind, i, pos), f"{V ** width} {unit}"
+        yield i, test, pos, np.bincount(code, minlength=V ** width), law.of(test, i, pos), f"{V ** width} {unit}"
 
 
 def plan_exact_model_tests(draw: ExactModelDraw, law: ExactModelLaw) -> list[TestSpec]:

@@ -99,8 +99,10 @@ class RealRun:
     @property
     def exact_drawn(self) -> int:
         """Sequences per prompt on the exact pair the certificate reads (the run's size, or where it stopped)."""
-        d = self.exact
-        return 0 if d is None or d.error is not None else d.n_sequences // max(d.n_prompts, 1)
+        parts = list(self.exact_parts.values())  # counted, not merged (merging copies every row)
+        if not parts or any(d.error is not None for d in parts):
+            return 0
+        return sum(d.n_sequences for d in parts) // max(parts[0].n_prompts, 1)
 
     @property
     def error(self) -> Optional[str]:

@@ -188,8 +188,7 @@ def pair_need(law, n_prompts: int, eps, delta: float) -> int:
     """The planner's fixed-n need on the exact pair (sequences per prompt): the largest over its bounds
     (:func:`harness.verify.exactmodel.exact_model_bounds`) of the size at which a lossless sampler's expected upper
     end reaches its ε at δ."""
-    kind = lambda t: "joint" if t.startswith("joint") else t  # noqa: E731
-    return max(tv_interval_n_for(law.of(kind(t), i, p), eps.for_real_test(t), delta)
+    return max(tv_interval_n_for(law.of(t, i, p), eps.for_real_test(t), delta)
                for i, t, p in exact_model_bounds(law, n_prompts))
 
 
